@@ -1,0 +1,1 @@
+"""Data generation: inputs -> retrieve -> label -> assemble -> trajectory records."""

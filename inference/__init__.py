@@ -1,0 +1,1 @@
+"""Inference: engines, retrievers, the Self-RAG runtime and policy."""

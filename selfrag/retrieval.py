@@ -1,0 +1,68 @@
+"""Retrievers: one protocol, a BM25 implementation (``bm25s``) shared by data generation and inference."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from selfrag.trajectory import Passage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hit:
+    passage: Passage
+    score: float
+
+
+class Retriever(Protocol):
+    def search(self, query: str, k: int) -> list[Hit]: ...
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]: ...
+
+
+class BM25Retriever:
+    """BM25 over titles and texts, with English stop words and stemming (when PyStemmer is installed)."""
+
+    def __init__(self, passages: Sequence[Passage], stemmer_language: str | None = "english") -> None:
+        import bm25s
+
+        if not passages:
+            raise ValueError("BM25Retriever needs at least one passage")
+        self.passages = list(passages)
+        self._stemmer = _make_stemmer(stemmer_language)
+        corpus = [f"{p.title}\n{p.text}" if p.title else p.text for p in self.passages]
+        tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
+        self._index = bm25s.BM25()
+        self._index.index(tokens, show_progress=False)
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        import bm25s
+
+        if not queries:
+            return []
+        k = min(k, len(self.passages))
+        tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer, show_progress=False)
+        # A query whose every word is a stop word has no tokens; bm25s then scores all passages 0.
+        indices, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        return [
+            [Hit(self.passages[int(i)], float(s)) for i, s in zip(row_indices, row_scores, strict=True)]
+            for row_indices, row_scores in zip(indices, scores, strict=True)
+        ]
+
+
+def _make_stemmer(language: str | None) -> object | None:
+    if language is None:
+        return None
+    try:
+        import Stemmer
+    except ImportError:  # stemming is optional; plain tokens still retrieve
+        logger.warning("PyStemmer is not installed; BM25 runs without stemming")
+        return None
+    return Stemmer.Stemmer(language)

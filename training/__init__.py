@@ -1,0 +1,1 @@
+"""Training: token set-up, masking, TRL SFT with PEFT LoRA, export."""
