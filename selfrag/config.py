@@ -109,8 +109,8 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
     for key in data:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {prefix}{close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
-            problems.append(f"unknown config key {prefix}{key!r}{hint}")
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
+            problems.append(f"unknown config key '{prefix}{key}'{hint}")
     values: dict[str, Any] = {}
     missing = False
     for name, spec in fields.items():

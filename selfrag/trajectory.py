@@ -366,9 +366,11 @@ class _Parser:
         )
         self.current = None
 
-    def _after_utility(self, what: str) -> bool:
+    def _after_utility(self, what: str, raw: str) -> bool:
+        """Anything after the utility token is kept verbatim in ``trailing`` (and is a problem)."""
         if self.utility is not None:
             self.problems.append(f"{what} after the utility token")
+            self.trailing += raw
             return True
         return False
 
@@ -394,7 +396,8 @@ class _Parser:
             end += 1
         if end >= len(self.pieces):
             self.problems.append(f"{rf.PARAGRAPH_OPEN} is never closed")
-        if self._after_utility("a passage"):
+        raw = "".join(content for content, _ in self.pieces[index : end + 1])
+        if self._after_utility("a passage", raw):
             return end
         current = self._open()
         if current["passage"] is not None or current["text"] is not None:
@@ -408,7 +411,7 @@ class _Parser:
             self.problems.append(f"{rf.PARAGRAPH_CLOSE} without {rf.PARAGRAPH_OPEN}")
             return
         group = rf.group_of(token)
-        if self._after_utility(token):
+        if self._after_utility(token, token):
             return
         if group is Group.UTILITY:
             self._close()

