@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 # Abbreviations after which a full stop does not end a sentence.
-ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "no.", "vs.", "c.", "ca.", "e.g.", "i.e.", "etc.", "inc."}
+ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "no.", "vs.", "c.", "ca.", "e.g.", "i.e.", "inc."}
 SENTENCE_END = re.compile(r"""[.!?]["')\]]*\s+(?=["'(\[]?[A-Z0-9])""")
 
 

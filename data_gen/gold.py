@@ -1,0 +1,118 @@
+"""The gold labeler: reflection labels derived from a data set's own annotations, no teacher model.
+
+Per query (every record is one segment plus a utility label)::
+
+    no retrieval:  [No Retrieval]{answer}[Utility:5]
+    gold G:        [Retrieval]<paragraph>G</paragraph>[Relevant]{answer}[Fully supported][Utility:5]
+    unanswerable:  [Retrieval]<paragraph>P</paragraph>[Relevant]{abstain}[No support / Contradictory][Utility:1]
+    distractor D:  [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
+
+(P: the best BM25 match among the unanswerable question's own paragraph's passages.)
+
+``answer`` is the first gold answer; ``abstain`` is :data:`ABSTAIN_TEXT` unless configured otherwise.
+Record ids are stable (``<query id>/gold``, ``<query id>/distractor-0``), so a rerun can skip them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from selfrag import reflection as rf
+from selfrag.corpus import Query
+from selfrag.data_gen.distractors import Evidence
+from selfrag.errors import InputError
+from selfrag.trajectory import Label, Passage, Record, Segment
+
+#: What a trajectory answers when its passage does not support an answer (the paper's abstention).
+ABSTAIN_TEXT = "The sources do not say."
+
+LABELER = "gold"
+BEST_UTILITY = rf.UTILITY_TOKENS[-1]  # [Utility:5]
+WORST_UTILITY = rf.UTILITY_TOKENS[0]  # [Utility:1]
+
+
+def _label(value: str) -> Label:
+    return Label(value, labeler=LABELER)
+
+
+class GoldLabeler:
+    """Turns each query (with its evidence) into gold-labelled trajectory records."""
+
+    name = LABELER
+
+    def __init__(self, passages_by_id: Mapping[str, Passage], abstain_text: str = ABSTAIN_TEXT) -> None:
+        self.passages_by_id = passages_by_id
+        self.abstain_text = abstain_text
+
+    def problem(self, query: Query) -> str | None:
+        """Why this query cannot be gold-labelled (a short reason for the stats), or None."""
+        if query.answerable and not query.answers:
+            return "answerable without answers"
+        if query.needs_retrieval is not False and query.answerable and not query.gold_passage_ids:
+            return "answerable without gold passage"
+        return None
+
+    def label(self, query: Query, evidence: Evidence) -> list[Record]:
+        """The records of one query; empty when :meth:`problem` names a reason."""
+        if self.problem(query) is not None:
+            return []
+        if query.needs_retrieval is False:
+            segment = Segment(query.answers[0], retrieve=_label(rf.NO_RETRIEVAL))
+            return [self._record(query, "no-retrieval", "no-retrieval", segment, BEST_UTILITY)]
+        records = []
+        if query.answerable:
+            gold = self._passage(query, query.gold_passage_ids[0])
+            records.append(
+                self._evidence_record(query, "gold", "gold", gold, rf.RELEVANT, query.answers[0], rf.FULLY_SUPPORTED)
+            )
+        elif evidence.own is not None:
+            records.append(
+                self._evidence_record(
+                    query, "own-passage", "own-passage", evidence.own, rf.RELEVANT, self.abstain_text, rf.NO_SUPPORT
+                )
+            )
+        for number, passage in enumerate(evidence.distractors):
+            name = f"distractor-{number}"
+            records.append(
+                self._evidence_record(
+                    query, name, "distractor", passage, rf.IRRELEVANT, self.abstain_text, rf.NO_SUPPORT
+                )
+            )
+        return records
+
+    def _passage(self, query: Query, passage_id: str) -> Passage:
+        try:
+            return self.passages_by_id[passage_id]
+        except KeyError:
+            raise InputError(
+                f"query {query.id!r}: gold passage {passage_id!r} is not in the corpus; "
+                "use the corpus the queries were made for"
+            ) from None
+
+    def _evidence_record(
+        self, query: Query, name: str, kind: str, passage: Passage, relevance: str, text: str, support: str
+    ) -> Record:
+        segment = Segment(
+            text,
+            retrieve=_label(rf.RETRIEVAL),
+            passage=passage,
+            relevance=_label(relevance),
+            support=_label(support),
+        )
+        utility = BEST_UTILITY if support == rf.FULLY_SUPPORTED else WORST_UTILITY
+        return self._record(query, name, kind, segment, utility)
+
+    def _record(self, query: Query, name: str, kind: str, segment: Segment, utility: str) -> Record:
+        """``name`` makes the record id (``<query id>/<name>``); ``kind`` goes to ``meta.kind`` for stats."""
+        meta: dict[str, Any] = {"query_id": query.id, "kind": kind}
+        if "split" in query.meta:
+            meta["split"] = query.meta["split"]
+        return Record(
+            id=f"{query.id}/{name}",
+            instruction=query.question,
+            segments=(segment,),
+            utility=_label(utility),
+            source=str(query.meta.get("source", "")),
+            meta=meta,
+        )

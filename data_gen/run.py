@@ -1,0 +1,221 @@
+"""Generate gold-labelled trajectory records from a corpus and a query set.
+
+    selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/demo-data
+
+Writes ``records.jsonl`` (one :class:`selfrag.trajectory.Record` per line), ``stats.json`` and the
+resolved ``config.yaml`` into ``output``. A killed run resumes when rerun into the same directory:
+records already written are kept and never written twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from tqdm.auto import tqdm
+
+from selfrag.config import to_dict, write_resolved
+from selfrag.corpus import Query, load_corpus, load_queries
+from selfrag.data_gen.config import GenerateConfig, parse_shard
+from selfrag.data_gen.distractors import Evidence, find_evidence
+from selfrag.data_gen.gold import GoldLabeler
+from selfrag.errors import ConfigError, InputError
+from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
+from selfrag.retrieval import BM25Retriever, Retriever
+from selfrag.trajectory import Passage
+
+logger = logging.getLogger(__name__)
+
+RECORDS_FILE = "records.jsonl"
+STATS_FILE = "stats.json"
+CONFIG_FILE = "config.yaml"
+BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
+# Settings that change what a record says: a resumed run must use the same ones.
+CONTENT_SETTINGS = ("corpus", "queries", "labeler", "distractors", "abstain_text")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    output: Path
+    records_path: Path
+    stats_path: Path
+    records_written: int  # by this run (a resumed run writes only what was missing)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A few lines for the CLI: what was written, where, and the label counts."""
+        run_stats = self.stats.get("run", {})
+        lines = [
+            f"wrote {self.records_written} records ({self.stats.get('records', 0)} in all, "
+            f"{self.stats.get('queries', 0)} queries) to {self.records_path}",
+            f"already done: {run_stats.get('queries_already_done', 0)} queries; "
+            f"skipped: {run_stats.get('skipped') or 'none'}",
+        ]
+        for slot, counts in self.stats.get("labels", {}).items():
+            lines.append(f"{slot}: " + ", ".join(f"{value} {count}" for value, count in counts.items()))
+        lines.append(f"stats: {self.stats_path}")
+        return "\n".join(lines)
+
+
+def run(config: GenerateConfig) -> GenerateResult:
+    random.seed(config.seed)
+    output = Path(config.output)
+    records_path = output / RECORDS_FILE
+    check_resumable(config, output)  # before any slow work: resuming needs the same content settings
+
+    # --- Load corpus and queries (malformed lines raise InputError with file:line) -------------
+    passages = load_corpus(config.corpus)
+    passages_by_id = {passage.id: passage for passage in passages}
+    queries = load_queries(config.queries)
+    logger.info("loaded %d passages and %d queries", len(passages), len(queries))
+
+    # --- Select split and shard -----------------------------------------------------------------
+    selected = select_queries(queries, config.split, config.shard, config.queries)
+    if config.limit is not None:
+        selected = selected[: config.limit]
+
+    # --- Resume: what an earlier run into this directory already wrote --------------------------
+    done = written_ids(records_path)
+    write_resolved(config, output, CONFIG_FILE)
+    if done:
+        logger.info("resuming: %d records already in %s", len(done), records_path)
+
+    # --- Label each batch of queries and append the new records ---------------------------------
+    labeler = GoldLabeler(passages_by_id, config.abstain_text)
+    retriever = BM25Retriever(passages)
+    counts: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    with JsonlAppender(records_path) as appender, tqdm(total=len(selected), desc="generate", unit="query") as bar:
+        for batch in batched(selected, BATCH_SIZE):
+            labelable = []
+            for query in batch:
+                problem = labeler.problem(query)
+                if problem is None:
+                    labelable.append(query)
+                else:
+                    skipped[problem] += 1
+            evidence = evidence_for(labelable, retriever, passages_by_id, config.distractors)
+            rows = []
+            for query, found in zip(labelable, evidence, strict=True):
+                records = labeler.label(query, found)
+                new = [record for record in records if record.id not in done]
+                if not records:  # e.g. unanswerable, no own passage found and distractors=0
+                    skipped["no evidence"] += 1
+                else:
+                    counts["queries_labelled" if new else "queries_already_done"] += 1
+                done.update(record.id for record in new)
+                rows += [record.to_json() for record in new]
+            appender.write(rows)
+            counts["records_written"] += len(rows)
+            bar.update(len(batch))
+
+    # --- Stats over everything in records.jsonl -------------------------------------------------
+    stats = record_stats(records_path)
+    stats["run"] = {
+        "queries_selected": len(selected),
+        "queries_labelled": counts["queries_labelled"],
+        "queries_already_done": counts["queries_already_done"],
+        "records_written": counts["records_written"],
+        "skipped": dict(skipped),
+    }
+    stats_path = output / STATS_FILE
+    stats_path.write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    logger.info("wrote %d records (%d in all) to %s", counts["records_written"], stats["records"], records_path)
+    return GenerateResult(output, records_path, stats_path, counts["records_written"], stats)
+
+
+def shard_of(query_id: str, count: int) -> int:
+    """A stable shard number for a query id (the same on every machine and Python version)."""
+    return int(hashlib.sha1(query_id.encode("utf-8")).hexdigest(), 16) % count
+
+
+def select_queries(queries: Sequence[Query], split: str, shard: str, source: Path | str = "queries") -> list[Query]:
+    """The queries of ``split`` (by ``meta.split``; ``all`` takes every query) that fall in ``shard``."""
+    index, count = parse_shard(shard)
+    in_split = [query for query in queries if split == "all" or query.meta.get("split") == split]
+    if not in_split:
+        raise InputError(
+            f"no query in {str(source)!r} has meta.split == {split!r}; "
+            'set split=all to use every query, or add "meta": {"split": ...} to the lines'
+        )
+    return [query for query in in_split if shard_of(query.id, count) == index]
+
+
+def check_resumable(config: GenerateConfig, output: Path) -> None:
+    """Refuse to resume into a directory whose records were made with other content settings."""
+    old_path = output / CONFIG_FILE
+    if not (output / RECORDS_FILE).exists() or not old_path.exists():
+        return
+    old = yaml.safe_load(old_path.read_text(encoding="utf-8")) or {}
+    new = to_dict(config)
+    problems = []
+    for key in CONTENT_SETTINGS:
+        before, now = old.get(key), new[key]
+        if key in ("corpus", "queries") and before is not None:
+            same = Path(before).resolve() == Path(now).resolve()
+        else:
+            same = before == now
+        if not same:
+            problems.append(
+                f"{key}={now!r} differs from {before!r} used for the records already in {str(output)!r}; "
+                "use a new output directory, or set the old value to resume"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def written_ids(records_path: Path) -> set[str]:
+    """Ids of the records already in ``records_path``; a partial last line (a killed write) is dropped."""
+    if not records_path.exists():
+        return set()
+    truncate_partial_line(records_path)
+    return {str(row.get("id")) for _, row in read_jsonl(records_path, "records")}
+
+
+def evidence_for(
+    queries: Sequence[Query], retriever: Retriever, passages_by_id: Mapping[str, Passage], distractors: int
+) -> list[Evidence]:
+    """Search only for queries that retrieve; a no-retrieval query gets empty evidence."""
+    searching = [query for query in queries if query.needs_retrieval is not False]
+    found = iter(find_evidence(searching, retriever, passages_by_id, distractors) if searching else [])
+    return [next(found) if query.needs_retrieval is not False else Evidence(()) for query in queries]
+
+
+def record_stats(records_path: Path) -> dict[str, Any]:
+    """Counts per label value per reflection type, per record kind, and of records and queries."""
+    labels: dict[str, Counter[str]] = {slot: Counter() for slot in ("retrieve", "relevance", "support", "utility")}
+    kinds: Counter[str] = Counter()
+    query_ids = set()
+    records = 0
+    for _, row in read_jsonl(records_path, "records"):
+        records += 1
+        meta = row.get("meta") or {}
+        kinds[str(meta.get("kind"))] += 1
+        query_ids.add(meta.get("query_id"))
+        for segment in row["segments"]:
+            for slot in ("retrieve", "relevance", "support"):
+                if segment.get(slot):
+                    labels[slot][segment[slot]["value"]] += 1
+        if row.get("utility"):
+            labels["utility"][row["utility"]["value"]] += 1
+    return {
+        "records": records,
+        "queries": len(query_ids),
+        "kinds": dict(sorted(kinds.items())),
+        "labels": {slot: dict(sorted(counter.items())) for slot, counter in labels.items()},
+    }
+
+
+def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
