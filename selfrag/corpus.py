@@ -50,7 +50,9 @@ def load_corpus(path: str | Path) -> list[Passage]:
         if not isinstance(row.get("title", ""), str):
             raise InputError(f"{where}: field 'title' must be a string, got {row.get('title')!r}")
         if row["id"] in seen:
-            raise InputError(f"{where}: duplicate passage id {row['id']!r} (first on line {seen[row['id']]}); ids must be unique")
+            raise InputError(
+                f"{where}: duplicate passage id {row['id']!r} (first on line {seen[row['id']]}); ids must be unique"
+            )
         seen[row["id"]] = number
         passages.append(Passage(row["id"], row.get("title", ""), row["text"]))
     if not passages:

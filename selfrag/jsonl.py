@@ -40,8 +40,7 @@ def require_fields(data: Mapping[str, Any], fields: Iterable[str], where: str, k
     for name in fields:
         if not isinstance(data.get(name), kind):
             raise InputError(
-                f"{where}: field {name!r} must be a {kind.__name__}, got {data.get(name)!r}; "
-                f"add \"{name}\" to that line"
+                f'{where}: field {name!r} must be a {kind.__name__}, got {data.get(name)!r}; add "{name}" to that line'
             )
 
 

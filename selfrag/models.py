@@ -71,8 +71,10 @@ def resolve_model(name: str) -> str:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-            raise ModelNotFoundError(f"model directory {name!r} has no config.json or adapter_config.json; "
-                                     "point --model at a saved model or adapter directory")
+            raise ModelNotFoundError(
+                f"model directory {name!r} has no config.json or adapter_config.json; "
+                "point --model at a saved model or adapter directory"
+            )
         return str(path)
     alias = name.lower()
     if alias in ALIASES:

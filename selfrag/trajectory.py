@@ -130,7 +130,9 @@ def _label_from_json(data: Any, where: str, group: Group) -> Label | None:
     if not isinstance(data, Mapping) or not isinstance(data.get("value"), str) or "labeler" not in data:
         raise InputError(f"{where}: expected null or an object with 'value' and 'labeler', got {data!r}")
     if data["value"] not in rf.tokens_of(group):
-        raise InputError(f"{where}.value: {data['value']!r} is not a {group.value} token; use one of {rf.tokens_of(group)}")
+        raise InputError(
+            f"{where}.value: {data['value']!r} is not a {group.value} token; use one of {rf.tokens_of(group)}"
+        )
     return Label(str(data["value"]), str(data["labeler"]), data.get("model"), data.get("prompt_hash"))
 
 
@@ -139,7 +141,9 @@ def _record_from_json(data: Mapping[str, Any]) -> Record:
         raise InputError(f"a record must be a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise InputError(f"schema_version: expected {SCHEMA_VERSION}, got {version!r}; regenerate with `selfrag generate`")
+        raise InputError(
+            f"schema_version: expected {SCHEMA_VERSION}, got {version!r}; regenerate with `selfrag generate`"
+        )
     for key in ("id", "instruction"):
         if not isinstance(data.get(key), str):
             raise InputError(f"{key}: expected a string, got {data.get(key)!r}")
@@ -153,7 +157,9 @@ def _record_from_json(data: Mapping[str, Any]) -> Record:
             raise InputError(f"{where}.text: expected a string, got {raw!r}")
         passage = raw.get("passage")
         if passage is not None:
-            if not isinstance(passage, Mapping) or not all(isinstance(passage.get(k), str) for k in ("id", "title", "text")):
+            if not isinstance(passage, Mapping) or not all(
+                isinstance(passage.get(k), str) for k in ("id", "title", "text")
+            ):
                 raise InputError(f"{where}.passage: expected null or an object with string id, title, text")
             passage = Passage(passage["id"], passage["title"], passage["text"])
         labels = {slot: _label_from_json(raw.get(slot), f"{where}.{slot}", group) for slot, group in _SLOTS.items()}

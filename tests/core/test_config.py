@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +44,9 @@ def test_yaml_then_overrides(tmp_path: Path) -> None:
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
-        load_config(Example, None, ["optim.learning_rat=1", "optim.steps=many", "mode=sometimes", "optim.learning_rate=-1"])
+        load_config(
+            Example, None, ["optim.learning_rat=1", "optim.steps=many", "mode=sometimes", "optim.learning_rate=-1"]
+        )
     problems = caught.value.problems
     assert any("unknown config key 'optim.learning_rat'; did you mean 'optim.learning_rate'" in p for p in problems)
     assert any("optim.steps must be an integer, got 'many'" in p for p in problems)

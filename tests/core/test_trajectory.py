@@ -98,7 +98,12 @@ def test_answer_strips_tokens_and_passages() -> None:
         ({"schema_version": 1, "id": "a", "instruction": 3}, "instruction"),
         ({"schema_version": 1, "id": "a", "instruction": "q", "segments": []}, "segments"),
         (
-            {"schema_version": 1, "id": "a", "instruction": "q", "segments": [{"text": "x", "retrieve": {"value": "[Relevant]", "labeler": "gold"}}]},
+            {
+                "schema_version": 1,
+                "id": "a",
+                "instruction": "q",
+                "segments": [{"text": "x", "retrieve": {"value": "[Relevant]", "labeler": "gold"}}],
+            },
             "segments[0].retrieve.value",
         ),
     ],
