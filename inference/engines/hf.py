@@ -165,17 +165,17 @@ def _load(directory: Path, kind: str, base_model: str, dtype: torch.dtype, devic
         logger.warning("selfrag.json says kind=%s but %s %s adapter_config.json", kind, directory,
                        "has" if is_adapter else "has no")
     if not is_adapter:
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
-        return tokenizer, model.to(device)
+        merged: Any = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+        return tokenizer, merged.to(device)
     from peft import PeftModel
 
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(base_model), dtype=dtype)
+    base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(base_model), dtype=dtype)
     # The adapter was trained on a base resized to its tokenizer; its trained rows for the new ids
     # (trainable_token_indices) are restored by PeftModel over whatever the resize put there.
     if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
         base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    model = PeftModel.from_pretrained(base, str(directory))
-    return tokenizer, model.to(device)
+    adapted: Any = PeftModel.from_pretrained(base, str(directory))
+    return tokenizer, adapted.to(device)
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> tuple[int, ...]:

@@ -1,0 +1,134 @@
+"""Scores read from the model's own reflection-token log-probs (pure functions, no backend).
+
+All scores are ratios of *probabilities* (``exp`` of the reported log-probs), renormalised over one
+token group. The reference implementation compared raw log-probs for the retrieve decision; that is
+a different (and wrong) quantity.
+
+A score is None when the group's tokens have no reported log-prob (or the model never generated the
+group at all); it then contributes 0 to the combined score and is listed in ``missing``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from selfrag import reflection as rf
+from selfrag.reflection import Group, ReflectionIds
+
+COMPONENTS = ("relevance", "support", "utility")
+
+
+def group_probabilities(logprobs: Mapping[int, float], ids: Sequence[int]) -> list[float] | None:
+    """``exp`` of each id's log-prob (0 for an absent id); None when no id of the group is present."""
+    if not any(token_id in logprobs for token_id in ids):
+        return None
+    return [math.exp(logprobs[token_id]) if token_id in logprobs else 0.0 for token_id in ids]
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return None if denominator <= 0.0 else numerator / denominator
+
+
+def retrieve_probability(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
+    """``P([Retrieval]) / (P([Retrieval]) + P([No Retrieval]))`` at one position; None if both are absent."""
+    probabilities = group_probabilities(logprobs, (token_ids.id(rf.RETRIEVAL), token_ids.id(rf.NO_RETRIEVAL)))
+    if probabilities is None:
+        return None
+    retrieval, no_retrieval = probabilities
+    return _ratio(retrieval, retrieval + no_retrieval)
+
+
+def relevance_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
+    """``p(Relevant) / (p(Relevant) + p(Irrelevant))`` at one position (the first generated one)."""
+    probabilities = group_probabilities(logprobs, token_ids.ids(Group.RELEVANCE))
+    if probabilities is None:
+        return None
+    relevant, irrelevant = probabilities
+    return _ratio(relevant, relevant + irrelevant)
+
+
+def support_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
+    """``(p(Full) + 0.5 p(Partial)) / (p(Full) + p(Partial) + p(No support))`` at one position."""
+    probabilities = group_probabilities(logprobs, token_ids.ids(Group.SUPPORT))
+    if probabilities is None:
+        return None
+    full, partial, _ = probabilities
+    return _ratio(full + 0.5 * partial, sum(probabilities))
+
+
+def utility_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
+    """``sum(w_k p_k) / sum(p_k)`` over ``[Utility:1..5]`` with ``w = (-1, -0.5, 0, 0.5, 1)``."""
+    probabilities = group_probabilities(logprobs, token_ids.ids(Group.UTILITY))
+    if probabilities is None:
+        return None
+    weighted = sum(weight * p for weight, p in zip(rf.UTILITY_WEIGHTS, probabilities, strict=True))
+    return _ratio(weighted, sum(probabilities))
+
+
+def first_position(generated: Sequence[int], token_ids: ReflectionIds, group: Group) -> int | None:
+    """Index of the first generated id that belongs to ``group`` (None if there is none)."""
+    for index, token_id in enumerate(generated):
+        if token_ids.group_of_id(int(token_id)) is group:
+            return index
+    return None
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    """The critique of one continuation: each component (None when missing), tokens and the total."""
+
+    relevance: float | None
+    support: float | None
+    utility: float | None
+    total: float
+    relevance_token: str | None  # the token the model generated for each group (None: not generated)
+    support_token: str | None
+    utility_token: str | None
+    missing: tuple[str, ...]  # components whose score could not be read
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "score": self.total,
+            "components": {"relevance": self.relevance, "support": self.support, "utility": self.utility},
+            "tokens": {"relevance": self.relevance_token, "support": self.support_token, "utility": self.utility_token},
+            "missing": list(self.missing),
+        }
+
+
+def score_continuation(
+    generated: Sequence[int],
+    logprobs: Sequence[Mapping[int, float]],
+    token_ids: ReflectionIds,
+    weights: Mapping[str, float],
+) -> CandidateScore:
+    """Score a continuation of ``prompt + [Retrieval]<paragraph>…</paragraph>``.
+
+    Relevance is read at the first generated position; support at the first position whose generated
+    token is a support token; utility at the first utility-token position. ``weights`` maps
+    ``relevance``/``support``/``utility`` to their weights.
+    """
+    at_support = first_position(generated, token_ids, Group.SUPPORT)
+    at_utility = first_position(generated, token_ids, Group.UTILITY)
+    components = {
+        "relevance": relevance_score(logprobs[0], token_ids) if logprobs else None,
+        "support": None if at_support is None else support_score(_at(logprobs, at_support), token_ids),
+        "utility": None if at_utility is None else utility_score(_at(logprobs, at_utility), token_ids),
+    }
+    total = sum(weights[name] * value for name, value in components.items() if value is not None)
+    at_relevance = first_position(generated, token_ids, Group.RELEVANCE)
+    return CandidateScore(
+        relevance=components["relevance"],
+        support=components["support"],
+        utility=components["utility"],
+        total=total,
+        relevance_token=None if at_relevance is None else token_ids.token(int(generated[at_relevance])),
+        support_token=None if at_support is None else token_ids.token(int(generated[at_support])),
+        utility_token=None if at_utility is None else token_ids.token(int(generated[at_utility])),
+        missing=tuple(name for name in COMPONENTS if components[name] is None),
+    )
+
+
+def _at(logprobs: Sequence[Mapping[int, float]], index: int) -> Mapping[int, float]:
+    return logprobs[index] if index < len(logprobs) else {}
