@@ -128,9 +128,9 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The loader dequantizes to fp32 but leaves the model marked as quantized; clear that so it saves.
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 - setattr: torch's Module typing rejects non-tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.is_quantized = False
+    setattr(model, "is_quantized", False)  # noqa: B010
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))

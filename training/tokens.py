@@ -2,13 +2,16 @@
 
     ids = prepare_tokens(model, tokenizer, "add")   # -> selfrag.reflection.ReflectionIds
 
-Strategy ``add`` appends the strings as special tokens and grows the embeddings; strategy ``reserved``
-(Llama-3 style ``<|reserved_special_token_N|>``) is not available yet and says so.
+Strategy ``add`` appends the strings as special tokens and grows the embeddings. Strategy ``reserved``
+renames 15 unused Llama-3 style ``<|reserved_special_token_N|>`` tokens to the reflection strings (the
+vocabulary size stays the same) and sets their rows, untrained in the base, to the mean.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from typing import Any
 
 import torch
@@ -19,6 +22,7 @@ from selfrag.reflection import TOKENS, ReflectionIds, reflection_ids
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("add", "reserved")
+RESERVED_PATTERN = re.compile(r"^<\|reserved_special_token_(\d+)\|>$")
 
 
 def prepare_tokens(model: Any, tokenizer: Any, strategy: str) -> ReflectionIds:
@@ -30,10 +34,7 @@ def prepare_tokens(model: Any, tokenizer: Any, strategy: str) -> ReflectionIds:
     if strategy not in STRATEGIES:
         raise ConfigError([f"tokens.strategy must be one of {list(STRATEGIES)}, got {strategy!r}"])
     if strategy == "reserved":
-        raise ConfigError(
-            ["tokens.strategy=reserved is not available yet in this version; use tokens.strategy=add "
-             "(then `selfrag export --merge` for vLLM)"]
-        )
+        return map_reserved_tokens(model, tokenizer)
     return add_reflection_tokens(model, tokenizer)
 
 
@@ -62,9 +63,68 @@ def add_reflection_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
     return token_ids
 
 
+def map_reserved_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
+    """Strategy ``reserved``: rename the 15 highest-numbered unused reserved tokens to the reflection strings.
+
+    The highest numbers are taken because model families tend to repurpose the lowest ones
+    (Llama 3.1 turned reserved tokens into ``<|eom_id|>`` and ``<|python_tag|>``).
+    """
+    if _already_prepared(tokenizer):
+        return reflection_ids(tokenizer)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TokenizerError("tokens.strategy=reserved needs a fast tokenizer; use tokens.strategy=add")
+    reserved = sorted(
+        ((int(match.group(1)), token_id) for token_id, added in tokenizer.added_tokens_decoder.items()
+         if (match := RESERVED_PATTERN.match(added.content))),
+    )
+    if len(reserved) < len(TOKENS):
+        raise TokenizerError(
+            f"tokens.strategy=reserved needs {len(TOKENS)} unused <|reserved_special_token_N|> tokens, "
+            f"this tokenizer has {len(reserved)}; use tokens.strategy=add"
+        )
+    chosen = {token_id: token for (_, token_id), token in zip(reserved[-len(TOKENS):], TOKENS, strict=True)}
+    _rename_added_tokens(tokenizer, chosen)
+    token_ids = reflection_ids(tokenizer)
+    ids = sorted(chosen)
+    if max(ids) >= model.get_input_embeddings().weight.shape[0]:
+        raise TokenizerError(f"reserved token id {max(ids)} has no embedding row; the model and tokenizer differ")
+    set_rows_to_mean(model, ids, backend.get_vocab_size(with_added_tokens=False))
+    logger.info("mapped the reflection tokens onto reserved ids %s, rows set to the mean", ids)
+    return token_ids
+
+
+def _already_prepared(tokenizer: Any) -> bool:
+    try:
+        reflection_ids(tokenizer)
+    except TokenizerError:
+        return False
+    return True
+
+
+def _rename_added_tokens(tokenizer: Any, renames: dict[int, str]) -> None:
+    """Rename added tokens by id in the Rust tokenizer (transformers 5 keeps added tokens only there)."""
+    from tokenizers import Tokenizer
+
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    old_names = {}
+    for added in state["added_tokens"]:
+        if added["id"] in renames:
+            old_names[added["content"]] = renames[added["id"]]
+            added["content"] = renames[added["id"]]
+    vocab = state.get("model", {}).get("vocab")
+    if isinstance(vocab, dict):  # some tokenizers list added tokens in the model vocabulary too
+        for old, new in old_names.items():
+            if old in vocab:
+                vocab[new] = vocab.pop(old)
+    tokenizer._tokenizer = Tokenizer.from_str(json.dumps(state))
+    extra = [str(token) for token in tokenizer.extra_special_tokens if str(token) not in old_names]
+    tokenizer._extra_special_tokens = extra + [token for token in TOKENS if token not in extra]
+
+
 @torch.no_grad()
 def set_rows_to_mean(model: Any, ids: list[int], known_rows: int) -> None:
-    """Set rows ``ids`` of the input embeddings (and of an untied output head) to the mean of rows ``[0, known_rows)``."""
+    """Set rows ``ids`` of the input embeddings (and an untied head) to the mean of rows ``[0, known_rows)``."""
     index = torch.tensor(ids, dtype=torch.long)
     matrices = [model.get_input_embeddings().weight]
     head = model.get_output_embeddings()

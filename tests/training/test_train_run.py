@@ -1,0 +1,128 @@
+"""The real entry point on the tiny 2-layer model: a few steps, then reload, export and resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from training_records import training_records
+
+from selfrag.artifacts import load_meta
+from selfrag.config import load_config
+from selfrag.jsonl import write_jsonl_atomic
+from selfrag.training.config import TrainConfig
+from selfrag.training.export import export, load_trained
+from selfrag.training.run import TrainResult, prepare_model, run
+
+
+def make_config(base: Path, records: Path, out: Path, **training: Any) -> TrainConfig:
+    settings = {"learning_rate": 1e-2, "max_steps": 8, "batch_size": 4, "logging_steps": 1,
+                "eval_fraction": 0.25, "max_length": 512, **training}
+    return load_config(TrainConfig, model=str(base), records=str(records), output_dir=str(out),
+                       training=settings, lora={"r": 4, "alpha": 8, "dropout": 0.0})
+
+
+@pytest.fixture(scope="module")
+def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("records") / "records.jsonl"
+    write_jsonl_atomic(path, [record.to_json() for record in training_records()])
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_base_dir: Path, records_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    config = make_config(tiny_base_dir, records_path, tmp_path_factory.mktemp("run") / "adapter")
+    initial = {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+    return config, initial, run(config)
+
+
+def sample_ids(tokenizer: Any) -> torch.Tensor:
+    return torch.tensor([tokenizer.encode("Where did the Normans live? [Retrieval]<paragraph>x</paragraph>")])
+
+
+def test_loss_falls_and_only_trainable_weights_change(trained) -> None:  # type: ignore[no-untyped-def]
+    config, initial, result = trained
+    assert isinstance(result, TrainResult) and len(result.losses) == 8
+    assert result.losses[-1]["loss"] < result.losses[0]["loss"]
+    final = result.model.state_dict()
+    assert set(final) == set(initial)
+    lora = [name for name in final if "lora_" in name]
+    rows = [name for name in final if "trainable_tokens_delta" in name]
+    assert lora and rows
+    for name in lora:
+        assert not torch.equal(final[name], initial[name]), f"LoRA weight {name} did not change"
+    for name in rows:  # (15, hidden): every new token row moved
+        assert (final[name] != initial[name]).any(dim=1).all(), f"some reflection rows in {name} did not change"
+    for name in set(final) - set(lora) - set(rows):  # frozen base, old and new embedding rows included
+        assert torch.equal(final[name], initial[name]), f"frozen weight {name} changed"
+
+
+def test_outputs_and_metrics_are_written(trained) -> None:  # type: ignore[no-untyped-def]
+    config, _, result = trained
+    out = Path(config.output_dir)
+    for name in ("adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "config.yaml"):
+        assert (out / name).is_file(), name
+    meta = load_meta(out)
+    assert meta is not None and meta.kind == "adapter" and meta.strategy == "add" and meta.prompt_template == "chat"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["train_losses"]) == 8
+    assert set(metrics["reflection_accuracy"]) == {"retrieve", "relevance", "support", "utility", "counts"}
+    assert metrics["held_out_examples"] == result.held_out_examples > 0
+    assert [entry["step"] for entry in metrics["reflection_accuracy_at_checkpoints"]] == [8]  # the final save
+
+
+def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config, _, result = trained
+    model, tokenizer, meta = load_trained(config.output_dir)
+    ids = sample_ids(tokenizer)
+    result.model.eval()
+    with torch.no_grad():
+        expected = result.model(input_ids=ids).logits
+        torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=0, atol=1e-6)
+        merged_dir = export(config.output_dir, tmp_path / "merged", merge=True)
+        merged, _, merged_meta = load_trained(merged_dir)
+        torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=0, atol=1e-4)
+    assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids
+    head, embed = merged.get_output_embeddings().weight, merged.get_input_embeddings().weight
+    assert head.data_ptr() == embed.data_ptr()  # still tied
+
+
+def test_killed_run_resumes_from_its_checkpoint(tiny_base_dir: Path, records_path: Path, tmp_path: Path) -> None:
+    config = make_config(tiny_base_dir, records_path, tmp_path / "adapter", max_steps=4, save_steps=2)
+    run(config)
+    checkpoints = Path(config.output_dir) / "checkpoints"
+    shutil.rmtree(checkpoints / "checkpoint-4")  # as if killed between step 2 and step 4
+    (Path(config.output_dir) / "adapter_model.safetensors").unlink()
+    again = run(config)
+    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
+    assert [entry["step"] for entry in again.losses] == [1.0, 2.0, 3.0, 4.0]
+    assert (Path(config.output_dir) / "adapter_model.safetensors").is_file()
+
+
+def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    names = [f"<|reserved_special_token_{n}|>" for n in range(16)]
+    tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    base = tmp_path / "base"
+    LlamaForCausalLM(config).save_pretrained(str(base))
+    tokenizer.save_pretrained(str(base))
+    train_config = make_config(base, records_path, tmp_path / "adapter", max_steps=3)
+    train_config.tokens.strategy = "reserved"
+    result = run(train_config)
+    model, reloaded, meta = load_trained(train_config.output_dir)
+    assert meta.strategy == "reserved" and len(reloaded) == len(tokenizer)
+    assert min(meta.token_ids.all_ids) >= len(tiny_tokenizer)  # the reserved ids, nothing appended
+    ids = sample_ids(reloaded)
+    result.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)

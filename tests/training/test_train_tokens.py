@@ -1,0 +1,92 @@
+"""Token set-up: each reflection string becomes one id, new rows start at the mean of the old ones."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from selfrag.errors import ConfigError, TokenizerError
+from selfrag.reflection import TOKENS
+from selfrag.training.tokens import prepare_tokens
+
+
+def test_each_reflection_string_is_one_id_and_new_rows_are_the_mean(prepared) -> None:  # type: ignore[no-untyped-def]
+    model, tokenizer, token_ids, old_size = prepared
+    for token in TOKENS:
+        assert tokenizer.encode(token, add_special_tokens=False) == [token_ids.id(token)]
+    assert sorted(token_ids.all_ids) == list(range(old_size, old_size + len(TOKENS)))
+    weight = model.get_input_embeddings().weight
+    assert weight.shape[0] == len(tokenizer)
+    expected = weight[:old_size].mean(dim=0)
+    for token_id in token_ids.all_ids:
+        torch.testing.assert_close(weight[token_id], expected)
+
+
+def test_prepare_is_idempotent_and_keeps_existing_special_tokens(tiny_tokenizer, tiny_model_builder) -> None:  # type: ignore[no-untyped-def]
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.add_special_tokens({"extra_special_tokens": ["<tool>"]})
+    model = tiny_model_builder(len(tokenizer))
+    first = prepare_tokens(model, tokenizer, "add")
+    size, rows = len(tokenizer), model.get_input_embeddings().weight.clone()
+    second = prepare_tokens(model, tokenizer, "add")
+    assert second == first
+    assert len(tokenizer) == size
+    assert torch.equal(model.get_input_embeddings().weight, rows)
+    assert "<tool>" in tokenizer.extra_special_tokens
+    assert tokenizer.encode("<tool>", add_special_tokens=False) == [tokenizer.convert_tokens_to_ids("<tool>")]
+
+
+def test_untied_head_rows_are_the_mean_too(tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    old_size = len(tokenizer)
+    config = LlamaConfig(vocab_size=old_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    model: Any = LlamaForCausalLM(config)
+    token_ids = prepare_tokens(model, tokenizer, "add")
+    head = model.get_output_embeddings().weight
+    assert head.data_ptr() != model.get_input_embeddings().weight.data_ptr()
+    torch.testing.assert_close(head[token_ids.id("[Relevant]")], head[:old_size].mean(dim=0))
+
+
+def reserved_tokenizer(tiny_tokenizer, count: int = 20):  # type: ignore[no-untyped-def]
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    names = [f"<|reserved_special_token_{n}|>" for n in range(count)]
+    tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
+    return tokenizer
+
+
+def test_reserved_strategy_renames_the_highest_reserved_tokens(tiny_tokenizer, tiny_model_builder, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    tokenizer = reserved_tokenizer(tiny_tokenizer)
+    size = len(tokenizer)
+    model = tiny_model_builder(size)
+    token_ids = prepare_tokens(model, tokenizer, "reserved")
+    assert len(tokenizer) == size == model.get_input_embeddings().weight.shape[0]  # nothing added
+    assert sorted(token_ids.all_ids) == list(range(size - len(TOKENS), size))  # reserved 5..19
+    for token in TOKENS:
+        assert tokenizer.encode(token, add_special_tokens=False) == [token_ids.id(token)]
+        assert tokenizer.decode([token_ids.id(token)]) == token
+    low = tokenizer.convert_tokens_to_ids("<|reserved_special_token_0|>")
+    assert tokenizer.encode("<|reserved_special_token_0|>", add_special_tokens=False) == [low]
+    assert len(tokenizer.encode("<|reserved_special_token_19|>", add_special_tokens=False)) > 1  # renamed away
+    weight = model.get_input_embeddings().weight
+    base_rows = tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=False)
+    for token_id in token_ids.all_ids:
+        torch.testing.assert_close(weight[token_id], weight[:base_rows].mean(dim=0))
+    tokenizer.save_pretrained(str(tmp_path))
+    reloaded = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert prepare_tokens(model, reloaded, "reserved") == token_ids  # idempotent, survives a save
+
+
+def test_strategy_errors_name_the_fix(tiny_tokenizer, tiny_model_builder) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TokenizerError, match="has 3; use tokens.strategy=add"):
+        tokenizer = reserved_tokenizer(tiny_tokenizer, count=3)
+        prepare_tokens(tiny_model_builder(len(tokenizer)), tokenizer, "reserved")
+    with pytest.raises(ConfigError, match="must be one of"):
+        prepare_tokens(tiny_model_builder(len(tiny_tokenizer)), copy.deepcopy(tiny_tokenizer), "bogus")

@@ -1,0 +1,151 @@
+"""The training config: one dataclass, every field documented; TRL/PEFT options pass through as dicts.
+
+    config = load_config(TrainConfig, "configs/train/smollm2-135m-cpu.yaml", ["training.max_steps=50"])
+
+``trl`` and ``peft`` keys are checked against the real ``trl.SFTConfig`` / ``peft.LoraConfig`` fields
+when the config loads, so a typo fails before a model is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from selfrag.config import help_field
+
+#: SFTConfig fields this recipe sets itself from the typed config; setting them in ``trl`` is an error.
+TRL_OWNED: dict[str, str] = {
+    "output_dir": "output_dir",
+    "learning_rate": "training.learning_rate",
+    "num_train_epochs": "training.epochs",
+    "max_steps": "training.max_steps",
+    "per_device_train_batch_size": "training.batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "max_length": "training.max_length",
+    "seed": "training.seed",
+    "logging_steps": "training.logging_steps",
+    "save_steps": "training.save_steps",
+    "dataset_kwargs": "(fixed: the dataset is pre-tokenized)",
+    "loss_type": "(fixed: plain nll over the prebuilt labels)",
+}
+#: LoraConfig fields this recipe sets itself.
+PEFT_OWNED: dict[str, str] = {
+    "r": "lora.r",
+    "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout",
+    "target_modules": "lora.target_modules",
+    "trainable_token_indices": "(fixed: the reflection token ids)",
+    "task_type": "(fixed: CAUSAL_LM)",
+}
+
+
+@dataclasses.dataclass
+class TokensConfig:
+    strategy: Literal["add", "reserved"] = help_field(
+        "How the reflection tokens get ids: 'add' new special tokens (then export --merge for vLLM), or "
+        "'reserved': rename 15 unused Llama-3 style <|reserved_special_token_N|> tokens (vocabulary size unchanged).",
+        default="add",
+    )
+
+
+@dataclasses.dataclass
+class LoraOptions:
+    r: int = help_field("LoRA rank.", default=16)
+    alpha: int = help_field("LoRA alpha (the update is scaled by alpha / r).", default=32)
+    dropout: float = help_field("Dropout on the LoRA input.", default=0.05)
+    target_modules: str | list[str] = help_field(
+        "Modules that get LoRA: 'all-linear' or a list of module names (q_proj, v_proj, ...).", default="all-linear"
+    )
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.r < 1:
+            problems.append(f"r must be >= 1, got {self.r}")
+        if self.alpha <= 0:
+            problems.append(f"alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
+        return problems
+
+
+@dataclasses.dataclass
+class TrainingOptions:
+    learning_rate: float = help_field(
+        "Peak learning rate. 2e-4 collapsed SmolLM2-135M to constant reflection tokens; 1e-3 learned.", default=1e-3
+    )
+    epochs: float = help_field("Passes over the training records (ignored when max_steps > 0).", default=1.0)
+    max_steps: int = help_field("Optimizer steps to run; -1 runs `epochs` epochs.", default=-1)
+    batch_size: int = help_field("Examples per device per step.", default=4)
+    gradient_accumulation_steps: int = help_field("Micro-batches accumulated per optimizer step.", default=1)
+    max_length: int = help_field(
+        "Longest example in tokens; longer records are skipped and counted, never truncated.", default=1024
+    )
+    seed: int = help_field("Seed for initialisation, shuffling and the held-out split.", default=0)
+    logging_steps: int = help_field("Log the training loss every this many steps.", default=10)
+    eval_fraction: float = help_field(
+        "Fraction of records held out (by a stable hash of the record id) for reflection-token accuracy.",
+        default=0.05,
+    )
+    save_steps: int = help_field("Write a resumable checkpoint every this many steps.", default=200)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.learning_rate <= 0:
+            problems.append(f"learning_rate must be > 0, got {self.learning_rate}; try 1e-3 for a small model")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            problems.append(f"epochs must be > 0 when max_steps is -1, got {self.epochs}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            problems.append(f"max_steps must be -1 (use epochs) or >= 1, got {self.max_steps}")
+        for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.eval_fraction < 1:
+            problems.append(f"eval_fraction must be in [0, 1), got {self.eval_fraction}; use 0 for no held-out split")
+        return problems
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """``selfrag train``: a LoRA adapter that emits the reflection tokens itself."""
+
+    model: str = help_field("Base model: a built-in name (smollm2-135m-instruct), a local directory, or a hub id.")
+    records: Path = help_field("Trajectory records (JSONL, from `selfrag generate`).")
+    output_dir: Path = help_field("Where the adapter, tokenizer, selfrag.json, metrics and checkpoints go.")
+    tokens: TokensConfig = help_field("Reflection token set-up.", default_factory=TokensConfig)
+    prompt_template: Literal["auto", "chat", "paper"] = help_field(
+        "Prompt format: 'auto' uses the model's chat template when it has one, else the paper's.", default="auto"
+    )
+    lora: LoraOptions = help_field("LoRA settings.", default_factory=LoraOptions)
+    training: TrainingOptions = help_field("Optimisation settings.", default_factory=TrainingOptions)
+    trl: dict[str, Any] = help_field(
+        "Extra trl.SFTConfig options, passed through (e.g. {bf16: true, warmup_steps: 0.03}).", default_factory=dict
+    )
+    peft: dict[str, Any] = help_field(
+        "Extra peft.LoraConfig options, passed through (e.g. {use_rslora: true}).", default_factory=dict
+    )
+
+    def validate(self) -> list[str]:
+        problems = _check_pass_through("trl", self.trl, _field_names("trl", "SFTConfig"), TRL_OWNED)
+        problems += _check_pass_through("peft", self.peft, _field_names("peft", "LoraConfig"), PEFT_OWNED)
+        return problems
+
+
+def _field_names(module: str, name: str) -> set[str]:
+    import importlib
+
+    cls = getattr(importlib.import_module(module), name)
+    return {spec.name for spec in dataclasses.fields(cls) if spec.init}
+
+
+def _check_pass_through(prefix: str, options: dict[str, Any], known: set[str], owned: dict[str, str]) -> list[str]:
+    problems = []
+    for key in options:
+        if key in owned:
+            problems.append(f"{prefix}.{key} is set by this recipe; set {owned[key]} instead")
+        elif key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f"; did you mean {prefix}.{close[0]}?" if close else ""
+            problems.append(f"unknown {prefix} option {key!r}{hint}")
+    return problems

@@ -1,0 +1,137 @@
+"""Records -> ``input_ids`` + ``labels`` with the Self-RAG loss mask.
+
+    example = encode_record(record, tokenizer, token_ids, "auto")
+    encoded = build_dataset(records, tokenizer, token_ids, "auto", max_length=320)
+
+Masked (label ``-100``): the prompt, and the ids strictly inside each ``<paragraph>…</paragraph>`` pair,
+pair by pair. Trained: the markup tokens themselves, every reflection token, the answer text, and the
+closing EOS. A record longer than ``max_length`` is skipped and counted, never truncated mid-passage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selfrag.errors import InputError
+from selfrag.jsonl import read_jsonl
+from selfrag.prompting import encode_pieces, encode_prompt
+from selfrag.reflection import Group, ReflectionIds
+from selfrag.trajectory import Record
+
+logger = logging.getLogger(__name__)
+
+IGNORE = -100
+#: The reflection types scored by evaluation (markup is trained but not a judgement).
+SCORED_GROUPS: tuple[Group, ...] = (Group.RETRIEVE, Group.RELEVANCE, Group.SUPPORT, Group.UTILITY)
+
+
+def encode_record(record: Record, tokenizer: Any, token_ids: ReflectionIds, template: str) -> dict[str, list[int]]:
+    """One record as ``{"input_ids": [...], "labels": [...]}`` (same length; ``-100`` where masked)."""
+    prompt = encode_prompt(tokenizer, record.instruction, template)
+    target, inside = encode_pieces(tokenizer, token_ids, record.pieces())
+    if tokenizer.eos_token_id is None:
+        raise InputError("the tokenizer has no eos_token; set one (tokenizer.eos_token) so the model learns to stop")
+    eos = int(tokenizer.eos_token_id)
+    input_ids = prompt + target + [eos]
+    labels = [IGNORE] * len(prompt)
+    labels += [IGNORE if masked else token for token, masked in zip(target, inside, strict=True)]
+    labels.append(eos)
+    return {"input_ids": input_ids, "labels": labels}
+
+
+@dataclass(frozen=True)
+class EncodedRecords:
+    """Encoded examples (with their record ids) and how many records were too long to keep."""
+
+    examples: list[dict[str, Any]]
+    skipped: int
+
+    def to_dataset(self) -> Any:
+        """A ``datasets.Dataset`` with only the ``input_ids`` and ``labels`` columns (what the trainer reads)."""
+        from datasets import Dataset
+
+        return Dataset.from_dict(
+            {
+                "input_ids": [example["input_ids"] for example in self.examples],
+                "labels": [example["labels"] for example in self.examples],
+            }
+        )
+
+
+def encode_records(
+    records: Iterable[Record], tokenizer: Any, token_ids: ReflectionIds, template: str, max_length: int
+) -> EncodedRecords:
+    """Encode records; skip (and log the count of) those longer than ``max_length`` ids."""
+    examples: list[dict[str, Any]] = []
+    skipped = 0
+    for record in records:
+        example = encode_record(record, tokenizer, token_ids, template)
+        if len(example["input_ids"]) > max_length:
+            skipped += 1
+            logger.debug("record %s: %d ids > max_length %d; skipped", record.id, len(example["input_ids"]), max_length)
+            continue
+        examples.append({"id": record.id, **example})
+    if skipped:
+        logger.warning(
+            "skipped %d of %d records longer than max_length=%d ids (raise training.max_length to keep them)",
+            skipped, skipped + len(examples), max_length,
+        )
+    return EncodedRecords(examples, skipped)
+
+
+def build_dataset(
+    records: Iterable[Record], tokenizer: Any, token_ids: ReflectionIds, template: str, max_length: int
+) -> tuple[Any, int]:
+    """A ``datasets.Dataset`` of ``input_ids`` + ``labels``, and the number of records skipped as too long."""
+    encoded = encode_records(records, tokenizer, token_ids, template, max_length)
+    return encoded.to_dataset(), encoded.skipped
+
+
+def reflection_positions(example: dict[str, Sequence[int]], token_ids: ReflectionIds) -> dict[Group, list[int]]:
+    """Positions whose label is a token of each scored group (Retrieve, IsREL, IsSUP, IsUSE).
+
+    A position ``p`` is predicted by the logits at ``p - 1`` (labels are not shifted, as in transformers).
+    """
+    positions: dict[Group, list[int]] = {group: [] for group in SCORED_GROUPS}
+    for position, label in enumerate(example["labels"]):
+        if label == IGNORE:
+            continue
+        group = token_ids.group_of_id(int(label))
+        if group in positions:
+            positions[group].append(position)
+    return positions
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read trajectory records from JSONL; a bad line raises ``InputError`` naming file:line."""
+    records = []
+    for number, data in read_jsonl(path, what="records"):
+        try:
+            records.append(Record.from_json(data))
+        except InputError as error:
+            raise InputError(f"{path}:{number}: {error}") from None
+    if not records:
+        raise InputError(f"records file {str(path)!r} holds no records; generate some with `selfrag generate`")
+    return records
+
+
+def is_held_out(record_id: str, fraction: float, seed: int) -> bool:
+    """Whether a record goes to the held-out split: a stable hash of (seed, id), independent of file order."""
+    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def split_records(records: Sequence[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
+    """``(train, held_out)`` by record id; at least one record stays in train."""
+    train = [record for record in records if not is_held_out(record.id, fraction, seed)]
+    held_out = [record for record in records if is_held_out(record.id, fraction, seed)]
+    if not train:
+        raise InputError(
+            f"training.eval_fraction={fraction} leaves no training records out of {len(records)}; lower it"
+        )
+    return train, held_out

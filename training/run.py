@@ -1,0 +1,269 @@
+"""Train a LoRA adapter that emits the Self-RAG reflection tokens itself (TRL SFT + PEFT).
+
+    selfrag train --config configs/train/smollm2-135m-cpu.yaml records=data/records.jsonl output_dir=runs/smollm2
+
+Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json``, the resolved ``config.yaml`` and
+``metrics.json`` (training losses, reflection-token accuracy on the held-out split). Checkpoints go to
+``output_dir/checkpoints``; a killed run started again with the same output_dir resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from selfrag.artifacts import ModelMeta, save_meta
+from selfrag.config import write_resolved
+from selfrag.errors import InputError
+from selfrag.models import ALIASES, resolve_model
+from selfrag.prompting import resolve_template
+from selfrag.reflection import ReflectionIds
+from selfrag.training.config import TrainConfig
+from selfrag.training.dataset import encode_records, read_records, split_records
+from selfrag.training.evaluate import reflection_accuracy
+from selfrag.training.tokens import is_tied, prepare_tokens
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+METRICS_FILE = "metrics.json"
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a run produced: where, the logged losses, and the held-out reflection accuracy."""
+
+    output_dir: Path
+    losses: list[dict[str, float]]
+    accuracy: dict[str, Any]
+    train_examples: int
+    held_out_examples: int
+    skipped_too_long: int
+    resumed_from: str | None
+    accuracy_during: list[dict[str, Any]] = field(default_factory=list)  # at each checkpoint: step + accuracy
+    model: Any = field(default=None, repr=False, compare=False)  # the trained PeftModel, in memory
+
+    def summary(self) -> str:
+        """A few lines for people: where the adapter is, the loss curve's ends, held-out accuracy."""
+        first = self.losses[0]["loss"] if self.losses else float("nan")
+        last = self.losses[-1]["loss"] if self.losses else float("nan")
+        accuracy = ", ".join(
+            f"{name} {value:.0%}" for name, value in self.accuracy.items() if isinstance(value, float)
+        )
+        lines = [
+            f"adapter written to {self.output_dir} ({self.train_examples} training examples, "
+            f"{self.held_out_examples} held out, {self.skipped_too_long} skipped as too long)",
+            f"loss {first:.3f} -> {last:.3f} over {len(self.losses)} logged steps"
+            + (f" (resumed from {self.resumed_from})" if self.resumed_from else ""),
+            f"held-out reflection-token accuracy: {accuracy or 'n/a'}",
+        ]
+        return "\n".join(lines)
+
+
+def run(config: TrainConfig) -> TrainResult:
+    """Train, evaluate and save one adapter as ``config`` describes."""
+    from trl import SFTConfig
+
+    output_dir = Path(config.output_dir)
+
+    # --- Base model (fp32), reflection tokens, LoRA ---------------------------------------------
+    prepared = prepare_model(config)
+    model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
+
+    # --- Records: read, split by stable id hash, encode with the paragraph mask -----------------
+    records = read_records(config.records)
+    train_records, held_out_records = split_records(records, config.training.eval_fraction, config.training.seed)
+    max_length = config.training.max_length
+    train_set = encode_records(train_records, tokenizer, token_ids, template, max_length)
+    held_out_set = encode_records(held_out_records, tokenizer, token_ids, template, max_length)
+    if not train_set.examples:
+        raise InputError(
+            f"no training record fits training.max_length={max_length} ({train_set.skipped} too long); raise it"
+        )
+    logger.info("%d training and %d held-out examples", len(train_set.examples), len(held_out_set.examples))
+
+    # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
+    checkpoints = output_dir / CHECKPOINTS
+    trainer = _plain_loss_trainer(
+        model=model,
+        args=SFTConfig(**sft_options(config, checkpoints)),
+        train_dataset=train_set.to_dataset(),
+        processing_class=tokenizer,
+        callbacks=[_accuracy_callback(held_out_set.examples, token_ids)] if held_out_set.examples else None,
+    )
+    resume = last_checkpoint(checkpoints)
+    if resume:
+        logger.info("resuming from %s", resume)
+    trainer.train(resume_from_checkpoint=resume)
+
+    # --- Held-out reflection-token accuracy (teacher-forced, fp32) ---------------------------------
+    accuracy = reflection_accuracy(model, held_out_set.examples, token_ids)
+    logger.info("held-out reflection accuracy: %s", accuracy)
+
+    # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
+    # The base is resized before the adapter loads, and the new rows live in the trainable-token
+    # deltas, so the full embedding matrix need not be saved with the adapter.
+    model.save_pretrained(str(output_dir), save_embedding_layers=False)
+    tokenizer.save_pretrained(str(output_dir))
+    base_model = base_model_name(config.model, prepared.base_path)
+    save_meta(output_dir, ModelMeta(token_ids, config.tokens.strategy, template, base_model, "adapter"))
+    write_resolved(config, output_dir)
+    history = trainer.state.log_history
+    losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
+    during = [entry for entry in history if "reflection_accuracy" in entry]
+    result = TrainResult(
+        output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
+        train_set.skipped + held_out_set.skipped, resume, during, model,
+    )
+    write_metrics(result)
+    return result
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """The LoRA-wrapped model before training, with its tokenizer, reflection ids and resolved template."""
+
+    model: Any
+    tokenizer: Any
+    token_ids: ReflectionIds
+    template: str
+    base_path: str
+
+
+def prepare_model(config: TrainConfig) -> PreparedModel:
+    """Load the base in fp32, give it the reflection tokens, wrap it in LoRA; seeded, so repeatable."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    set_seed(config.training.seed)
+    base_path = resolve_model(config.model)
+    logger.info("loading base model %s from %s", config.model, base_path)
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    token_ids = prepare_tokens(model, tokenizer, config.tokens.strategy)
+    template = resolve_template(tokenizer, config.prompt_template)
+    # LoRA, plus the reflection-token rows trained through trainable_token_indices.
+    model = get_peft_model(model, lora_config(config, token_ids, model))
+    trainable, total = model.get_nb_trainable_parameters()
+    logger.info("trainable parameters: %d of %d", trainable, total)
+    return PreparedModel(model, tokenizer, token_ids, template, base_path)
+
+
+def lora_config(config: TrainConfig, token_ids: ReflectionIds, model: Any) -> Any:
+    """PEFT ``LoraConfig`` with the reflection rows trainable (input embeddings; the head too when untied)."""
+    from peft import LoraConfig
+
+    ids = list(token_ids.all_ids)
+    # With tied weights PEFT wraps the head with an adapter tied to the embedding one; an untied head
+    # needs its own entry, else the new tokens could be read but never predicted.
+    trainable = {"embed_tokens": ids} if is_tied(model) else {"embed_tokens": ids, "lm_head": ids}
+    return LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=config.lora.target_modules,
+        trainable_token_indices=trainable,
+        task_type="CAUSAL_LM",
+        **config.peft,
+    )
+
+
+def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
+    """``trl.SFTConfig`` keyword arguments: the recipe's settings, then the ``trl`` pass-through."""
+    training = config.training
+    options: dict[str, Any] = {
+        "output_dir": str(checkpoints),
+        "learning_rate": training.learning_rate,
+        "num_train_epochs": training.epochs,
+        "max_steps": training.max_steps,
+        "per_device_train_batch_size": training.batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "seed": training.seed,
+        "logging_steps": training.logging_steps,
+        "save_steps": training.save_steps,
+        # Pre-tokenized with our own labels: TRL must neither re-tokenize, rebuild labels nor truncate.
+        "dataset_kwargs": {"skip_prepare_dataset": True},
+        "max_length": None,
+        "packing": False,
+        # TRL defaults these for GPUs; on CPU bf16 is slow and checkpointing costs time for no gain.
+        "gradient_checkpointing": False,
+        "bf16": False,
+        "report_to": "none",
+        "dataloader_pin_memory": torch.cuda.is_available(),
+        "save_total_limit": 2,
+    }
+    options.update(config.trl)
+    return options
+
+
+def _plain_loss_trainer(**kwargs: Any) -> Any:
+    """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
+
+    TRL 1.16 always patches a fused LM head (``loss_type="nll"`` *is* the fused loss; ``chunked_nll`` is
+    an alias) that reads ``lm_head.weight``/``.bias`` directly. Around PEFT's trainable-token wrapper of
+    a tied head that fails (``'TrainableTokensWrapper' object has no attribute 'bias'``), and even where
+    it ran it would read the base weight without the trained reflection rows. The plain forward goes
+    through the wrapper.
+    """
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    class PlainLossSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+    return PlainLossSFTTrainer(**kwargs)
+
+
+def _accuracy_callback(examples: list[dict[str, Any]], token_ids: ReflectionIds) -> Any:
+    """A trainer callback that scores held-out reflection accuracy at every checkpoint and logs it."""
+    from transformers import TrainerCallback
+
+    class ReflectionAccuracyCallback(TrainerCallback):
+        def on_save(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+            if model is None:
+                return
+            accuracy = reflection_accuracy(model, examples, token_ids)
+            logger.info("step %d: held-out reflection accuracy %s", state.global_step, accuracy)
+            state.log_history.append({"step": state.global_step, "reflection_accuracy": accuracy})
+
+    return ReflectionAccuracyCallback()
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    """The newest ``checkpoint-N`` of a previous (killed) run, or None."""
+    if not checkpoints.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints))
+
+
+def base_model_name(name: str, resolved: str) -> str:
+    """What ``selfrag.json`` records as the base: the built-in name, else an absolute path, else the hub id."""
+    if name.lower() in ALIASES:
+        return name.lower()
+    path = Path(resolved)
+    return str(path.resolve()) if path.is_dir() else resolved
+
+
+def write_metrics(result: TrainResult) -> Path:
+    path = result.output_dir / METRICS_FILE
+    data = {
+        "train_losses": result.losses,
+        "reflection_accuracy": result.accuracy,
+        "train_examples": result.train_examples,
+        "held_out_examples": result.held_out_examples,
+        "skipped_too_long": result.skipped_too_long,
+        "resumed_from": result.resumed_from,
+        "reflection_accuracy_at_checkpoints": result.accuracy_during,
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path
