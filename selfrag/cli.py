@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _quiet_libraries() -> None:
+    # Deprecation notices from transformers/TRL internals are for their developers, not selfrag's users.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     for name in ("httpx", "urllib3", "datasets", "bm25s"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:

@@ -184,20 +184,63 @@ def _normalize(text: str) -> str:
     return " ".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
 
 
-def _ratio(count: int, total: int) -> float:
+def _contains_gold(text: str, golds: list[str]) -> bool:
+    return any(_normalize(gold) and _normalize(gold) in _normalize(text) for gold in golds)
+
+
+def _ratio(count: float, total: int) -> float:
     return count / total if total else float("nan")
 
 
+def _kind(row: dict[str, Any]) -> str:
+    if row["needs_retrieval"] is False:
+        return "no-retrieval"
+    return "answerable" if row["answerable"] else "unanswerable"
+
+
+def _relevance_agreement(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """IsREL verdicts on retrieved passages vs the gold rule (gold passage relevant; one without the answer not)."""
+    from selfrag.trajectory import parse_trajectory
+
+    agree = total = 0
+    for row in rows:
+        for candidate in row["candidates"]:
+            segments = parse_trajectory(candidate["trajectory"]).segments
+            verdict = (candidate.get("score") or {}).get("tokens", {}).get("relevance")
+            if not segments or segments[0].passage is None or verdict is None:
+                continue
+            if candidate["passage_id"] in row["gold_passage_ids"]:
+                expected = "[Relevant]"
+            elif not _contains_gold(segments[0].passage, row["gold_answers"]):
+                expected = "[Irrelevant]"
+            else:
+                continue  # another passage holding the answer: the gold rule does not say
+            agree += verdict == expected
+            total += 1
+    return agree, total
+
+
 def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """Figures over the answered rows: well-formedness, retrieve decisions, matches, abstentions."""
+    """Figures over the answered rows: well-formedness, retrieve decisions, retrieval, matches, abstentions."""
     outputs = [c for row in rows for c in row["candidates"]]
     chosen = [row["candidates"][row["chosen"]] for row in rows if row["chosen"] is not None]
     decided = [row for row in rows if row["needs_retrieval"] is not None]
-    answerable = [row for row in rows if row["answerable"] and row["gold_answers"]]
-    unanswerable = [row for row in rows if not row["answerable"]]
-    matched = [r for r in answerable if any(_normalize(g) in _normalize(r["answer"]) for g in r["gold_answers"] if g)]
+    answerable = [row for row in rows if _kind(row) == "answerable"]
+    unanswerable = [row for row in rows if _kind(row) == "unanswerable"]
+    arithmetic = [row for row in rows if _kind(row) == "no-retrieval"]
+    retrieved_answerable = [row for row in answerable if row["retrieved"]]
+    recall = [
+        row
+        for row in retrieved_answerable
+        if set(row["gold_passage_ids"]) & {c["passage_id"] for c in row["candidates"]}
+    ]
+    agree, judged = _relevance_agreement(answerable)
     return {
-        "questions": len(rows),
+        "questions": {
+            "answerable": len(answerable),
+            "unanswerable": len(unanswerable),
+            "no_retrieval": len(arithmetic),
+        },
         "well_formed": {
             "all_outputs": _ratio(sum(c["well_formed"] for c in outputs), len(outputs)),
             "outputs": len(outputs),
@@ -206,35 +249,60 @@ def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: flo
         "retrieve_decision_accuracy": _ratio(
             sum(r["retrieved"] == r["needs_retrieval"] for r in decided), len(decided)
         ),
-        "answer_match_answerable": _ratio(len(matched), len(answerable)),
-        "abstain_rate_unanswerable": _ratio(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
+        "gold_passage_retrieved": _ratio(len(recall), len(retrieved_answerable)),
+        "relevance_agreement": _ratio(agree, judged),
+        "answer_match_answerable": _ratio(
+            sum(_contains_gold(r["answer"], r["gold_answers"]) for r in answerable), len(answerable)
+        ),
         "abstain_rate_answerable": _ratio(sum(r["abstained"] for r in answerable), len(answerable)),
+        "abstain_rate_unanswerable": _ratio(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
+        "exact_match_no_retrieval": _ratio(
+            sum(_normalize(r["answer"]) in {_normalize(g) for g in r["gold_answers"]} for r in arithmetic),
+            len(arithmetic),
+        ),
         "engine_calls_per_question": _ratio(sum(r["engine_calls"] for r in rows), len(rows)),
-        "seconds_per_question": _ratio(int(1000 * sum(r["seconds"] for r in rows)), 1000 * len(rows)),
+        "seconds_per_question": _ratio(sum(r["seconds"] for r in rows), len(rows)),
         "held_out_reflection_accuracy": accuracy,
         "total_seconds": round(seconds, 1),
     }
+
+
+def _examples(rows: list[dict[str, Any]], show: int) -> list[dict[str, Any]]:
+    """Up to ``show`` rows, taking the kinds (answerable, unanswerable, no-retrieval) in turn."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_kind.setdefault(_kind(row), []).append(row)
+    picked: list[dict[str, Any]] = []
+    while len(picked) < min(show, len(rows)):
+        for kind in ("answerable", "unanswerable", "no-retrieval"):
+            if by_kind.get(kind) and len(picked) < show:
+                picked.append(by_kind[kind].pop(0))
+    return picked
 
 
 def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int) -> str:
     from selfrag.inference.ask import format_trace
 
     lines = []
-    for row in rows[:show]:
-        gold = ", ".join(row["gold_answers"]) or ("(unanswerable)" if not row["answerable"] else "-")
+    for row in _examples(rows, show):
+        gold = ", ".join(row["gold_answers"]) or "(unanswerable: the passages do not say)"
         lines += [f"Q: {row['question']}", f"   gold: {gold}", f"   answer: {row['answer']!r}"]
         lines += ["   " + line for line in format_trace(row["trace"])]
         lines.append("")
-    well = report["well_formed"]
+    well, count = report["well_formed"], report["questions"]
     lines += [
-        "Summary",
+        f"Summary over {sum(count.values())} held-out questions ({count['answerable']} answerable, "
+        f"{count['unanswerable']} unanswerable, {count['no_retrieval']} arithmetic)",
         f"  well-formed trajectories : {well['all_outputs']:.1%} of {well['outputs']} model outputs "
         f"({well['chosen']:.1%} of the chosen ones)",
         f"  retrieve decision        : {report['retrieve_decision_accuracy']:.1%} agree with the gold decision",
+        f"  gold passage retrieved   : {report['gold_passage_retrieved']:.1%} of answerable questions (BM25 top-k)",
+        f"  IsREL agrees with gold   : {report['relevance_agreement']:.1%} of judged retrieved passages",
         f"  answer contains gold     : {report['answer_match_answerable']:.1%} of answerable questions",
         f"  abstained                : {report['abstain_rate_unanswerable']:.1%} of unanswerable, "
         f"{report['abstain_rate_answerable']:.1%} of answerable",
-        f"  held-out token accuracy  : {_accuracy_line(report['held_out_reflection_accuracy'])}",
+        f"  arithmetic exact match   : {report['exact_match_no_retrieval']:.1%} (a 135M model; format, not maths)",
+        f"  held-out token accuracy  : {_accuracy_line(report['held_out_reflection_accuracy'])} (teacher-forced)",
         f"  cost                     : {report['engine_calls_per_question']:.2f} engine calls and "
         f"{report['seconds_per_question']:.2f} s per question; {report['total_seconds']:.0f} s in all",
     ]

@@ -30,6 +30,7 @@ class BM25Retriever:
     def __init__(self, passages: Sequence[Passage], stemmer_language: str | None = "english") -> None:
         import bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger at import
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = list(passages)
