@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selfrag.artifacts import META_FILE
 from selfrag.config import from_dict, help_field, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.jsonl import JsonlAppender, read_jsonl
@@ -90,8 +91,14 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
             config.train,
         ),
     )
-    trained = train(train_config)
-    print(trained.summary())
+    if (model_dir / META_FILE).is_file() and (model_dir / "metrics.json").is_file():
+        metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
+        accuracy = metrics.get("reflection_accuracy") or {}
+        print(f"adapter already trained in {model_dir}; delete that folder to train again")
+    else:
+        trained = train(train_config)
+        accuracy = trained.accuracy
+        print(trained.summary())
 
     # ---- 4. Answers: the runtime reads the model's reflection tokens on held-out questions -----------
     _banner(4, f"answer {config.test_questions} held-out questions with single-pass Self-RAG")
@@ -101,7 +108,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
 
     # ---- 5. Report: well-formedness, decisions, matches ------------------------------------------
     _banner(5, "report")
-    report = summarize(rows, trained.accuracy, time.monotonic() - started)
+    report = summarize(rows, accuracy, time.monotonic() - started)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(format_report(rows, report, config.show))
     if report["well_formed"]["all_outputs"] < config.min_well_formed:

@@ -74,3 +74,9 @@ def tiny_base_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer) -> P
     model.save_pretrained(str(path))
     tiny_tokenizer.save_pretrained(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_builder():  # type: ignore[no-untyped-def]
+    """``build_tiny_model(vocab_size, seed=0)``, for tests that add tokens before building the model."""
+    return build_tiny_model

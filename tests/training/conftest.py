@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from training_records import training_records
 
 from selfrag.jsonl import write_jsonl_atomic
-
-
-def _root_conftest() -> Any:
-    # Every test folder's conftest is a module named "conftest"; load the root one by path.
-    spec = importlib.util.spec_from_file_location("_selfrag_root_conftest", Path(__file__).parents[1] / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def tiny_model_builder() -> Callable[..., Any]:
-    return _root_conftest().build_tiny_model  # type: ignore[no-any-return]
 
 
 @pytest.fixture()
