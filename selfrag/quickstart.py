@@ -242,6 +242,11 @@ def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: flo
         if set(row["gold_passage_ids"]) & {c["passage_id"] for c in row["candidates"]}
     ]
     agree, judged = _relevance_agreement(answerable)
+    verdicts: dict[str, int] = {}
+    for candidate in outputs:
+        token = ((candidate.get("score") or {}).get("tokens") or {}).get("relevance")
+        if token:
+            verdicts[token] = verdicts.get(token, 0) + 1
     return {
         "questions": {
             "answerable": len(answerable),
@@ -258,6 +263,7 @@ def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: flo
         ),
         "gold_passage_retrieved": _ratio(len(recall), len(retrieved_answerable)),
         "relevance_agreement": _ratio(agree, judged),
+        "relevance_verdicts": verdicts,
         "answer_match_answerable": _ratio(
             sum(_contains_gold(r["answer"], r["gold_answers"]) for r in answerable), len(answerable)
         ),
@@ -304,7 +310,8 @@ def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int)
         f"({well['chosen']:.1%} of the chosen ones)",
         f"  retrieve decision        : {report['retrieve_decision_accuracy']:.1%} agree with the gold decision",
         f"  gold passage retrieved   : {report['gold_passage_retrieved']:.1%} of answerable questions (BM25 top-k)",
-        f"  IsREL agrees with gold   : {report['relevance_agreement']:.1%} of judged retrieved passages",
+        f"  IsREL agrees with gold   : {report['relevance_agreement']:.1%} of judged retrieved passages "
+        f"(verdicts: {_counts(report['relevance_verdicts'])})",
         f"  answer contains gold     : {report['answer_match_answerable']:.1%} of answerable questions",
         f"  abstained                : {report['abstain_rate_unanswerable']:.1%} of unanswerable, "
         f"{report['abstain_rate_answerable']:.1%} of answerable",
@@ -314,6 +321,10 @@ def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int)
         f"{report['seconds_per_question']:.2f} s per question; {report['total_seconds']:.0f} s in all",
     ]
     return "\n".join(lines)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{token} {count}" for token, count in sorted(counts.items())) or "none"
 
 
 def _accuracy_line(accuracy: dict[str, Any]) -> str:
