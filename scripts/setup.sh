@@ -14,7 +14,17 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-pip_q() { python -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+# pip's and setuptools' chatter goes to a log that is shown only when an install fails.
+pip_q() {
+    local log
+    log=$(mktemp)
+    if ! python -m pip install --quiet --disable-pip-version-check "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "setup: pip install $* failed (log above)" >&2
+        return 1
+    fi
+    rm -f "$log"
+}
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
 pip_q -e ".[dev,server]"

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from selfrag.artifacts import META_FILE
 from selfrag.config import from_dict, help_field, write_resolved
@@ -103,7 +104,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 4. Answers: the runtime reads the model's reflection tokens on held-out questions -----------
     _banner(4, f"answer {config.test_questions} held-out questions with single-pass Self-RAG")
     inference_config = from_dict(InferenceConfig, config.inference)
-    queries = [q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"][: config.test_questions]
+    held_out = [q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"]
+    queries = interleave(held_out, _query_kind)[: config.test_questions]
     rows = answer_queries(model_dir, DEMO_CORPUS, queries, inference_config, out / "answers.jsonl")
 
     # ---- 5. Report: well-formedness, decisions, matches ------------------------------------------
@@ -280,24 +282,32 @@ def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: flo
     }
 
 
-def _examples(rows: list[dict[str, Any]], show: int) -> list[dict[str, Any]]:
-    """Up to ``show`` rows, taking the kinds (answerable, unanswerable, no-retrieval) in turn."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        by_kind.setdefault(_kind(row), []).append(row)
-    picked: list[dict[str, Any]] = []
-    while len(picked) < min(show, len(rows)):
-        for kind in ("answerable", "unanswerable", "no-retrieval"):
-            if by_kind.get(kind) and len(picked) < show:
-                picked.append(by_kind[kind].pop(0))
-    return picked
+T = TypeVar("T")
+KINDS = ("answerable", "unanswerable", "no-retrieval")
+
+
+def interleave(items: list[T], kind: Callable[[T], str]) -> list[T]:
+    """All items, reordered to take the kinds (answerable, unanswerable, no-retrieval) in turn."""
+    queues = {name: [item for item in items if kind(item) == name] for name in KINDS}
+    ordered: list[T] = []
+    while any(queues.values()):
+        for name in KINDS:
+            if queues[name]:
+                ordered.append(queues[name].pop(0))
+    return ordered
+
+
+def _query_kind(query: Query) -> str:
+    if query.needs_retrieval is False:
+        return "no-retrieval"
+    return "answerable" if query.answerable else "unanswerable"
 
 
 def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int) -> str:
     from selfrag.inference.ask import format_trace
 
     lines = []
-    for row in _examples(rows, show):
+    for row in interleave(rows, _kind)[:show]:
         gold = ", ".join(row["gold_answers"]) or "(unanswerable: the passages do not say)"
         lines += [f"Q: {row['question']}", f"   gold: {gold}", f"   answer: {row['answer']!r}"]
         lines += ["   " + line for line in format_trace(row["trace"])]
@@ -306,21 +316,25 @@ def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int)
     lines += [
         f"Summary over {sum(count.values())} held-out questions ({count['answerable']} answerable, "
         f"{count['unanswerable']} unanswerable, {count['no_retrieval']} arithmetic)",
-        f"  well-formed trajectories : {well['all_outputs']:.1%} of {well['outputs']} model outputs "
-        f"({well['chosen']:.1%} of the chosen ones)",
-        f"  retrieve decision        : {report['retrieve_decision_accuracy']:.1%} agree with the gold decision",
-        f"  gold passage retrieved   : {report['gold_passage_retrieved']:.1%} of answerable questions (BM25 top-k)",
-        f"  IsREL agrees with gold   : {report['relevance_agreement']:.1%} of judged retrieved passages "
+        f"  well-formed trajectories : {_percent(well['all_outputs'])} of {well['outputs']} model outputs "
+        f"({_percent(well['chosen'])} of the chosen ones)",
+        f"  retrieve decision        : {_percent(report['retrieve_decision_accuracy'])} agree with the gold decision",
+        f"  gold passage retrieved   : {_percent(report['gold_passage_retrieved'])} of answerable questions (BM25)",
+        f"  IsREL agrees with gold   : {_percent(report['relevance_agreement'])} of judged retrieved passages "
         f"(verdicts: {_counts(report['relevance_verdicts'])})",
-        f"  answer contains gold     : {report['answer_match_answerable']:.1%} of answerable questions",
-        f"  abstained                : {report['abstain_rate_unanswerable']:.1%} of unanswerable, "
-        f"{report['abstain_rate_answerable']:.1%} of answerable",
-        f"  arithmetic exact match   : {report['exact_match_no_retrieval']:.1%} (a 135M model; format, not maths)",
+        f"  answer contains gold     : {_percent(report['answer_match_answerable'])} of answerable questions",
+        f"  abstained                : {_percent(report['abstain_rate_unanswerable'])} of unanswerable, "
+        f"{_percent(report['abstain_rate_answerable'])} of answerable",
+        f"  arithmetic exact match   : {_percent(report['exact_match_no_retrieval'])} (135M model: format, not maths)",
         f"  held-out token accuracy  : {_accuracy_line(report['held_out_reflection_accuracy'])} (teacher-forced)",
         f"  cost                     : {report['engine_calls_per_question']:.2f} engine calls and "
         f"{report['seconds_per_question']:.2f} s per question; {report['total_seconds']:.0f} s in all",
     ]
     return "\n".join(lines)
+
+
+def _percent(value: float) -> str:
+    return "n/a" if value != value else f"{value:.1%}"  # NaN: no question of that kind
 
 
 def _counts(counts: dict[str, int]) -> str:
