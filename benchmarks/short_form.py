@@ -10,6 +10,8 @@ Three ways to answer the same held-out demo questions with the same engine and t
 * ``batched``     — ``SelfRAG.answer_many``: all decisions in one call, all continuations in one call.
 
 Prints wall time and the ratio to the baseline; every mode must give identical answers (greedy decoding).
+Then, for an adapter directory, the same batched run with the LoRA kept as PEFT layers (``merge=False``,
+the baseline) against ``HFEngine``'s default of folding it into the weights at load.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from selfrag.corpus import load_queries
@@ -78,6 +81,24 @@ def main() -> None:
             f"{label:<14}{seconds:>9.1f}{seconds / len(questions):>12.2f}{runs[0][1] / seconds:>9.2f}x"
             f"  {answers == reference}"
         )
+
+    if (Path(args.model) / "adapter_config.json").is_file():
+        compare_merge(args.model, questions, retriever, config, runs[2])
+
+
+def compare_merge(model: str, questions: list[str], retriever: Any, config: InferenceConfig, merged: Any) -> None:
+    unmerged_engine = HFEngine(model, batch_size=64, merge=False)
+    SelfRAG(unmerged_engine, retriever, config).answer(questions[0])  # warm-up
+    label, seconds, answers = timed(
+        "unmerged", lambda: SelfRAG(unmerged_engine, retriever, config).answer_many(questions)
+    )
+    print(f"\nadapter as PEFT layers vs folded into the weights (batched, {len(questions)} questions)")
+    print(f"{'unmerged':<14}{seconds:>9.1f}{seconds / len(questions):>12.2f}{1.0:>9.2f}x")
+    same = sum(a == b for a, b in zip(answers, merged[2], strict=True))
+    print(
+        f"{'merged':<14}{merged[1]:>9.1f}{merged[1] / len(questions):>12.2f}{seconds / merged[1]:>9.2f}x"
+        f"  {same}/{len(questions)} same answers"
+    )
 
 
 if __name__ == "__main__":

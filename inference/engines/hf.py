@@ -45,7 +45,13 @@ class HFEngine:
     """Decode with a transformers causal LM trained by selfrag (merged directory or LoRA adapter)."""
 
     def __init__(
-        self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", batch_size: int = 8, seed: int = 0
+        self,
+        model_dir: str | Path,
+        dtype: str = "float32",
+        device: str = "cpu",
+        batch_size: int = 8,
+        seed: int = 0,
+        merge: bool = True,
     ) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
@@ -58,7 +64,7 @@ class HFEngine:
                 f"{str(model_dir)!r} has no selfrag.json, so it has no reflection tokens; "
                 "train one with `selfrag train` (or export a trained one with `selfrag export`) and load that"
             )
-        self.tokenizer, self.model = _load(directory, meta.kind, meta.base_model, DTYPES[dtype], device)
+        self.tokenizer, self.model = _load(directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge)
         check_ids_match(self.tokenizer, meta.token_ids)
         self.model.eval()
         self.token_ids = meta.token_ids
@@ -155,8 +161,10 @@ class HFEngine:
         )
 
 
-def _load(directory: Path, kind: str, base_model: str, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
-    """(tokenizer, model) of a merged directory or of an adapter on its base."""
+def _load(
+    directory: Path, kind: str, base_model: str, dtype: torch.dtype, device: str, merge: bool
+) -> tuple[Any, Any]:
+    """(tokenizer, model) of a merged directory or of an adapter on its base (folded in when ``merge``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
@@ -175,6 +183,10 @@ def _load(directory: Path, kind: str, base_model: str, dtype: torch.dtype, devic
     if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
         base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     adapted: Any = PeftModel.from_pretrained(base, str(directory))
+    if merge:
+        # The engine serves one model: folding the LoRA deltas and trained rows into the weights removes
+        # PEFT's per-layer overhead from every decoding step (see benchmarks/short_form.py).
+        adapted = adapted.merge_and_unload()
     return tokenizer, adapted.to(device)
 
 

@@ -108,7 +108,8 @@ def test_base_model_without_selfrag_json_is_refused(tiny_base_dir: Path) -> None
         HFEngine(tiny_base_dir)
 
 
-def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("merge", [True, False], ids=["merged-at-load", "peft-layers"])
+def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflection_tokenizer, token_ids, merge) -> None:  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -129,7 +130,7 @@ def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflecti
     copy.deepcopy(reflection_tokenizer).save_pretrained(str(adapter_dir))
     save_meta(adapter_dir, ModelMeta(token_ids, "add", "auto", str(tiny_base_dir), "adapter"))
 
-    loaded = HFEngine(adapter_dir)
+    loaded = HFEngine(adapter_dir, merge=merge)
     probe = torch.tensor([[1, 5, 9, *new_ids[:6], 40, *new_ids[6:]]])
     with torch.no_grad():
         expected = model(probe).logits
