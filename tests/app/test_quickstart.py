@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from selfrag.config import from_dict
-from selfrag.quickstart import QuickstartConfig, run
+from selfrag.app.quickstart import QuickstartConfig, run
 
 
 def test_quickstart_end_to_end_and_resume(tiny_base_dir: Path, tmp_path: Path) -> None:

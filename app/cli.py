@@ -153,7 +153,7 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _quickstart(args: argparse.Namespace) -> int:
-    from selfrag.quickstart import QuickstartConfig, run
+    from selfrag.app.quickstart import QuickstartConfig, run
 
     run(_config(QuickstartConfig, args))
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from selfrag.cli import main
+from selfrag.app.cli import main
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 
 REPO = Path(__file__).parents[2]
@@ -70,7 +70,7 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "selfrag.cli",
+            "selfrag.app.cli",
             "generate",
             f"corpus={tmp_path / 'nope.jsonl'}",
             f"queries={DEMO_QUERIES}",
