@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from selfrag.config import from_dict
 from selfrag.app.quickstart import QuickstartConfig, run
+from selfrag.config import from_dict
 
 
 def test_quickstart_end_to_end_and_resume(tiny_base_dir: Path, tmp_path: Path) -> None:
