@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 from .answer import Answer, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest
+from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import retrieve_probability, score_continuation
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,21 @@ class SelfRAG:
 
     def answer(self, question: str) -> Answer:
         return self.answer_many([question])[0]
+
+    def stream(self, question: str) -> Iterator[StreamEvent]:
+        """Events for one question (see :mod:`selfrag.inference.events`).
+
+        Short form decides once per question, so every verdict is final only when the answer is: the trace,
+        the citations and the accepted text are sent after it, never text that a later verdict retracts.
+        """
+        answer = self.answer(question)
+        for entry in answer.trace:
+            yield TraceEvent(dict(entry))
+        for passage in answer.citations:
+            yield CitationEvent(passage)
+        if answer.answer:
+            yield SegmentEvent(answer.answer, answer.citations[0] if answer.citations else None)
+        yield FinalEvent(answer)
 
     def answer_many(self, questions: Sequence[str]) -> list[Answer]:
         """Answer ``questions`` with one engine call for all decisions and one for all continuations."""

@@ -310,3 +310,17 @@ def test_invalid_config_is_refused(reflection_tokenizer, token_ids) -> None:  # 
         SelfRAG(engine, FixedRetriever([PARIS]), InferenceConfig(threshold=1.5))
     with pytest.raises(ConfigError, match="needs a retriever"):
         SelfRAG(engine, None, InferenceConfig())
+
+
+def test_stream_ends_with_the_answer_and_its_segments_concatenate_to_it(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
+
+    scenario = Scenario(reflection_tokenizer, token_ids, passages=good_passages(reflection_tokenizer, token_ids))
+    events = list(scenario.rag(mode="always").stream("What is the capital of France?"))
+    assert isinstance(events[-1], FinalEvent)
+    assert sum(isinstance(event, FinalEvent) for event in events) == 1
+    answer = events[-1].answer
+    text = "".join(event.text for event in events if isinstance(event, SegmentEvent))
+    assert text == answer.answer == "Paris is the capital."
+    assert [event.passage.id for event in events if isinstance(event, CitationEvent)] == [PARIS.id]
+    assert [event.entry for event in events if isinstance(event, TraceEvent)] == [dict(e) for e in answer.trace]
