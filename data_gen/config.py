@@ -4,10 +4,72 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from selfrag.config import help_field
 from selfrag.data_gen.gold import ABSTAIN_TEXT
+
+
+@dataclass
+class TeacherConfig:
+    """The teacher model that labels (``labeler=llm``): which engine, which model, how hard to push it."""
+
+    backend: Literal["openai", "vllm", "transformers"] = help_field(
+        "'openai': any OpenAI-compatible chat server (OpenAI, `vllm serve`, llama.cpp server) over HTTP; "
+        "'vllm': vLLM offline batches in this process (GPU); 'transformers': a local model, batched (CPU/GPU).",
+        default="openai",
+    )
+    model: str = help_field(
+        "Model name sent to the server (openai), or the model to load (vllm, transformers: a directory, hub id "
+        "or built-in alias). Part of every cache key.",
+        default="",
+    )
+    base_url: str = help_field("Server URL up to /v1 (openai backend).", default="http://127.0.0.1:8000/v1")
+    api_key_env: str | None = help_field(
+        "NAME of the environment variable holding the API key (e.g. OPENAI_API_KEY); the key itself is never "
+        "written to a config, log or cache. null: send no key (a local server).",
+        default=None,
+    )
+    max_concurrency: int = help_field("HTTP calls in flight at once (openai backend).", default=16)
+    batch_size: int = help_field("Calls per batch for the local engines (vllm, transformers).", default=16)
+    timeout_s: float = help_field("Per-call timeout in seconds (openai backend); a timeout is retried.", default=60.0)
+    max_retries: int = help_field(
+        "Retries of a call after a timeout, connection error, 429 or 5xx (exponential back-off with jitter; "
+        "Retry-After honoured); then the query is listed as dropped and retried by the next run.",
+        default=5,
+    )
+    backoff_s: float = help_field("First back-off ceiling in seconds; doubles per retry.", default=1.0)
+    backoff_max_s: float = help_field("Largest back-off in seconds.", default=60.0)
+    temperature: float = help_field("Sampling temperature; 0 is greedy (reproducible).", default=0.0)
+    seed: int = help_field("Seed sent with every call (servers that honour it sample reproducibly).", default=0)
+    price_input_per_million: float = help_field(
+        "Price per million prompt tokens, for the cost line of the stats.", default=0.0
+    )
+    price_output_per_million: float = help_field("Price per million completion tokens.", default=0.0)
+    extra_body: dict[str, Any] = help_field(
+        "Extra JSON fields sent with every HTTP call (e.g. {top_p: 1.0}); they are not part of the cache key.",
+        default_factory=dict,
+    )
+    engine_args: dict[str, Any] = help_field(
+        "Keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}).", default_factory=dict
+    )
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.max_concurrency < 1:
+            problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}; e.g. 16")
+        if self.batch_size < 1:
+            problems.append(f"batch_size must be >= 1, got {self.batch_size}; e.g. 16")
+        if self.timeout_s <= 0:
+            problems.append(f"timeout_s must be > 0, got {self.timeout_s}; e.g. 60")
+        if self.max_retries < 0:
+            problems.append(f"max_retries must be >= 0, got {self.max_retries}; 0 means no retry")
+        if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
+            problems.append(
+                f"api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
+                "write e.g. api_key_env=OPENAI_API_KEY and export the key in your shell"
+            )
+        return problems
 
 
 @dataclass
@@ -15,17 +77,47 @@ class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
     corpus: Path = help_field("Corpus: JSONL lines {id, title, text}, or a folder of .txt/.md files.")
-    queries: Path = help_field(
-        "Queries JSONL: question, answers, answerable, gold_passage_ids, needs_retrieval, meta.split."
-    )
     output: Path = help_field(
         "Output directory: records.jsonl, stats.json and config.yaml go here. A rerun into the same directory "
         "resumes; give each shard its own directory."
     )
-    labeler: Literal["gold"] = help_field(
+    queries: Path | None = help_field(
+        "Queries JSONL: question, optional id, answer/answers/output, answerable, gold_passage_ids, "
+        "needs_retrieval, meta.split. null (labeler=llm only): the teacher writes question_count questions "
+        "from sampled passages.",
+        default=None,
+    )
+    labeler: Literal["gold", "llm"] = help_field(
         "Who labels: 'gold' derives every reflection label from the data set's own annotations "
-        "(answer spans, unanswerable flags, needs_retrieval).",
+        "(answer spans, unanswerable flags, needs_retrieval); 'llm' asks the teacher (see teacher.*) for every "
+        "label, following the paper's recipe.",
         default="gold",
+    )
+    teacher: TeacherConfig = help_field("The teacher model (labeler=llm).", default_factory=TeacherConfig)
+    top_k: int = help_field(
+        "labeler=llm: passages retrieved (BM25) for each retrieval decision; each gets a relevance label.", default=3
+    )
+    heldout: float = help_field(
+        "labeler=llm: fraction of QUESTIONS (by a stable hash of id and seed) whose records go to heldout.jsonl "
+        "instead of records.jsonl; a question never has records on both sides.",
+        default=0.0,
+    )
+    label_retries: int = help_field(
+        "labeler=llm: extra asks after a malformed reply or a label outside the vocabulary; then the item is "
+        "dropped and the reason counted.",
+        default=2,
+    )
+    question_count: int = help_field(
+        "labeler=llm with queries=null: how many passages to sample (with seed) for the teacher to write a "
+        "question/answer pair from.",
+        default=100,
+    )
+    chunk_words: int = help_field("Corpus folder: words per chunk of a .txt/.md/.pdf file.", default=200)
+    chunk_overlap: int = help_field("Corpus folder: words shared by consecutive chunks.", default=40)
+    restart: bool = help_field(
+        "Start over: delete what an earlier run with other settings wrote into output (the teacher-call cache "
+        "is kept: calls with the same model and prompt are still not paid twice).",
+        default=False,
     )
     split: Literal["train", "test", "all"] = help_field(
         "Which queries to use, by their meta.split; 'all' also takes queries without a split.", default="train"
@@ -59,6 +151,25 @@ class GenerateConfig:
             parse_shard(self.shard)
         except ValueError as error:
             problems.append(str(error))
+        if self.labeler == "gold" and self.queries is None:
+            problems.append(
+                "queries is required with labeler=gold; set queries=FILE, or labeler=llm to let the teacher write them"
+            )
+        if self.labeler == "llm" and not self.teacher.model:
+            problems.append("teacher.model is required with labeler=llm; e.g. teacher.model=gpt-4o-mini")
+        if self.top_k < 1:
+            problems.append(f"top_k must be >= 1, got {self.top_k}; e.g. top_k=3")
+        if not 0.0 <= self.heldout < 1.0:
+            problems.append(f"heldout must be in [0, 1), got {self.heldout}; e.g. heldout=0.1")
+        if self.label_retries < 0:
+            problems.append(f"label_retries must be >= 0, got {self.label_retries}; 0: drop after one bad reply")
+        if self.question_count < 1:
+            problems.append(f"question_count must be >= 1, got {self.question_count}")
+        if self.chunk_words < 1 or not 0 <= self.chunk_overlap < self.chunk_words:
+            problems.append(
+                f"chunk_overlap must be in [0, chunk_words), got chunk_words={self.chunk_words}, "
+                f"chunk_overlap={self.chunk_overlap}; e.g. chunk_words=200 chunk_overlap=40"
+            )
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}; use limit=null for every query")
         return problems

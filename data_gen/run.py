@@ -1,6 +1,10 @@
-"""Generate gold-labelled trajectory records from a corpus and a query set.
+"""Generate labelled trajectory records from a corpus and a query set.
 
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/demo-data
+    selfrag generate --config configs/data_gen/http-teacher.yaml teacher.model=gpt-4o-mini output=runs/data
+
+``labeler=gold`` (below) derives labels from a data set's annotations; ``labeler=llm`` asks a teacher
+for every label (see :mod:`selfrag.data_gen.pipeline`).
 
 Writes ``records.jsonl`` (one :class:`selfrag.trajectory.Record` per line), ``stats.json`` and the
 resolved ``config.yaml`` into ``output``. A killed run resumes when rerun into the same directory:
@@ -51,9 +55,12 @@ class GenerateResult:
     stats_path: Path
     records_written: int  # by this run (a resumed run writes only what was missing)
     stats: dict[str, Any] = field(default_factory=dict)
+    message: str = ""  # the summary, when the labeler writes its own
 
     def summary(self) -> str:
         """A few lines for the CLI: what was written, where, and the label counts."""
+        if self.message:
+            return self.message
         run_stats = self.stats.get("run", {})
         lines = [
             f"wrote {self.records_written} records ({self.stats.get('records', 0)} in all, "
@@ -68,9 +75,22 @@ class GenerateResult:
 
 
 def run(config: GenerateConfig) -> GenerateResult:
+    if config.labeler == "llm":
+        from selfrag.data_gen.pipeline import run_llm, summarize
+
+        stats = run_llm(config)
+        output = Path(config.output)
+        written = stats["run"]["questions_labelled_now"]
+        return GenerateResult(
+            output, output / RECORDS_FILE, output / STATS_FILE, written, stats, summarize(stats, output)
+        )
+    if config.queries is None:  # validate() says so too; keeps the type checker informed
+        raise ConfigError(["queries is required with labeler=gold"])
     random.seed(config.seed)
     output = Path(config.output)
     records_path = output / RECORDS_FILE
+    if config.restart and (output / CONFIG_FILE).exists():
+        (output / RECORDS_FILE).unlink(missing_ok=True)
     check_resumable(config, output)  # before any slow work: resuming needs the same content settings
 
     # --- Load corpus and queries (malformed lines raise InputError with file:line) -------------
@@ -168,7 +188,7 @@ def check_resumable(config: GenerateConfig, output: Path) -> None:
         if not same:
             problems.append(
                 f"{key}={now!r} differs from {before!r} used for the records already in {str(output)!r}; "
-                "use a new output directory, or set the old value to resume"
+                "use a new output directory, set the old value to resume, or pass restart=true to start over"
             )
     if problems:
         raise ConfigError(problems)

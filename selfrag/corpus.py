@@ -10,7 +10,7 @@ from selfrag.errors import InputError
 from selfrag.jsonl import read_jsonl, require_fields
 from selfrag.trajectory import Passage
 
-TEXT_SUFFIXES = (".txt", ".md")
+TEXT_SUFFIXES = (".txt", ".md", ".pdf")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Query:
     gold_passage_ids: tuple[str, ...] = ()
     needs_retrieval: bool | None = None  # gold retrieve decision when the data set knows it (None: unknown)
     meta: dict[str, Any] = field(default_factory=dict)
+    output: str | None = None  # a long-form answer (the paper's "output"); labelled sentence by sentence
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,14 +35,39 @@ class Query:
             "gold_passage_ids": list(self.gold_passage_ids),
             "needs_retrieval": self.needs_retrieval,
             "meta": self.meta,
+            **({"output": self.output} if self.output is not None else {}),
         }
 
 
-def load_corpus(path: str | Path) -> list[Passage]:
-    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, or a folder of .txt/.md files (one passage each)."""
+@dataclass(frozen=True)
+class Chunk:
+    """A passage cut from a file of a corpus folder, with where it came from (words ``start``..``end``)."""
+
+    passage: Passage
+    source: str  # the file, relative to the folder
+    index: int  # chunk number within the file
+    start: int  # first word (0-based) of the file's text
+    end: int  # one past the last word
+    page: int | None = None  # PDF page (1-based) where the chunk starts
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {**self.passage.to_json(), "source": self.source, "chunk": self.index}
+        data.update(start_word=self.start, end_word=self.end)
+        if self.page is not None:
+            data["page"] = self.page
+        return data
+
+
+def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Passage]:
+    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, or a folder of .txt/.md/.pdf files.
+
+    Files of a folder are cut into chunks of ``chunk_words`` words, consecutive chunks sharing
+    ``chunk_overlap`` words (see :func:`load_chunks`).
+    """
     path = Path(path)
     if path.is_dir():
-        return _load_folder(path)
+        return [chunk.passage for chunk in load_chunks(path, chunk_words, chunk_overlap)]
+    check_utf8(path, "corpus")
     passages = []
     seen: dict[str, int] = {}
     for number, row in read_jsonl(path, "corpus"):
@@ -49,6 +75,8 @@ def load_corpus(path: str | Path) -> list[Passage]:
         require_fields(row, ("id", "text"), where)
         if not isinstance(row.get("title", ""), str):
             raise InputError(f"{where}: field 'title' must be a string, got {row.get('title')!r}")
+        if not row["text"].strip():
+            raise InputError(f"{where}: field 'text' is empty; give the passage its text or delete the line")
         if row["id"] in seen:
             raise InputError(
                 f"{where}: duplicate passage id {row['id']!r} (first on line {seen[row['id']]}); ids must be unique"
@@ -60,20 +88,100 @@ def load_corpus(path: str | Path) -> list[Passage]:
     return passages
 
 
-def _load_folder(path: Path) -> list[Passage]:
-    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and p.is_file())
+def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Chunk]:
+    """Chunks of every .txt/.md/.pdf file under ``folder`` (sorted by path), with source file and position.
+
+    A file that fits in one chunk keeps its relative path as passage id; longer files give ids
+    ``<path>#<chunk number>``. PDFs are read with pypdf (pure Python), page by page.
+    """
+    folder = Path(folder)
+    if chunk_words < 1 or not 0 <= chunk_overlap < chunk_words:
+        raise InputError(
+            f"chunk_overlap must be in [0, chunk_words), got chunk_words={chunk_words}, chunk_overlap={chunk_overlap}"
+        )
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and p.is_file())
     if not files:
-        raise InputError(f"corpus folder {str(path)!r} has no {'/'.join(TEXT_SUFFIXES)} files")
-    return [Passage(str(p.relative_to(path)), p.stem, p.read_text(encoding="utf-8").strip()) for p in files]
+        raise InputError(
+            f"corpus folder {str(folder)!r} has no {'/'.join(TEXT_SUFFIXES)} files; add some or fix the path"
+        )
+    chunks: list[Chunk] = []
+    for file in files:
+        relative = str(file.relative_to(folder))
+        words, pages = _read_words(file)
+        if not words:
+            raise InputError(f"{file}: no text in this file; delete it from the corpus folder or give it text")
+        step = chunk_words - chunk_overlap
+        starts = list(range(0, max(len(words) - chunk_overlap, 1), step))
+        for index, start in enumerate(starts):
+            end = min(start + chunk_words, len(words))
+            passage_id = relative if len(starts) == 1 else f"{relative}#{index}"
+            page = None if pages is None else pages[start]
+            chunks.append(
+                Chunk(Passage(passage_id, file.stem, " ".join(words[start:end])), relative, index, start, end, page)
+            )
+    return chunks
+
+
+def _read_words(file: Path) -> tuple[list[str], list[int] | None]:
+    """The file's words, and for a PDF the (1-based) page of each word."""
+    if file.suffix.lower() != ".pdf":
+        check_utf8(file, "corpus")
+        return file.read_text(encoding="utf-8").split(), None
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:  # pragma: no cover - pypdf is a dependency
+        raise InputError(f"{file}: reading PDFs needs pypdf; pip install pypdf") from None
+    try:
+        reader = PdfReader(file)
+        words: list[str] = []
+        pages: list[int] = []
+        for number, page in enumerate(reader.pages, start=1):
+            page_words = (page.extract_text() or "").split()
+            words += page_words
+            pages += [number] * len(page_words)
+    except (PdfReadError, ValueError, KeyError, OSError) as error:
+        raise InputError(f"{file}: not a readable PDF ({error}); repair or remove it") from None
+    return words, pages
+
+
+def check_utf8(path: Path, what: str) -> None:
+    """Raise ``InputError`` naming file:line:column of the first byte that is not UTF-8."""
+    if not path.is_file():
+        return  # read_jsonl reports a missing file
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise InputError(
+            f"{path}:{line}: byte 0x{data[error.start]:02x} at column {column} is not UTF-8; "
+            f"save the {what} file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
 
 
 def load_queries(path: str | Path) -> list[Query]:
-    """Read queries: JSONL lines with ``question`` and optional ``id``, ``answers`` (or ``answer``), ``answerable``."""
+    """Read queries: JSONL lines with ``question`` and optional ``id``, ``answers`` (or ``answer``), ``output``,
+    ``answerable``, ``gold_passage_ids``, ``needs_retrieval``, ``meta``. Ids must be unique."""
     path = Path(path)
+    check_utf8(path, "queries")
     queries = []
+    seen: dict[str, int] = {}
     for number, row in read_jsonl(path, "queries"):
         where = f"{path}:{number}"
         require_fields(row, ("question",), where)
+        if not row["question"].strip():
+            raise InputError(f"{where}: field 'question' is empty; write the question or delete the line")
+        output = row.get("output")
+        if output is not None and (not isinstance(output, str) or not output.strip()):
+            raise InputError(f"{where}: field 'output' must be a non-empty string or absent, got {output!r}")
+        query_id = str(row.get("id", f"{path.stem}-{number}"))
+        if query_id in seen:
+            raise InputError(
+                f"{where}: duplicate query id {query_id!r} (first on line {seen[query_id]}); ids must be unique"
+            )
+        seen[query_id] = number
         answers = row.get("answers", [row["answer"]] if "answer" in row else [])
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise InputError(f"{where}: field 'answers' must be a list of strings, got {answers!r}")
@@ -86,13 +194,14 @@ def load_queries(path: str | Path) -> list[Query]:
             raise InputError(f"{where}: field 'needs_retrieval' must be true, false or null, got {needs_retrieval!r}")
         queries.append(
             Query(
-                id=str(row.get("id", f"{path.stem}-{number}")),
+                id=query_id,
                 question=row["question"],
                 answers=tuple(answers),
                 answerable=answerable,
                 gold_passage_ids=tuple(str(g) for g in gold),
                 needs_retrieval=needs_retrieval,
                 meta=dict(row.get("meta") or {}),
+                output=output,
             )
         )
     if not queries:

@@ -1,0 +1,77 @@
+"""The teacher-call cache: every reply stored in SQLite (WAL), keyed by (model, messages, parameters).
+
+A killed run (SIGKILL included) loses at most the calls in flight: each reply is committed as soon as it
+arrives, so rerunning the same command answers every earlier call from here and pays for none twice.
+The key never includes the API key or the server address: the same model at another URL is the same call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL
+)
+"""
+
+
+def call_key(model: str, messages: Any, params: Mapping[str, Any]) -> str:
+    """A stable hash of one call: the same model, messages and parameters give the same key everywhere."""
+    payload = json.dumps({"model": model, "messages": messages, "params": dict(params)}, sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedReply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class CallCache:
+    """A SQLite table of replies; safe to share between the event loop and worker threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode survives a killed process (only a power cut can lose the last commits).
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(SCHEMA)
+
+    def get(self, key: str) -> CachedReply | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT text, prompt_tokens, completion_tokens FROM calls WHERE key = ?", (key,)
+            ).fetchone()
+        return None if row is None else CachedReply(row[0], int(row[1]), int(row[2]))
+
+    def put(self, key: str, model: str, reply: CachedReply) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO calls (key, model, text, prompt_tokens, completion_tokens) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

