@@ -41,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    generate = commands.add_parser("generate", help="label trajectories (gold labels from a data set's annotations)")
+    generate = commands.add_parser("generate", help="label trajectories (gold or teacher labels)")
     _add_config_arguments(generate)
+    generate_merge = commands.add_parser("generate-merge", help="join the outputs of shard=i/N generate runs")
+    _add_config_arguments(generate_merge)
     train = commands.add_parser("train", help="LoRA fine-tune a model to emit reflection tokens (TRL + PEFT)")
     _add_config_arguments(train)
     export = commands.add_parser("export", help="merge a trained adapter into a full model (for vLLM)")
@@ -125,6 +127,16 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_merge(args: argparse.Namespace) -> int:
+    from selfrag.data_gen.merge import MergeConfig, merge
+
+    config = _config(MergeConfig, args)
+    stats = merge(config)
+    records = stats.get("records")
+    print(f"merged {len(config.shards)} shards into {config.output}: {json.dumps(records)} records")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     from selfrag.training.config import TrainConfig
     from selfrag.training.run import run
@@ -161,6 +173,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "generate": _generate,
+    "generate-merge": _generate_merge,
     "train": _train,
     "export": _export,
     "ask": _ask,

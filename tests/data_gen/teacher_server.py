@@ -94,6 +94,7 @@ class TeacherServer:
         self.seen: Counter[str] = Counter()  # request fingerprint -> times received
         self.answered: list[dict[str, Any]] = []  # bodies answered with a valid 200
         self.statuses: Counter[str] = Counter()
+        self.authorization: set[str] = set()  # Authorization headers received
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,6 +103,8 @@ class TeacherServer:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.authorization.add(self.headers.get("Authorization", ""))
                 server.handle(self, body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -1,0 +1,141 @@
+"""Join the outputs of ``shard=i/N`` runs into one directory, deterministically.
+
+    selfrag generate-merge shards=[runs/data-0,runs/data-1,runs/data-2] output=runs/data
+
+Each shard ran ``selfrag generate ... shard=i/N output=runs/data-i`` (on any machine). The merge checks
+that the shards used the same settings and that together they are exactly ``0/N .. N-1/N``, then writes
+the same files a single unsharded run would have written (byte for byte: they are rendered from the
+journal, sorted by id), plus the union of the teacher-call caches. Gold runs merge their records.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from selfrag.config import help_field
+from selfrag.data_gen.config import parse_shard
+from selfrag.data_gen.outputs import JOURNAL_FILE, read_journal, write_outputs
+from selfrag.errors import ConfigError, InputError
+from selfrag.jsonl import read_jsonl, write_jsonl_atomic
+
+CONFIG_FILE = "config.yaml"
+CACHE_FILE = "teacher-cache.sqlite"
+# Settings that may differ between shards of one data set.
+PER_SHARD = ("shard", "output", "limit", "restart", "teacher")
+TEACHER_CONTENT = ("backend", "model", "temperature", "seed")
+
+
+@dataclass
+class MergeConfig:
+    """Settings of ``selfrag generate-merge``."""
+
+    shards: list[Path] = help_field("Output directories of the shard runs (all N of them).")
+    output: Path = help_field("Where to write the merged data set (a new or empty directory).")
+
+    def validate(self) -> list[str]:
+        if len(self.shards) < 1:
+            return ["shards must list at least one shard directory; e.g. shards=[runs/data-0,runs/data-1]"]
+        return []
+
+
+def merge(config: MergeConfig) -> dict[str, Any]:
+    configs = [_shard_config(Path(shard)) for shard in config.shards]
+    _check_compatible(configs, config.shards)
+    output = Path(config.output)
+    output.mkdir(parents=True, exist_ok=True)
+    first = dict(configs[0])
+    merged_config = {**first, "shard": "0/1", "output": str(output), "limit": None}
+    if first.get("labeler") == "llm":
+        stats = _merge_llm(config.shards, output, first)
+    else:
+        stats = _merge_gold(config.shards, output)
+    (output / CONFIG_FILE).write_text(yaml.safe_dump(merged_config, sort_keys=False), encoding="utf-8")
+    return stats
+
+
+def _shard_config(shard: Path) -> dict[str, Any]:
+    path = shard / CONFIG_FILE
+    if not path.is_file():
+        raise InputError(f"{str(shard)!r} has no {CONFIG_FILE}: not a `selfrag generate` output; check shards=[...]")
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def _check_compatible(configs: list[dict[str, Any]], shards: list[Path]) -> None:
+    problems = []
+    first = configs[0]
+    for shard, other in zip(shards[1:], configs[1:], strict=True):
+        for key in sorted(set(first) | set(other)):
+            if key not in PER_SHARD and first.get(key) != other.get(key):
+                problems.append(f"{shard}: {key}={other.get(key)!r} differs from {first.get(key)!r} in {shards[0]}")
+        for key in TEACHER_CONTENT:
+            before, now = (first.get("teacher") or {}).get(key), (other.get("teacher") or {}).get(key)
+            if before != now:
+                problems.append(f"{shard}: teacher.{key}={now!r} differs from {before!r} in {shards[0]}")
+    parsed = [parse_shard(str(c.get("shard", "0/1"))) for c in configs]
+    counts = {count for _, count in parsed}
+    if len(counts) != 1:
+        problems.append(f"shards were cut with different N: {sorted(counts)}; merge shards of one shard=i/N split")
+    else:
+        (count,) = counts
+        indices = sorted(index for index, _ in parsed)
+        missing = sorted(set(range(count)) - set(indices))
+        if missing or len(indices) != len(set(indices)):
+            problems.append(
+                f"shards must be exactly 0/{count} .. {count - 1}/{count} once each; got {indices} "
+                f"(missing {missing}); run the missing shards or drop the duplicates"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+
+def _merge_llm(shards: list[Path], output: Path, config: dict[str, Any]) -> dict[str, Any]:
+    entries: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        for query_id, entry in read_journal(shard / JOURNAL_FILE).items():
+            if query_id in entries:
+                raise InputError(f"question {query_id!r} is in two shards ({shard}); were they cut with one N?")
+            entries[query_id] = entry
+    ordered = [entries[key] for key in sorted(entries)]
+    write_jsonl_atomic(output / JOURNAL_FILE, ordered)
+    teacher = config.get("teacher") or {}
+    prices = (float(teacher.get("price_input_per_million", 0)), float(teacher.get("price_output_per_million", 0)))
+    stats = write_outputs(output, ordered, float(config.get("heldout", 0)), int(config.get("seed", 0)), prices)
+    _merge_caches([shard / CACHE_FILE for shard in shards], output / CACHE_FILE)
+    return stats
+
+
+def _merge_caches(paths: list[Path], target: Path) -> None:
+    from selfrag.data_gen.cache import CallCache
+
+    CallCache(target).close()  # creates the table
+    db = sqlite3.connect(target)
+    try:
+        for number, path in enumerate(p for p in paths if p.is_file()):
+            db.execute(f"ATTACH DATABASE ? AS shard{number}", (str(path),))
+            db.execute(f"INSERT OR IGNORE INTO calls SELECT * FROM shard{number}.calls")
+            db.commit()
+            db.execute(f"DETACH DATABASE shard{number}")
+    finally:
+        db.close()
+
+
+def _merge_gold(shards: list[Path], output: Path) -> dict[str, Any]:
+    from selfrag.data_gen.run import RECORDS_FILE, STATS_FILE, record_stats
+
+    rows: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        for _, row in read_jsonl(shard / RECORDS_FILE, "records"):
+            if row["id"] in rows:
+                raise InputError(f"record {row['id']!r} is in two shards ({shard}); were they cut with one N?")
+            rows[row["id"]] = row
+    write_jsonl_atomic(output / RECORDS_FILE, (rows[key] for key in sorted(rows)))
+    stats = record_stats(output / RECORDS_FILE)
+    (output / STATS_FILE).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return stats
+

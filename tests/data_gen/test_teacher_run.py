@@ -1,0 +1,243 @@
+"""labeler=llm against a real OpenAI-compatible server on loopback: faults, cache, resume, shards, golden files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from teacher_server import TeacherServer
+
+from selfrag.config import load_config
+from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.merge import MergeConfig, merge
+from selfrag.data_gen.outputs import OUTPUT_FILES
+from selfrag.data_gen.run import run
+from selfrag.errors import ConfigError
+from selfrag.trajectory import Record, parse_trajectory
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "assets" / "golden"
+
+CORPUS = [
+    {"id": "paris-0", "title": "Paris", "text": "Paris is the capital of France. It lies on the Seine."},
+    {"id": "paris-1", "title": "Paris", "text": "The Eiffel Tower in Paris was built in 1889 for a world fair."},
+    {"id": "rome-0", "title": "Rome", "text": "Rome is the capital of Italy. The Colosseum stands in Rome."},
+    {"id": "berlin-0", "title": "Berlin", "text": "Berlin is the capital of Germany and its largest city."},
+    {"id": "rain-0", "title": "Rain", "text": "Rain is liquid water falling from clouds in drops."},
+]
+QUERIES = [
+    {"id": "q1", "question": "What is the capital of France?", "answer": "Paris is the capital of France."},
+    {
+        "id": "q2",
+        "question": "When was the Eiffel Tower in Paris built?",
+        "output": "Paris is the capital of France. The Eiffel Tower was built in 1889 for a world fair. "
+        "It is tall and pretty.",
+    },
+    {"id": "q3", "question": "Write a poem about rain."},
+    {"id": "q4", "question": "What is the capital of Italy? #vocab", "answer": "Rome"},
+    {"id": "q5", "question": "Which city is the capital of Germany? #malformed", "answer": "Berlin is its capital."},
+    {"id": "q6", "question": "What is the capital of Spain? #hopeless", "answer": "Madrid"},
+]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> tuple[Path, Path]:
+    corpus, queries = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in CORPUS))
+    queries.write_text("".join(json.dumps(row) + "\n" for row in QUERIES))
+    return corpus, queries
+
+
+def overrides(url: str, data: tuple[Path, Path], output: Path, *extra: str) -> list[str]:
+    return [
+        "labeler=llm",
+        "teacher.model=scripted-teacher",
+        f"teacher.base_url={url}",
+        "teacher.timeout_s=0.3",
+        "teacher.backoff_s=0.01",
+        "split=all",
+        f"corpus={data[0]}",
+        f"queries={data[1]}",
+        f"output={output}",
+        *extra,
+    ]
+
+
+def generate(url: str, data: tuple[Path, Path], output: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return run(load_config(GenerateConfig, None, overrides(url, data, output, *extra)))
+
+
+def rows(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_faults_every_question_labelled_or_dropped_with_reason(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer(faults=True, timeout_delay=0.6) as server:
+        result = generate(server.url, data, tmp_path / "out")
+    # Every kind of fault was injected and survived.
+    assert {"429", "500", "malformed body", "timeout"} <= set(server.statuses)
+    records = {row["meta"]["query_id"]: row for row in rows(tmp_path / "out" / "records.jsonl")}
+    drops = rows(tmp_path / "out" / "drops.jsonl")
+    dropped = {row["query_id"] for row in drops if row["question_dropped"]}
+    assert set(records) == {"q1", "q2", "q3", "q5"}  # q5: malformed first replies, re-asked and labelled
+    assert dropped == {"q4", "q6"} and set(records) | dropped == {q["id"] for q in QUERIES}
+    reasons = {row["query_id"]: row["reason"] for row in drops}
+    assert reasons["q6"] == "retrieve: reply is not JSON (3 tries)"
+    assert "relevance: label outside the vocabulary (3 tries)" in [r["reason"] for r in drops if r["query_id"] == "q4"]
+    stats = result.stats
+    assert stats["questions_labelled"] == 4 and stats["questions_dropped"] == 2
+    assert stats["drops"]["relevance: label outside the vocabulary (3 tries)"] == 3
+    for row in records.values():
+        record = Record.from_json(row)
+        assert parse_trajectory(record.render()).well_formed, record.render()
+        labels = [seg[slot] for seg in row["segments"] for slot in ("retrieve", "relevance", "support") if seg[slot]]
+        for label in [*labels, row["utility"]]:
+            assert (
+                label["labeler"] == "llm" and label["model"] == "scripted-teacher" and len(label["prompt_hash"]) == 16
+            )
+    assert records["q3"]["segments"][0]["retrieve"]["value"] == "[No Retrieval]"
+    assert [s["retrieve"]["value"] for s in records["q2"]["segments"]] == [
+        "[Retrieval]",
+        "[Continue to Use Evidence]",
+        "[No Retrieval]",
+    ]
+    critic = rows(tmp_path / "out" / "critic.jsonl")
+    assert {row["type"] for row in critic} == {"retrieve", "relevance", "support", "utility"}
+    assert all(row["target"] and row["prompt_hash"] for row in critic)
+
+
+def test_rerun_answers_from_the_cache_and_writes_the_same_bytes(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer(faults=True, timeout_delay=0.6) as server:
+        generate(server.url, data, tmp_path / "out")
+        before = {name: (tmp_path / "out" / name).read_bytes() for name in OUTPUT_FILES}
+        calls = len(server.answered)
+        (tmp_path / "out" / "journal.jsonl").unlink()  # forget finished questions: only the cache is left
+        again = generate(server.url, data, tmp_path / "out")
+    assert len(server.answered) == calls  # no call repeated
+    assert again.stats["run"]["teacher_calls_made"] == 0 and again.stats["run"]["teacher_calls_from_cache"] > 0
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in OUTPUT_FILES} == before
+
+
+def test_other_settings_refused_unless_restart(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "out")
+        generate(server.url, data, tmp_path / "out", "teacher.max_concurrency=2")  # speed settings may change
+        with pytest.raises(ConfigError) as error:
+            generate(server.url, data, tmp_path / "out", "top_k=2", "teacher.model=other")
+        message = str(error.value)
+        assert "top_k=2 (was 3)" in message and "teacher.model='other'" in message and "restart=true" in message
+        result = generate(server.url, data, tmp_path / "out", "top_k=2", "restart=true")
+    assert result.stats["run"]["questions_already_done"] == 0
+
+
+def test_api_key_is_sent_but_never_stored(data: tuple[Path, Path], tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    secret = "sk-test-DO-NOT-STORE-1234567890"
+    monkeypatch.setenv("SELFRAG_TEST_KEY", secret)
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "out", "teacher.api_key_env=SELFRAG_TEST_KEY")
+    assert server.authorization == {f"Bearer {secret}"}
+    for path in (tmp_path / "out").iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+    monkeypatch.delenv("SELFRAG_TEST_KEY")
+    with TeacherServer() as server, pytest.raises(Exception, match="SELFRAG_TEST_KEY is empty"):
+        generate(server.url, data, tmp_path / "fresh", "teacher.api_key_env=SELFRAG_TEST_KEY")
+
+
+def test_heldout_split_is_by_question(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer() as server:
+        result = generate(server.url, data, tmp_path / "out", "heldout=0.5", "seed=3")
+    out = tmp_path / "out"
+    train = {row["meta"]["query_id"] for row in rows(out / "records.jsonl")}
+    held = {row["meta"]["query_id"] for row in rows(out / "heldout.jsonl")}
+    assert train and held and not train & held
+    assert {row["query_id"] for row in rows(out / "critic.jsonl")} <= train | {"q4", "q6"}
+    assert {row["query_id"] for row in rows(out / "critic-heldout.jsonl")} <= held | {"q4", "q6"}
+    assert result.stats["records"] == {"train": len(train), "heldout": len(held)}
+
+
+def test_shards_merge_to_the_unsharded_output(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "whole")
+        for index in range(3):
+            generate(server.url, data, tmp_path / f"shard-{index}", f"shard={index}/3")
+    shards = [tmp_path / f"shard-{index}" for index in range(3)]
+    merge(load_config(MergeConfig, None, [f"shards=[{','.join(map(str, shards))}]", f"output={tmp_path / 'merged'}"]))
+    for name in OUTPUT_FILES:
+        assert (tmp_path / "merged" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    with pytest.raises(ConfigError, match="missing"):
+        merge(load_config(MergeConfig, None, [f"shards=[{shards[0]},{shards[2]}]", f"output={tmp_path / 'bad'}"]))
+
+
+def test_teacher_writes_questions_when_there_are_none(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer() as server:
+        result = generate(server.url, data, tmp_path / "out", "queries=null", "question_count=3", "seed=1")
+    records = rows(tmp_path / "out" / "records.jsonl")
+    assert result.stats["questions"] == 3 and len(records) == 3
+    assert all(row["instruction"].startswith("What does the passage about") for row in records)
+    assert all(row["source"] == "teacher" and row["id"].startswith("gen/") for row in records)
+
+
+def test_golden_records_and_training_text(data: tuple[Path, Path], tmp_path: Path) -> None:
+    """Fixed teacher replies -> exact records and rendered training text (golden files are written by hand)."""
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "out")
+    got = (tmp_path / "out" / "records.jsonl").read_text(encoding="utf-8")
+    assert got == (GOLDEN / "llm_records.jsonl").read_text(encoding="utf-8")
+    text = "".join(Record.from_json(json.loads(line)).render() + "\n" for line in got.splitlines())
+    assert text == (GOLDEN / "llm_records.rendered.txt").read_text(encoding="utf-8")
+    critic = (tmp_path / "out" / "critic.jsonl").read_text(encoding="utf-8")
+    assert critic == (GOLDEN / "llm_critic.jsonl").read_text(encoding="utf-8")
+
+
+def _cached_keys(cache: Path) -> set[str]:
+    if not cache.exists():
+        return set()
+    db = sqlite3.connect(cache)
+    try:
+        return {row[0] for row in db.execute("SELECT key FROM calls")}
+    finally:
+        db.close()
+
+
+def _command(url: str, data: tuple[Path, Path], output: Path) -> list[str]:
+    extra = ["teacher.max_concurrency=2"]
+    return [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(url, data, output, *extra)]
+
+
+def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Path, Path], tmp_path: Path) -> None:
+    many = [dict(q, id=f"{q['id']}-{n}", question=f"{q['question']} (variant {n})") for n in range(4) for q in QUERIES]
+    data[1].write_text("".join(json.dumps(row) + "\n" for row in many))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with TeacherServer(latency=0.02) as server:
+        generate(server.url, data, tmp_path / "whole", "teacher.max_concurrency=2")  # the uninterrupted reference
+        total = len(server.answered)
+        server.answered.clear()
+        out = tmp_path / "killed"
+        for kill_after in (total // 6, total // 3, (2 * total) // 3):
+            cached_before = _cached_keys(out / "teacher-cache.sqlite")
+            start = len(server.answered)
+            process = subprocess.Popen(_command(server.url, data, out), env=env, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while len(server.answered) < kill_after and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            assert not set(server.answered_keys()[start:]) & cached_before  # nothing cached was asked again
+        cached_before = _cached_keys(out / "teacher-cache.sqlite")
+        start = len(server.answered)
+        final = subprocess.run(_command(server.url, data, out), env=env, capture_output=True, text=True)
+        assert final.returncode == 0, final.stderr
+        assert not set(server.answered_keys()[start:]) & cached_before
+        # Only calls in flight at a kill (at most max_concurrency=2 each) may be answered twice in all.
+        assert len(server.answered) <= total + 3 * 2
+    for name in OUTPUT_FILES:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    records = rows(out / "records.jsonl")
+    assert len({row["id"] for row in records}) == len(records) == 16  # 4 variants x 4 labelled questions
