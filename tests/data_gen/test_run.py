@@ -114,7 +114,7 @@ def test_config_problems_are_collected(tmp_path: Path) -> None:
     for needle in (
         "distractors must be >= 0, got -1",
         "shard must be 'i/N' with 0 <= i < N, got '3/2'",
-        "labeler must be one of ['gold'], got 'teacher'",
+        "labeler must be one of ['gold', 'llm'], got 'teacher'",
         "limit must be >= 1 or null, got 0",
         "abstain_text must not be empty",
     ):
