@@ -116,8 +116,9 @@ async def _label_all(
     failed: dict[str, str],
     passages_by_id: dict[str, Passage],
 ) -> None:
-    # Enough questions in flight to keep every teacher slot busy; each question makes its calls in order.
-    slots = asyncio.Semaphore(max(config.teacher.max_concurrency, config.teacher.batch_size))
+    # Twice as many questions in flight as teacher slots keeps every slot busy (a question's calls are
+    # mostly in sequence: each decision depends on the one before).
+    slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
 
     async def one(query: Query, seed_id: str | None) -> None:
         async with slots:

@@ -98,6 +98,9 @@ class TeacherServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
             def log_message(self, *args: object) -> None:
                 pass
 
@@ -107,8 +110,11 @@ class TeacherServer:
                     server.authorization.add(self.headers.get("Authorization", ""))
                 server.handle(self, body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 64
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
