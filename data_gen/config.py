@@ -51,7 +51,9 @@ class TeacherConfig:
         default_factory=dict,
     )
     engine_args: dict[str, Any] = help_field(
-        "Keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}).", default_factory=dict
+        "Keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}) or for transformers' "
+        "from_pretrained (e.g. {dtype: bfloat16}).",
+        default_factory=dict,
     )
 
     def validate(self) -> list[str]:

@@ -138,4 +138,3 @@ def _merge_gold(shards: list[Path], output: Path) -> dict[str, Any]:
     stats = record_stats(output / RECORDS_FILE)
     (output / STATS_FILE).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return stats
-

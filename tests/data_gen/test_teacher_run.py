@@ -241,3 +241,29 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Pat
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     records = rows(out / "records.jsonl")
     assert len({row["id"] for row in records}) == len(records) == 16  # 4 variants x 4 labelled questions
+
+
+@pytest.mark.slow
+def test_transformers_teacher_labels_with_the_real_small_model(data: tuple[Path, Path], tmp_path: Path) -> None:
+    """SmolLM2-135M as a (weak) local teacher: batched chat calls; its labels are parsed or dropped, never crash."""
+    config = load_config(
+        GenerateConfig,
+        None,
+        [
+            "labeler=llm",
+            "teacher.backend=transformers",
+            "teacher.model=smollm2-135m-instruct",
+            "teacher.batch_size=8",
+            "label_retries=0",
+            "split=all",
+            "limit=2",
+            f"corpus={data[0]}",
+            f"queries={data[1]}",
+            f"output={tmp_path / 'out'}",
+        ],
+    )
+    result = run(config)
+    assert result.stats["questions"] == 2
+    assert result.stats["teacher"]["calls"] >= 2 and result.stats["teacher"]["completion_tokens"] > 0
+    again = run(config)
+    assert again.stats["run"]["teacher_calls_made"] == 0
