@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
-from selfrag.errors import ConfigError, InputError
+from selfrag.errors import ConfigError
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -67,6 +68,14 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     """The whole run; returns the stats (with this run's cache and call counts under ``run``)."""
     started = time.monotonic()
     output = Path(config.output)
+    key_env = config.teacher.api_key_env
+    if config.teacher.backend == "openai" and key_env and not os.environ.get(key_env):
+        raise ConfigError(
+            [
+                f"teacher.api_key_env: environment variable {key_env} is empty; export it with the API key, "
+                "or set teacher.api_key_env=null for a server without one"
+            ]
+        )
     prepare_output(config, output, CONTENT_SETTINGS)
 
     # --- Inputs: corpus (file or folder of chunks) and queries (given, or written by the teacher) ---------
@@ -86,6 +95,8 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     failed: dict[str, str] = {}
     try:
         asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id))
+    except TeacherError as error:  # permanent (e.g. HTTP 401/404): a setting to fix, not a bug
+        raise ConfigError([f"teacher: {error.reason}; finished questions are kept, rerun to resume"]) from None
     finally:
         journal.close()
         cache.close()
@@ -240,10 +251,3 @@ def summarize(stats: dict[str, Any], output: Path) -> str:
     if run["questions_failed_now"]:
         lines.append("some questions failed on the teacher (see drops.jsonl); run the same command again to retry them")
     return "\n".join(lines)
-
-
-def check_inputs_exist(config: GenerateConfig) -> None:
-    for name in ("corpus", "queries"):
-        value = getattr(config, name)
-        if value is not None and not Path(value).exists():
-            raise InputError(f"{name} {str(value)!r} not found; check the path")

@@ -267,3 +267,10 @@ def test_transformers_teacher_labels_with_the_real_small_model(data: tuple[Path,
     assert result.stats["teacher"]["calls"] >= 2 and result.stats["teacher"]["completion_tokens"] > 0
     again = run(config)
     assert again.stats["run"]["teacher_calls_made"] == 0
+
+
+def test_permanent_teacher_error_stops_with_a_config_error(data: tuple[Path, Path], tmp_path: Path) -> None:
+    with TeacherServer() as server:
+        server.handle = lambda handler, body: server._send(handler, 404, {"error": "no such model"}, {}, "404")  # type: ignore[method-assign]
+        with pytest.raises(ConfigError, match="teacher: HTTP 404 .* check teacher.base_url, teacher.model"):
+            generate(server.url, data, tmp_path / "out")
