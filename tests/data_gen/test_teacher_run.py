@@ -274,3 +274,38 @@ def test_permanent_teacher_error_stops_with_a_config_error(data: tuple[Path, Pat
         server.handle = lambda handler, body: server._send(handler, 404, {"error": "no such model"}, {}, "404")  # type: ignore[method-assign]
         with pytest.raises(ConfigError, match="teacher: HTTP 404 .* check teacher.base_url, teacher.model"):
             generate(server.url, data, tmp_path / "out")
+
+
+def test_folder_corpus_without_queries(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "paris.md").write_text("Paris\n" + " ".join(["Paris is the capital of France."] * 30))
+    (docs / "rome.txt").write_text("Rome is the capital of Italy. The Colosseum stands in Rome.")
+    with TeacherServer() as server:
+        config = load_config(
+            GenerateConfig,
+            None,
+            [
+                "labeler=llm",
+                "teacher.model=scripted-teacher",
+                f"teacher.base_url={server.url}",
+                f"corpus={docs}",
+                "queries=null",
+                "chunk_words=60",
+                "chunk_overlap=10",
+                "question_count=10",
+                "split=all",
+                f"output={tmp_path / 'out'}",
+            ],
+        )
+        result = run(config)
+    chunks = rows(tmp_path / "out" / "corpus.jsonl")
+    assert [(c["id"], c["source"], c["start_word"]) for c in chunks] == [
+        ("paris.md#0", "paris.md", 0),
+        ("paris.md#1", "paris.md", 50),
+        ("paris.md#2", "paris.md", 100),
+        ("paris.md#3", "paris.md", 150),
+        ("rome.txt", "rome.txt", 0),
+    ]
+    assert result.stats["questions"] == 5  # question_count is capped by the chunks there are
+    assert {row["id"] for row in rows(tmp_path / "out" / "records.jsonl")} == {f"gen/{c['id']}/llm" for c in chunks}
