@@ -137,7 +137,7 @@ class Assembler:
         for index, sentence in enumerate(sentences):
             preceding = " ".join(sentences[:index])
             text = sentence if index == 0 else " " + sentence
-            decision = first
+            decision: Label | None = first
             if index > 0:
                 item = LabelItem("retrieve_sentence", query.question, evidence, sentence, preceding)
                 decision = await self._label(outcome, item, required=True)
@@ -149,8 +149,8 @@ class Assembler:
                 segments.append(Segment(text, decision, passage, relevance, support))
             elif decision.value == rf.CONTINUE_EVIDENCE and evidence is not None:
                 item = LabelItem("support", query.question, evidence, sentence, preceding)
-                support = await self._label(outcome, item, required=True)
-                segments.append(Segment(text, decision, support=support))
+                continued = await self._label(outcome, item, required=True)
+                segments.append(Segment(text, decision, support=continued))
             else:
                 segments.append(
                     Segment(text, Label(rf.NO_RETRIEVAL, decision.labeler, decision.model, decision.prompt_hash))

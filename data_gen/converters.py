@@ -56,7 +56,8 @@ def hotpotqa(path: Path, limit: int | None = None) -> Converted:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise InputError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}); expected HotpotQA") from None
-    queries, passages = [], []
+    queries: list[dict[str, Any]] = []
+    passages: list[dict[str, Any]] = []
     for number, row in enumerate(data[:limit]):
         query_id = f"hotpotqa-{row.get('id', number)}"
         titles, sentences = row["context"]["title"], row["context"]["sentences"]
@@ -80,7 +81,8 @@ def hotpotqa(path: Path, limit: int | None = None) -> Converted:
 
 
 def nq_open(path: Path, limit: int | None = None) -> Converted:
-    queries, passages = [], []
+    queries: list[dict[str, Any]] = []
+    passages: list[dict[str, Any]] = []
     with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle):
             if limit is not None and number >= limit:
@@ -117,7 +119,8 @@ def _literal(value: Any) -> Any:
 
 
 def retrievalqa(path: Path, limit: int | None = None) -> Converted:
-    queries, passages = [], []
+    queries: list[dict[str, Any]] = []
+    passages: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle):
             if limit is not None and len(queries) >= limit:
@@ -157,7 +160,8 @@ BEGIN_SUPPORT = {"Fully attributable": rf.FULLY_SUPPORTED, "Not fully attributab
 
 
 def begin(path: Path, limit: int | None = None) -> Converted:
-    queries, passages = [], []
+    queries: list[dict[str, Any]] = []
+    passages: list[dict[str, Any]] = []
     with path.open(encoding="utf-8", newline="") as handle:
         for number, row in enumerate(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=2):
             if limit is not None and len(queries) >= limit:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from tqdm.auto import tqdm
 
-from selfrag.config import to_dict, write_resolved
+from selfrag.config import to_dict
 from selfrag.corpus import Query, load_chunks, load_queries
 from selfrag.data_gen.assembly import Assembler, Outcome
 from selfrag.data_gen.cache import CallCache
@@ -83,7 +83,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     passages_by_id = {passage.id: passage for passage in passages}
     tasks = select_tasks(config, passages)
     logger.info("%d passages; %d questions in this shard", len(passages), len(tasks))
-    write_resolved(config, output, CONFIG_FILE)
+    write_config(config, output)
 
     # --- Label every question not finished by an earlier run -----------------------------------------------
     journal = Journal(output / JOURNAL_FILE)
@@ -155,6 +155,14 @@ async def _label_all(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await assembler.teacher.aclose()
+
+
+def write_config(config: GenerateConfig, output: Path) -> None:
+    """The resolved config, written atomically: a kill mid-write must not leave a config that refuses to resume."""
+    output.mkdir(parents=True, exist_ok=True)
+    tmp = output / f".{CONFIG_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, output / CONFIG_FILE)
 
 
 def load_passages(config: GenerateConfig, output: Path) -> list[Passage]:

@@ -235,7 +235,7 @@ def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
 
     directory = resolve_model(config.model)  # a directory, a hub id, or a built-in alias (converted once)
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForCausalLM.from_pretrained(directory, **config.engine_args)
+    model: Any = AutoModelForCausalLM.from_pretrained(directory, **config.engine_args)
     model.eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -265,7 +265,8 @@ def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
         for row, mask, request in zip(output, encoded["attention_mask"], requests, strict=True):
             new = row[width:][: request.max_tokens]
             new = new[new != tokenizer.pad_token_id]
-            replies.append(ChatReply(tokenizer.decode(new, skip_special_tokens=True), int(mask.sum()), len(new)))
+            text = str(tokenizer.decode(new, skip_special_tokens=True))
+            replies.append(ChatReply(text, int(mask.sum()), len(new)))
         return replies
 
     return BatchingTeacher(config.model, generate_batch, config.batch_size)
