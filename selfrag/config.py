@@ -56,8 +56,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"config file {str(path)!r} must hold a mapping (key: value lines) at the top, "
-                           f"got {type(data).__name__}"])
+        raise ConfigError(
+            [f"config file {str(path)!r} must hold a mapping (key: value lines) at the top, got {type(data).__name__}"]
+        )
     return data
 
 
@@ -168,8 +169,10 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
             problems += found
             bad.add(name)
             values.pop(name, None)  # validate() below sees the default, never a value of the wrong type
-    if any(fields[name].default is dataclasses.MISSING and fields[name].default_factory is dataclasses.MISSING
-           for name in bad):
+    if any(
+        fields[name].default is dataclasses.MISSING and fields[name].default_factory is dataclasses.MISSING
+        for name in bad
+    ):
         return None
     try:
         instance = cls(**values)
@@ -183,7 +186,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
         except (TypeError, ValueError, ArithmeticError) as error:
             found = [f"{where}: a value is invalid ({error}); check the values against --help-config"]
         # A problem about a field already reported (its default stood in for the bad value) is not repeated.
-        problems += [problem for problem in found if problem[len(prefix):].split(" ")[0].split(".")[0] not in bad]
+        problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad]
     return None if bad else instance
 
 
@@ -322,8 +325,11 @@ def _type_name(hint: Any) -> str:
         elif get_origin(arg) in (dict, Mapping):
             names.append("a mapping")
         else:
-            names.append({int: "an integer", float: "a number", str: "a string", bool: "true/false",
-                          Path: "a path"}.get(arg, getattr(arg, "__name__", str(arg))))
+            names.append(
+                {int: "an integer", float: "a number", str: "a string", bool: "true/false", Path: "a path"}.get(
+                    arg, getattr(arg, "__name__", str(arg))
+                )
+            )
     return " or ".join(names)
 
 

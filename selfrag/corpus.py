@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import InputError
-from selfrag.fsutil import read_text
-from selfrag.jsonl import UniqueIds, mapping_field, read_jsonl, require_fields, string_list
+from selfrag.jsonl import mapping_field, read_jsonl, require_fields, string_list
 from selfrag.trajectory import Passage
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -65,16 +64,15 @@ def _load_folder(path: Path) -> list[Passage]:
     files = sorted(p for p in path.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and p.is_file())
     if not files:
         raise InputError(f"corpus folder {str(path)!r} has no {'/'.join(TEXT_SUFFIXES)} files")
-    return [Passage(str(p.relative_to(path)), p.stem, read_text(p, "corpus file").strip()) for p in files]
+    return [Passage(str(p.relative_to(path)), p.stem, p.read_text(encoding="utf-8").strip()) for p in files]
 
 
 def load_queries(path: str | Path) -> list[Query]:
     """Read queries: JSONL lines with ``question`` and optional ``id``, ``answers`` (or ``answer``), ``answerable``."""
     path = Path(path)
-    queries, ids = [], UniqueIds("query id")
+    queries = []
     for number, row in read_jsonl(path, "queries"):
         where = f"{path}:{number}"
-        ids.add(str(row.get("id", f"{path.stem}-{number}")), where)
         require_fields(row, ("question",), where)
         answers = row.get("answers", [row["answer"]] if "answer" in row else [])
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
@@ -83,6 +81,7 @@ def load_queries(path: str | Path) -> list[Query]:
         if not isinstance(answerable, bool):
             raise InputError(f"{where}: field 'answerable' must be true or false, got {answerable!r}")
         gold = string_list(row, "gold_passage_ids", where)
+        mapping_field(row, "meta", where)  # a meta that is not a JSON object is refused with file:line
         needs_retrieval = row.get("needs_retrieval")
         if needs_retrieval is not None and not isinstance(needs_retrieval, bool):
             raise InputError(f"{where}: field 'needs_retrieval' must be true, false or null, got {needs_retrieval!r}")
@@ -94,7 +93,7 @@ def load_queries(path: str | Path) -> list[Query]:
                 answerable=answerable,
                 gold_passage_ids=tuple(str(g) for g in gold),
                 needs_retrieval=needs_retrieval,
-                meta=mapping_field(row, "meta", where),
+                meta=dict(row.get("meta") or {}),
             )
         )
     if not queries:

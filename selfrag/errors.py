@@ -39,3 +39,7 @@ class TokenizerError(SelfragError, ValueError):
 
 class TrajectoryParseError(SelfragError, ValueError):
     """Generated text or token ids do not form a well-formed reflection trajectory."""
+
+
+class UsageError(SelfragError, ValueError):
+    """The command line itself is wrong (no question, two questions, an option the command does not take)."""

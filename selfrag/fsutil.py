@@ -11,6 +11,7 @@ old file or the new one, never a cut one that refuses to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable
@@ -156,3 +157,21 @@ def check_output_path(
                 f"{key} {str(path)!r} is inside the input directory {str(item)!r}; write the output elsewhere"
             )
     return path
+
+
+#: Config fields that name where a command writes; every other path (and an existing ``model`` path) is an input.
+OUTPUT_FIELDS = ("output", "output_dir")
+
+
+def check_config_outputs(config: Any) -> None:
+    """:func:`check_output_path` for each output field of a config dataclass, against its input paths."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return
+    values = {spec.name: getattr(config, spec.name) for spec in dataclasses.fields(config)}
+    inputs = [value for name, value in values.items() if isinstance(value, Path) and name not in OUTPUT_FIELDS]
+    model = values.get("model")
+    if isinstance(model, str) and model and Path(model).expanduser().exists():
+        inputs.append(Path(model))
+    for name in OUTPUT_FIELDS:
+        if isinstance(values.get(name), Path):
+            check_output_path(values[name], key=name, inputs=inputs)

@@ -65,10 +65,13 @@ def string_list(data: Mapping[str, Any], name: str, where: str) -> tuple[str, ..
     if value is None:
         return ()
     if isinstance(value, str):
-        raise InputError(f'{where}: field {name!r} must be a list of strings, got the string {value!r}; '
-                         f'write "{name}": [{json.dumps(value, ensure_ascii=False)}]')
-    if not isinstance(value, list) or not all(isinstance(item, str | int) and not isinstance(item, bool)
-                                              for item in value):
+        raise InputError(
+            f"{where}: field {name!r} must be a list of strings, got the string {value!r}; "
+            f'write "{name}": [{json.dumps(value, ensure_ascii=False)}]'
+        )
+    if not isinstance(value, list) or not all(
+        isinstance(item, str | int) and not isinstance(item, bool) for item in value
+    ):
         raise InputError(f"{where}: field {name!r} must be a list of strings, got {value!r}; fix that line")
     return tuple(str(item) for item in value)
 
@@ -79,8 +82,9 @@ def mapping_field(data: Mapping[str, Any], name: str, where: str) -> dict[str, A
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise InputError(f'{where}: field {name!r} must be a JSON object like {{"split": "train"}}, got {value!r}; '
-                         "fix that line")
+        raise InputError(
+            f'{where}: field {name!r} must be a JSON object like {{"split": "train"}}, got {value!r}; fix that line'
+        )
     return dict(value)
 
 
