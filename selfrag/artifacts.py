@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.errors import InputError
+from selfrag.fsutil import write_json
 from selfrag.reflection import ReflectionIds
 
 META_FILE = "selfrag.json"
@@ -39,8 +40,7 @@ class ModelMeta:
 
 def save_meta(directory: str | Path, meta: ModelMeta) -> Path:
     path = Path(directory) / META_FILE
-    path.write_text(json.dumps(meta.to_json(), indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_json(path, meta.to_json())  # atomic: a killed save never leaves a half selfrag.json
 
 
 def load_meta(directory: str | Path) -> ModelMeta | None:

@@ -66,6 +66,7 @@ def write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_writers_temps(path)
     tmp = _temp_sibling(path)
     try:
         with tmp.open("wb") as handle:
@@ -90,6 +91,24 @@ def write_text(path: str | Path, text: str, fsync: bool = True) -> Path:
 def write_json(path: str | Path, data: Any, fsync: bool = True) -> Path:
     """Write ``data`` as indented JSON (UTF-8, trailing newline) to ``path`` atomically."""
     return write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", fsync=fsync)
+
+
+def _remove_dead_writers_temps(path: Path) -> None:
+    """Delete temp siblings of ``path`` left by writers that were killed (their process is gone)."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_directory(directory: Path) -> None:
