@@ -115,9 +115,8 @@ def test_all_problems_at_once_from_file_and_overrides(tmp_path: Path) -> None:
     found = problems(TrainConfig, ["output_dir=o", "bad key=1", "training.seed=x"], path=path)
     assert found == ["override key 'bad key' is not a dotted name like training.batch_size; write key=value"]
     found = problems(TrainConfig, ["output_dir=o", "training.seed=x", "lora.r=0", "nope=1"], path=path)
-    assert found == [
-        "unknown config key 'nope'; known keys: model, records, output_dir, tokens, prompt_template, lora, training, "
-        "trl, peft",
+    assert found[0].startswith("unknown config key 'nope'; known keys: model, records, output_dir, ")
+    assert found[1:] == [
         "lora.r must be >= 1, got 0",
         "training.seed must be an integer, got 'x'; e.g. training.seed=0",
     ]
