@@ -123,21 +123,22 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if "--help-config" in argv:
         command = next((word for word in argv if word in commands.choices), None)
         if command is not None:
-            sub = commands.choices[command]
-            if not any("--help-config" in action.option_strings for action in sub._actions):
-                print(f"selfrag {command} has no config keys; its arguments:\n{sub.format_usage()}", end="")
+            chosen = commands.choices[command]
+            if not any("--help-config" in action.option_strings for action in chosen._actions):
+                print(f"selfrag {command} has no config keys; its arguments:\n{chosen.format_usage()}", end="")
                 raise SystemExit(0)
-            for action in sub._actions:  # --help-config prints and exits before these are used
+            for action in chosen._actions:  # --help-config prints and exits before these are used
                 action.required = False
                 if action.nargs is None and not action.option_strings:
                     action.nargs = "?"
     args, extras = parser.parse_known_args(argv)
+    sub = commands.choices[args.command]
     options = [word for word in extras if word.startswith("-") and not _NUMBER.match(word)]
     if options:
-        parser.error(f"unrecognized option {options[0]!r} for selfrag {args.command}")
+        sub.error(f"unrecognized option {options[0]!r}")
     if extras:
         if not hasattr(args, "overrides") and not hasattr(args, "words"):
-            parser.error(f"unrecognized arguments for selfrag {args.command}: {' '.join(extras)}")
+            sub.error(f"unrecognized arguments: {' '.join(extras)}")
         target = "words" if hasattr(args, "words") else "overrides"
         setattr(args, target, [*getattr(args, target), *extras])
     return args

@@ -199,7 +199,7 @@ def _example(spec: dataclasses.Field[Any]) -> str | None:
     return None
 
 
-_TYPE_EXAMPLES = {int: "4", float: "0.5", bool: "true", str: "text", Path: "some/dir"}
+_TYPE_EXAMPLES = {int: "4", float: "0.5", bool: "true", str: "text", Path: "PATH"}
 
 
 def _problem(key: str, expected: str, value: Any, hint: Any, example: str | None) -> str:
@@ -304,8 +304,12 @@ def _coerce_scalar(hint: type, value: Any, key: str, problems: list[str], strict
             return value
         return str(value)
     if hint is Path:
-        if isinstance(value, Path) or (isinstance(value, str) and value.strip()):
-            return Path(value).expanduser()
+        if isinstance(value, Path) or (isinstance(value, str) and value.strip() and "\x00" not in value):
+            try:
+                return Path(value).expanduser()
+            except RuntimeError:  # ~name of a user this machine does not know
+                problems.append(f"{key}: cannot expand '~' in {_show(value)}; write the full path")
+                return value
         problems.append(_problem(key, "a path", value, Path, example))
         return value
     if not isinstance(value, hint) and not isinstance(problems, _Lenient):
