@@ -239,12 +239,13 @@ def _coerce(
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         allowed = [member.value for member in hint]
         if value not in allowed and not isinstance(value, hint):
-            problems.append(f"{key} must be one of {', '.join(map(str, allowed))}; got {_show(value)}")
+            problems.append(f"{key} must be one of {allowed}, got {_show(value)}")
         return value
     if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint) or (isinstance(problems, _Lenient) and isinstance(value, Mapping)):
+        cls = typing.cast(type, hint)
+        if isinstance(value, cls) or (isinstance(problems, _Lenient) and isinstance(value, Mapping)):
             return value
-        return _build(typing.cast(type, hint), value, f"{key}.", problems)
+        return _build(cls, value, f"{key}.", problems)
     if origin in (list, tuple, Sequence) or hint in (list, tuple):
         if not isinstance(value, list | tuple):
             problems.append(f"{key} must be a list, got {_show(value)}; write {key}=[a, b]")
