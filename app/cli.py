@@ -6,7 +6,12 @@
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
-missing file, a malformed line, an unknown key or model) prints one line, no traceback, exit code 2.
+missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
+code 2; ``--help-config`` works on every command without its other arguments.
+
+``selfrag ask``: a word that starts like ``name=`` (``mode=always``, ``top_k=5``) is an override, in any
+position; the other word is the question (exactly one: quote it). A question that itself starts like
+``name=...`` is given with ``-q/--question``.
 """
 
 from __future__ import annotations
