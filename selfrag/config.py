@@ -126,6 +126,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     return typing.cast(T, result)
 
 
+def nested_problems(cls: type, data: Any, prefix: str, **base: Any) -> list[str]:
+    """Problems of ``data`` read as ``cls`` keys under ``prefix`` (e.g. the quickstart's ``train`` dict), so a
+    wrong nested value fails when the outer config loads; ``base`` fills the keys the outer command sets itself."""
+    if not isinstance(data, Mapping):
+        return [f"{prefix.rstrip('.')} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE"]
+    problems: list[str] = []
+    _build(cls, _deep_merge(dict(base), data), prefix, problems)
+    return problems
+
+
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in extra.items():

@@ -55,7 +55,8 @@ def read_text(path: str | Path, what: str = "file") -> str:
 # ---- writing -------------------------------------------------------------------------------------------------
 
 
-def _temp_sibling(path: Path) -> Path:
+def temp_sibling(path: Path) -> Path:
+    """Where an atomic write of ``path`` writes first: ``.NAME.tmp-PID`` beside it."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
@@ -66,8 +67,8 @@ def write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_dead_writers_temps(path)
-    tmp = _temp_sibling(path)
+    remove_dead_writers_temps(path)
+    tmp = temp_sibling(path)
     try:
         with tmp.open("wb") as handle:
             handle.write(data)
@@ -93,7 +94,7 @@ def write_json(path: str | Path, data: Any, fsync: bool = True) -> Path:
     return write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", fsync=fsync)
 
 
-def _remove_dead_writers_temps(path: Path) -> None:
+def remove_dead_writers_temps(path: Path) -> None:
     """Delete temp siblings of ``path`` left by writers that were killed (their process is gone)."""
     for stale in path.parent.glob(f".{path.name}.tmp-*"):
         pid = stale.name.rpartition("-")[2]

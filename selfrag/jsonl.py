@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import InputError
-from selfrag.fsutil import decode_utf8
+from selfrag.fsutil import decode_utf8, remove_dead_writers_temps, temp_sibling
 
 BOM = b"\xef\xbb\xbf"
 
@@ -112,7 +112,8 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> i
     """Write rows to ``path`` via a temporary file and rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    remove_dead_writers_temps(path)
+    tmp = temp_sibling(path)
     count = 0
     try:
         with tmp.open("w", encoding="utf-8") as handle:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from selfrag.config import check_options, load_config
+from selfrag.config import check_options, load_config, nested_problems
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.errors import ConfigError
 from selfrag.inference.config import InferenceConfig
@@ -180,4 +180,16 @@ def test_check_options_against_a_dataclass() -> None:
     assert check_options("lib", {"steps": 2, "rate": None, "names": ["a"]}, _Library, {"other": "x"}) == []
     assert check_options("lib", {"other": 1}, _Library, {"other": "lib.steps"}) == [
         "lib.other is set by this recipe; set lib.steps instead"
+    ]
+
+
+def test_nested_problems_for_a_config_passed_as_a_dict() -> None:
+    # The quickstart's `train` and `inference` dicts: checked when the quickstart config loads, not at step 3.
+    base = {"model": "m", "records": "r.jsonl", "output_dir": "o"}
+    assert nested_problems(TrainConfig, {"lora": {"r": "x"}}, "train.", **base) == [
+        "train.lora.r must be an integer, got 'x'; e.g. train.lora.r=16"
+    ]
+    assert nested_problems(InferenceConfig, {"top_k": 2}, "inference.") == []
+    assert nested_problems(InferenceConfig, 5, "inference.") == [
+        "inference must be a mapping of keys, got 5; write inference.KEY=VALUE"
     ]
