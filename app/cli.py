@@ -6,7 +6,12 @@
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
-missing file, a malformed line, an unknown key or model) prints one line, no traceback, exit code 2.
+missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
+code 2; ``--help-config`` works on every command without its other arguments.
+
+``selfrag ask``: a word that starts like ``name=`` (``mode=always``, ``top_k=5``) is an override, in any
+position; the other word is the question (exactly one: quote it). A question that itself starts like
+``name=...`` is given with ``-q/--question``.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
+import typing
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from selfrag.errors import SelfragError
+from selfrag.errors import SelfragError, UsageError
 
 logger = logging.getLogger("selfrag")
 
@@ -30,14 +37,26 @@ PLANNED = {
 }
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (what is wrong and where to look), exit code 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser, positional: bool = True) -> None:
     parser.add_argument("--config", type=Path, help="YAML config file (see configs/)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. training.max_steps=5")
+    if positional:
+        parser.add_argument(
+            "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. training.max_steps=5"
+        )
+    else:
+        parser.set_defaults(overrides=[])
     parser.add_argument("--help-config", action="store_true", help="list every config key with its help and exit")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="selfrag", description="Reflection-token Self-RAG toolkit.")
+    parser = _Parser(prog="selfrag", description="Reflection-token Self-RAG toolkit.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -53,11 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--merge", action="store_true", default=True, help="merge LoRA weights (default)")
 
     ask = commands.add_parser("ask", help="answer one question, showing the reflection decisions")
-    ask.add_argument("question", help="the question")
+    ask.add_argument("words", nargs="*", metavar="QUESTION", help="the question (quoted), and key=value overrides")
+    ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
     ask.add_argument("--model", required=True, help="a model directory trained by selfrag")
     ask.add_argument("--corpus", required=True, type=Path, help="corpus JSONL (id, title, text) or a folder")
     ask.add_argument("--json", action="store_true", help="print the answer as JSON")
-    _add_config_arguments(ask)
+    _add_config_arguments(ask, positional=False)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -69,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -88,11 +109,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except SelfragError as error:
-        print(f"selfrag {args.command}: error: {error}", file=sys.stderr)
+        for problem in getattr(error, "problems", None) or [str(error)]:
+            print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        # A model or file the system cannot give (an unreachable hub id, a full disk, no permission):
+        # one line; -v shows where it came from.
+        if args.verbose:
+            raise
+        print(f"selfrag {args.command}: error: {_os_error_line(error)} (run with -v for details)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"selfrag {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``; words after options are overrides too, and ``--help-config`` needs no other argument."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if "--help-config" in argv:
+        command = next((word for word in argv if word in commands.choices), None)
+        if command is not None:
+            chosen = commands.choices[command]
+            if not any("--help-config" in action.option_strings for action in chosen._actions):
+                print(f"selfrag {command} has no config keys; its arguments:\n{chosen.format_usage()}", end="")
+                raise SystemExit(0)
+            for action in chosen._actions:  # --help-config prints and exits before these are used
+                action.required = False
+                if action.nargs is None and not action.option_strings:
+                    action.nargs = "?"
+    args, extras = parser.parse_known_args(argv)
+    sub = commands.choices[args.command]
+    options = [word for word in extras if word.startswith("-") and not _NUMBER.match(word)]
+    if options:
+        sub.error(f"unrecognized option {options[0]!r}")
+    if extras:
+        if not hasattr(args, "overrides") and not hasattr(args, "words"):
+            sub.error(f"unrecognized arguments: {' '.join(extras)}")
+        target = "words" if hasattr(args, "words") else "overrides"
+        setattr(args, target, [*getattr(args, target), *extras])
+    return args
+
+
+_NUMBER = re.compile(r"^-\d")
+#: An override: a dotted key, then ``=``. A question never starts like this unless it holds ``name=``.
+OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split("\n"))
+
+
+def _os_error_line(error: OSError) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _quiet_libraries() -> None:
@@ -111,11 +182,14 @@ def _quiet_libraries() -> None:
 
 def _config(cls: type, args: argparse.Namespace, **base: Any) -> Any:
     from selfrag.config import describe, load_config
+    from selfrag.fsutil import check_config_outputs
 
     if args.help_config:
         print("\n".join(describe(cls)))
         raise SystemExit(0)
-    return load_config(cls, args.config, args.overrides, **base)
+    config = load_config(cls, args.config, args.overrides, **base)
+    check_config_outputs(config)
+    return config
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -158,10 +232,36 @@ def _ask(args: argparse.Namespace) -> int:
     from selfrag.inference.ask import ask, format_answer
     from selfrag.inference.config import InferenceConfig
 
+    question, args.overrides = ("", []) if args.help_config else split_question(args.words, args.question)
     config = _config(InferenceConfig, args)
-    answer = ask(args.model, args.corpus, args.question, config)
+    answer = ask(args.model, args.corpus, question, config)
     print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False) if args.json else format_answer(answer))
     return 0
+
+
+def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[str]]:
+    """``selfrag ask`` words -> (question, overrides): ``key=value`` words are overrides, the rest the question.
+
+    A question that itself starts like ``name=...`` must be given with ``-q``; exactly one question is taken.
+    """
+    overrides = [word for word in words if OVERRIDE.match(word)]
+    rest = [word for word in words if not OVERRIDE.match(word)]
+    if flag is not None and rest:
+        raise UsageError(f"give the question once: got --question and also {rest[0]!r}; quote one question")
+    if flag is None and not rest:
+        raise UsageError(
+            'no question given; write it in quotes, e.g. selfrag ask --model M --corpus C "Who ruled Normandy?" '
+            "(use -q/--question when the question contains '=')"
+        )
+    if len(rest) > 1:
+        raise UsageError(
+            f"got {len(rest)} questions ({', '.join(repr(word) for word in rest[:3])}); put the question in quotes "
+            "as one argument, and write settings as key=value"
+        )
+    question = flag if flag is not None else rest[0]
+    if not question.strip():
+        raise UsageError("the question is empty; write the question in quotes")
+    return question, overrides
 
 
 def _quickstart(args: argparse.Namespace) -> int:

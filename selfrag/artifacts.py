@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.errors import InputError
+from selfrag.fsutil import read_text, write_json
 from selfrag.reflection import ReflectionIds
 
 META_FILE = "selfrag.json"
@@ -39,8 +40,7 @@ class ModelMeta:
 
 def save_meta(directory: str | Path, meta: ModelMeta) -> Path:
     path = Path(directory) / META_FILE
-    path.write_text(json.dumps(meta.to_json(), indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_json(path, meta.to_json())  # atomic: a killed save never leaves a half selfrag.json
 
 
 def load_meta(directory: str | Path) -> ModelMeta | None:
@@ -49,7 +49,12 @@ def load_meta(directory: str | Path) -> ModelMeta | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, META_FILE))
+    except json.JSONDecodeError as error:
+        raise InputError(
+            f"{path}:{error.lineno}: not valid JSON ({error.msg}); re-export the model with selfrag"
+        ) from None
+    try:
         return ModelMeta(
             token_ids=ReflectionIds.from_json(data["tokens"]),
             strategy=data["strategy"],
@@ -57,5 +62,5 @@ def load_meta(directory: str | Path) -> ModelMeta | None:
             base_model=data["base_model"],
             kind=data["kind"],
         )
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InputError(f"{path} is malformed ({error!r}); re-export the model with selfrag") from None

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -19,10 +22,12 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from selfrag.errors import ConfigError
+from selfrag.errors import ConfigError, InputError
+from selfrag.fsutil import read_text, write_text
 
 T = TypeVar("T")
 _MISSING = object()
+_KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 def help_field(help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
@@ -35,32 +40,53 @@ def help_field(help: str, default: Any = dataclasses.MISSING, default_factory: A
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError([f"config file {str(path)!r} not found; pass an existing YAML file to --config"])
+        what = "is a directory" if path.is_dir() else "not found"
+        raise ConfigError([f"config file {str(path)!r} {what}; pass an existing YAML file to --config"])
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = read_text(path, "config file")
+    except InputError as error:
+        raise ConfigError([str(error)]) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError([f"config file {str(path)!r} is not valid YAML: {error}".replace("\n", " ")]) from None
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError([f"{where}: not valid YAML ({problem}); fix that line"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"])
+        raise ConfigError(
+            [f"config file {str(path)!r} must hold a mapping (key: value lines) at the top, got {type(data).__name__}"]
+        )
     return data
+
+
+def parse_override(override: str) -> tuple[list[str], Any] | str:
+    """``"a.b=3"`` -> ``(["a", "b"], 3)``; a problem string when it is not ``key=value``."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key:
+        return f"override {_show(override)} is not key=value; write e.g. training.learning_rate=1e-3"
+    parts = key.split(".")
+    if not all(_KEY_PART.match(part) for part in parts):
+        return f"override key {_show(key)} is not a dotted name like training.batch_size; write key=value"
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML: ``3``, ``true``, ``[a, b]``, ``null``)."""
     problems = []
     for override in overrides:
-        key, sep, raw = override.partition("=")
-        if not sep or not key:
-            problems.append(f"override {override!r} is not key=value; write e.g. training.learning_rate=1e-3")
+        parsed = parse_override(override)
+        if isinstance(parsed, str):
+            problems.append(parsed)
             continue
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
+        parts, value = parsed
         node = data
-        parts = key.split(".")
         for part in parts[:-1]:
             child = node.get(part)
             if not isinstance(child, dict):
@@ -75,9 +101,20 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (), **base: Any) -> T:
     """Load ``cls`` from an optional YAML file, then ``base`` keys, then overrides; validate everything."""
-    data: dict[str, Any] = read_yaml(path) if path is not None else {}
+    problems: list[str] = []
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = read_yaml(path)
+        except ConfigError as error:
+            problems += error.problems
     data = _deep_merge(data, base)
-    data = apply_overrides(data, overrides)
+    try:
+        data = apply_overrides(data, overrides)
+    except ConfigError as error:
+        problems += error.problems
+    if problems:  # report the file and override problems together, before checking what they would build
+        raise ConfigError(problems)
     return from_dict(cls, data)
 
 
@@ -87,6 +124,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     if problems:
         raise ConfigError(problems)
     return typing.cast(T, result)
+
+
+def nested_problems(cls: type, data: Any, prefix: str, **base: Any) -> list[str]:
+    """Problems of ``data`` read as ``cls`` keys under ``prefix`` (e.g. the quickstart's ``train`` dict), so a
+    wrong nested value fails when the outer config loads; ``base`` fills the keys the outer command sets itself."""
+    if not isinstance(data, Mapping):
+        return [f"{prefix.rstrip('.')} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE"]
+    problems: list[str] = []
+    _build(cls, _deep_merge(dict(base), data), prefix, problems)
+    return problems
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,10 +146,16 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return merged
 
 
+def _show(value: Any, limit: int = 60) -> str:
+    """A one-line, length-capped repr of a user's value for a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
+
+
 def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
-        problems.append(f"{where} must be a mapping of keys, got {data!r}")
+        problems.append(f"{where} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE")
         return None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
@@ -110,19 +163,26 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
-            problems.append(f"unknown config key '{prefix}{key}'{hint}")
+            problems.append(f"unknown config key {_show(f'{prefix}{key}')}{hint}")
     values: dict[str, Any] = {}
-    missing = False
+    bad: set[str] = set()
     for name, spec in fields.items():
         key = f"{prefix}{name}"
+        found: list[str] = type(problems)()
         if name in data:
-            values[name] = _coerce(hints[name], data[name], key, problems)
+            values[name] = _coerce(hints[name], data[name], key, found, example=_example(spec))
         elif dataclasses.is_dataclass(hints[name]) and spec.default is dataclasses.MISSING:
-            values[name] = _build(typing.cast(type, hints[name]), {}, f"{key}.", problems)
+            values[name] = _build(typing.cast(type, hints[name]), {}, f"{key}.", found)
         elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-            problems.append(f"{key} is required; set it in the config file or pass {key}=...")
-            missing = True
-    if missing:
+            found.append(f"{key} is required; set it in the config file or pass {key}=...")
+        if found:
+            problems += found
+            bad.add(name)
+            values.pop(name, None)  # validate() below sees the default, never a value of the wrong type
+    if any(
+        fields[name].default is dataclasses.MISSING and fields[name].default_factory is dataclasses.MISSING
+        for name in bad
+    ):
         return None
     try:
         instance = cls(**values)
@@ -131,74 +191,193 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
         return None
     validate = getattr(instance, "validate", None)
     if callable(validate):
-        problems.extend(f"{prefix}{problem}" for problem in validate())
-    return instance
+        try:
+            found = [f"{prefix}{problem}" for problem in validate()]
+        except (TypeError, ValueError, ArithmeticError) as error:
+            found = [f"{where}: a value is invalid ({error}); check the values against --help-config"]
+        # A problem about a field already reported (its default stood in for the bad value) is not repeated.
+        problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad]
+    return None if bad else instance
 
 
-def _coerce(hint: Any, value: Any, key: str, problems: list[str]) -> Any:
+def _example(spec: dataclasses.Field[Any]) -> str | None:
+    default = spec.default
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, int | float | str | Path) and str(default) and "\n" not in str(default):
+        return str(default) if not isinstance(default, str) or " " not in default else None
+    return None
+
+
+_TYPE_EXAMPLES = {int: "4", float: "0.5", bool: "true", str: "text", Path: "PATH"}
+
+
+def _problem(key: str, expected: str, value: Any, hint: Any, example: str | None) -> str:
+    sample = example if example is not None else _TYPE_EXAMPLES.get(hint)
+    fix = f"; e.g. {key}={sample}" if sample is not None else ""
+    return f"{key} must be {expected}, got {_show(value)}{fix}"
+
+
+def _coerce(
+    hint: Any, value: Any, key: str, problems: list[str], strict: bool = False, example: str | None = None
+) -> Any:
+    """``value`` checked (and converted where lossless) against the type ``hint``; problems go to ``problems``.
+
+    ``strict`` (inside a union) refuses conversions, so ``str | list[str]`` given ``5`` is an error, not ``"5"``.
+    """
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [arg for arg in get_args(hint) if arg is not type(None)]
         if value is None:
+            if len(options) == len(get_args(hint)):
+                problems.append(_problem(key, _type_name(hint), value, None, example))
             return None
         if len(options) == 1:
-            return _coerce(options[0], value, key, problems)
+            return _coerce(options[0], value, key, problems, strict, example)
         for option in options:
-            trial: list[str] = []
-            result = _coerce(option, value, key, trial)
+            trial: list[str] = type(problems)()
+            result = _coerce(option, value, key, trial, strict=True)
             if not trial:
                 return result
-        problems.append(f"{key} must be one of {options}, got {value!r}")
+        problems.append(_problem(key, _type_name(hint), value, None, example))
         return value
     if origin is Literal:
         choices = get_args(hint)
-        if value not in choices:
-            problems.append(f"{key} must be one of {list(choices)}, got {value!r}")
+        if not any(value == choice and type(value) is type(choice) for choice in choices):
+            problems.append(f"{key} must be one of {list(choices)}, got {_show(value)}")
+        return value
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        allowed = [member.value for member in hint]
+        if value not in allowed and not isinstance(value, hint):
+            problems.append(f"{key} must be one of {allowed}, got {_show(value)}")
         return value
     if dataclasses.is_dataclass(hint):
-        return _build(typing.cast(type, hint), value, f"{key}.", problems)
-    if origin in (list, tuple, Sequence):
+        cls = typing.cast(type, hint)
+        if isinstance(value, cls) or (isinstance(problems, _Lenient) and isinstance(value, Mapping)):
+            return value
+        return _build(cls, value, f"{key}.", problems)
+    if origin in (list, tuple, Sequence) or hint in (list, tuple):
         if not isinstance(value, list | tuple):
-            problems.append(f"{key} must be a list, got {value!r}; write {key}=[a, b]")
+            problems.append(f"{key} must be a list, got {_show(value)}; write {key}=[a, b]")
             return value
-        (item,) = get_args(hint)[:1] or (Any,)
-        return [_coerce(item, element, f"{key}[{i}]", problems) for i, element in enumerate(value)]
-    if origin in (dict, Mapping):
+        args = get_args(hint)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                problems.append(f"{key} must be a list of {len(args)} items, got {_show(value)}")
+                return value
+            pairs = enumerate(zip(args, value, strict=True))
+            return [_coerce(arg, element, f"{key}[{i}]", problems, strict) for i, (arg, element) in pairs]
+        item = args[0] if args else Any
+        return [_coerce(item, element, f"{key}[{i}]", problems, strict) for i, element in enumerate(value)]
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
         if not isinstance(value, Mapping):
-            problems.append(f"{key} must be a mapping, got {value!r}")
+            problems.append(f"{key} must be a mapping, got {_show(value)}; write {key}.NAME=VALUE or {key}={{a: 1}}")
             return value
+        args = get_args(hint)
+        if args and args[1] is not Any:
+            return {k: _coerce(args[1], v, f"{key}.{k}", problems, strict) for k, v in value.items()}
         return dict(value)
-    if hint is Any:
+    if hint is Any or not isinstance(hint, type):
         return value
+    return _coerce_scalar(hint, value, key, problems, strict, example)
+
+
+def _coerce_scalar(hint: type, value: Any, key: str, problems: list[str], strict: bool, example: str | None) -> Any:
     if hint is bool:
         if not isinstance(value, bool):
-            problems.append(f"{key} must be true or false, got {value!r}")
+            problems.append(_problem(key, "true or false", value, bool, example))
         return value
     if hint is int:
+        if isinstance(value, float) and value.is_integer() and not strict:
+            return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{key} must be an integer, got {value!r}")
+            problems.append(_problem(key, "an integer", value, int, example))
         return value
     if hint is float:
-        if isinstance(value, str):
+        number = value
+        if isinstance(value, str) and not strict:
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            problems.append(f"{key} must be a number, got {value!r}")
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            problems.append(_problem(key, "a number", value, float, example))
             return value
-        return float(value)
+        if not math.isfinite(number):
+            problems.append(_problem(key, "a finite number", value, float, example))
+            return value
+        return float(number)
     if hint is str:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            problems.append(f"{key} must be a string, got {value!r}")
+        if isinstance(value, str):
+            return value
+        if strict or isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(_problem(key, "a string", value, str, example))
             return value
         return str(value)
     if hint is Path:
-        if not isinstance(value, str | Path):
-            problems.append(f"{key} must be a path, got {value!r}")
-            return value
-        return Path(value).expanduser()
+        if isinstance(value, Path) or (isinstance(value, str) and value.strip() and "\x00" not in value):
+            try:
+                return Path(value).expanduser()
+            except RuntimeError:  # ~name of a user this machine does not know
+                problems.append(f"{key}: cannot expand '~' in {_show(value)}; write the full path")
+                return value
+        problems.append(_problem(key, "a path", value, Path, example))
+        return value
+    if not isinstance(value, hint) and not isinstance(problems, _Lenient):
+        problems.append(f"{key} must be a {hint.__name__}, got {_show(value)}")
     return value
+
+
+def _type_name(hint: Any) -> str:
+    names = []
+    for arg in get_args(hint) or (hint,):
+        if arg is type(None):
+            names.append("null")
+        elif get_origin(arg) is Literal:
+            names.append(" or ".join(repr(choice) for choice in get_args(arg)))
+        elif get_origin(arg) in (list, tuple, Sequence):
+            names.append("a list")
+        elif get_origin(arg) in (dict, Mapping):
+            names.append("a mapping")
+        else:
+            names.append(
+                {int: "an integer", float: "a number", str: "a string", bool: "true/false", Path: "a path"}.get(
+                    arg, getattr(arg, "__name__", str(arg))
+                )
+            )
+    return " or ".join(names)
+
+
+class _Lenient(list[str]):
+    """Problems of a pass-through option: a library's own classes (configs, enums) accept a mapping or string."""
+
+
+def check_options(prefix: str, options: Mapping[str, Any], cls: type, owned: Mapping[str, str]) -> list[str]:
+    """Problems with ``options`` passed through to the dataclass ``cls`` (``trl.SFTConfig``, ``peft.LoraConfig``).
+
+    Each key must be an init field of ``cls`` that this recipe does not set itself (``owned`` maps those to
+    the key to use instead), and each value must fit the field's type annotation, so a typo or a wrong type
+    fails when the config loads, not after the model loads.
+    """
+    fields = {spec.name: spec for spec in dataclasses.fields(cls) if spec.init}
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation in a library: check the key only
+        hints = {}
+    problems: list[str] = []
+    for key, value in options.items():
+        name = f"{prefix}.{key}"
+        if key in owned:
+            problems.append(f"{name} is set by this recipe; set {owned[key]} instead")
+        elif key not in fields:
+            close = difflib.get_close_matches(str(key), sorted(fields), n=1)
+            hint = f"; did you mean {prefix}.{close[0]}?" if close else f"; see the fields of {cls.__name__}"
+            problems.append(f"unknown {prefix} option {_show(key)}{hint}")
+        else:
+            found = _Lenient()
+            _coerce(hints.get(key, Any), value, name, found)
+            problems += found
+    return problems
 
 
 def to_dict(config: Any) -> Any:
@@ -219,8 +398,7 @@ def write_resolved(config: Any, directory: str | Path, name: str = "config.yaml"
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
-    return path
+    return write_text(path, yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True))
 
 
 def describe(cls: type[Any], prefix: str = "") -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import InputError
-from selfrag.jsonl import read_jsonl, require_fields
+from selfrag.jsonl import mapping_field, read_jsonl, require_fields, string_list
 from selfrag.trajectory import Passage
 
 TEXT_SUFFIXES = (".txt", ".md", ".pdf")
@@ -188,7 +188,8 @@ def load_queries(path: str | Path) -> list[Query]:
         answerable = row.get("answerable", True)
         if not isinstance(answerable, bool):
             raise InputError(f"{where}: field 'answerable' must be true or false, got {answerable!r}")
-        gold = row.get("gold_passage_ids", [])
+        gold = string_list(row, "gold_passage_ids", where)
+        mapping_field(row, "meta", where)  # a meta that is not a JSON object is refused with file:line
         needs_retrieval = row.get("needs_retrieval")
         if needs_retrieval is not None and not isinstance(needs_retrieval, bool):
             raise InputError(f"{where}: field 'needs_retrieval' must be true, false or null, got {needs_retrieval!r}")

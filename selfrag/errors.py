@@ -16,7 +16,8 @@ class ConfigError(SelfragError, ValueError):
     """A config file, key or value is invalid. Holds every problem found, not just the first."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
+        # One line per problem, each once: the CLI prints them as they are.
+        self.problems = list(dict.fromkeys(" ".join(str(problem).split("\n")) for problem in problems))
         if len(self.problems) == 1:
             message = self.problems[0]
         else:
@@ -38,3 +39,7 @@ class TokenizerError(SelfragError, ValueError):
 
 class TrajectoryParseError(SelfragError, ValueError):
     """Generated text or token ids do not form a well-formed reflection trajectory."""
+
+
+class UsageError(SelfragError, ValueError):
+    """The command line itself is wrong (no question, two questions, an option the command does not take)."""

@@ -9,19 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import InputError
+from selfrag.fsutil import decode_utf8, remove_dead_writers_temps, temp_sibling
+
+BOM = b"\xef\xbb\xbf"
 
 
 def read_jsonl(path: str | Path, what: str = "records") -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line; a bad line raises ``InputError`` with file:line.
 
-    A final line without a newline that is not valid JSON is reported too: it is most likely the tail
-    of a killed write, and the message says how to resume.
+    A byte that is not UTF-8 is reported with its line and column. A final line without a newline that
+    is not valid JSON is reported too: it is most likely the tail of a killed write.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} file {str(path)!r} is a directory; pass a JSONL file")
     if not path.is_file():
         raise InputError(f"{what} file {str(path)!r} not found; check the path (it must be a JSONL file)")
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = decode_utf8(raw[3:] if number == 1 and raw.startswith(BOM) else raw, path, number - 1)
             if not line.strip():
                 continue
             try:
@@ -32,16 +38,70 @@ def read_jsonl(path: str | Path, what: str = "records") -> Iterator[tuple[int, d
                     f"each line of the {what} file must be one JSON object — fix or delete that line"
                 ) from None
             if not isinstance(data, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(data).__name__}")
+                raise InputError(
+                    f"{path}:{number}: expected a JSON object {{...}}, got {type(data).__name__}; "
+                    f"each line of the {what} file must be one JSON object"
+                )
             yield number, data
 
 
-def require_fields(data: Mapping[str, Any], fields: Iterable[str], where: str, kind: type = str) -> None:
+def require_fields(
+    data: Mapping[str, Any], fields: Iterable[str], where: str, kind: type = str, allow_empty: bool = False
+) -> None:
+    """Each of ``fields`` must be a ``kind``; strings must not be blank unless ``allow_empty``."""
     for name in fields:
-        if not isinstance(data.get(name), kind):
+        value = data.get(name)
+        if name not in data:
+            raise InputError(f'{where}: field {name!r} is missing; add "{name}" ({kind.__name__}) to that line')
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise InputError(f"{where}: field {name!r} must be a {kind.__name__}, got {value!r}; fix that line")
+        if isinstance(value, str) and not allow_empty and not value.strip():
+            raise InputError(f"{where}: field {name!r} is empty; give it a text or delete that line")
+
+
+def string_list(data: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
+    """Optional field ``name``: a list of strings (absent/null: empty); a bare string is refused, not split."""
+    value = data.get(name)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise InputError(
+            f"{where}: field {name!r} must be a list of strings, got the string {value!r}; "
+            f'write "{name}": [{json.dumps(value, ensure_ascii=False)}]'
+        )
+    if not isinstance(value, list) or not all(
+        isinstance(item, str | int) and not isinstance(item, bool) for item in value
+    ):
+        raise InputError(f"{where}: field {name!r} must be a list of strings, got {value!r}; fix that line")
+    return tuple(str(item) for item in value)
+
+
+def mapping_field(data: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
+    """Optional field ``name``: a JSON object (absent/null: empty); anything else is refused."""
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(
+            f'{where}: field {name!r} must be a JSON object like {{"split": "train"}}, got {value!r}; fix that line'
+        )
+    return dict(value)
+
+
+class UniqueIds:
+    """Refuses a second row with the same id, naming both lines: ``ids.add(row_id, where)``."""
+
+    def __init__(self, what: str = "id") -> None:
+        self.what = what
+        self.seen: dict[str, str] = {}
+
+    def add(self, value: str, where: str) -> None:
+        if value in self.seen:
             raise InputError(
-                f'{where}: field {name!r} must be a {kind.__name__}, got {data.get(name)!r}; add "{name}" to that line'
+                f"{where}: duplicate {self.what} {value!r} (first at {self.seen[value]}); "
+                f"each {self.what} must be unique — rename or delete one of them"
             )
+        self.seen[value] = where
 
 
 def dumps(data: Mapping[str, Any]) -> str:
@@ -52,15 +112,20 @@ def write_jsonl_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> i
     """Write rows to ``path`` via a temporary file and rename: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    remove_dead_writers_temps(path)
+    tmp = temp_sibling(path)
     count = 0
-    with tmp.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(dumps(row) + "\n")
-            count += 1
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(dumps(row) + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return count
 
 

@@ -73,18 +73,45 @@ def resolve_model(name: str) -> str:
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise ModelNotFoundError(
                 f"model directory {name!r} has no config.json or adapter_config.json; "
-                "point --model at a saved model or adapter directory"
+                "give the model as a directory written by save_pretrained or by selfrag train"
             )
         return str(path)
     alias = name.lower()
     if alias in ALIASES:
         return str(convert_alias(alias))
     if is_hub_id(name) and not name.startswith((".", "/", "~")):
+        check_hub_model_available(name)
         return name
     raise ModelNotFoundError(
         f"unknown model {name!r}: not a built-in name ({', '.join(ALIASES)}), not an existing directory, "
-        "and not a hub id like owner/name; pass one of those to --model"
+        "and not a hub id like owner/name; give the model as one of those"
     )
+
+
+def hub_offline() -> bool:
+    """True when the user turned hub downloads off (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
+    return any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def check_hub_model_available(name: str) -> None:
+    """With hub downloads off, a hub id must already be in the local cache: one clear line instead of
+    transformers' many-line ``OSError`` after the other work has started."""
+    if not hub_offline():
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        return
+    cached = [try_to_load_from_cache(name, filename) for filename in ("config.json", "adapter_config.json")]
+    if not any(isinstance(path, str) for path in cached):
+        raise ModelNotFoundError(
+            f"model {name!r} is a hub id, but hub downloads are off (HF_HUB_OFFLINE=1) and it is not in the local "
+            f"cache; download it where a hub is reachable (huggingface-cli download {name}), or give a local "
+            f"directory or a built-in name ({', '.join(ALIASES)})"
+        )
 
 
 def gguf_path(source: GgufSource) -> Path:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from selfrag.config import help_field
+from selfrag.config import check_options, help_field
 
 #: SFTConfig fields this recipe sets itself from the typed config; setting them in ``trl`` is an error.
 TRL_OWNED: dict[str, str] = {
@@ -67,7 +69,20 @@ class LoraOptions:
             problems.append(f"alpha must be > 0, got {self.alpha}")
         if not 0 <= self.dropout < 1:
             problems.append(f"dropout must be in [0, 1), got {self.dropout}")
+        problems += _check_target_modules(self.target_modules)
         return problems
+
+
+def _check_target_modules(modules: str | list[str]) -> list[str]:
+    # PEFT reads a string as a regular expression over full module names: a bare name matches nothing.
+    if isinstance(modules, str) and modules != "all-linear" and re.fullmatch(r"[A-Za-z0-9_.]+", modules):
+        return [
+            f"target_modules is the string {modules!r}, which PEFT reads as a regular expression over full "
+            f"module names and matches nothing; write a list: lora.target_modules=[{modules}]"
+        ]
+    if isinstance(modules, list) and not modules:
+        return ["target_modules is an empty list; write lora.target_modules=all-linear or name the modules"]
+    return []
 
 
 @dataclasses.dataclass
@@ -127,9 +142,16 @@ class TrainConfig:
     )
 
     def validate(self) -> list[str]:
-        problems = _check_pass_through("trl", self.trl, _field_names("trl", "SFTConfig"), TRL_OWNED)
-        problems += _check_pass_through("peft", self.peft, _field_names("peft", "LoraConfig"), PEFT_OWNED)
+        # Keys and value types against the real dataclasses (check_options), so a wrong type fails before a model loads.
+        problems = check_options("trl", self.trl, _library_class("trl", "SFTConfig"), TRL_OWNED)
+        problems += check_options("peft", self.peft, _library_class("peft", "LoraConfig"), PEFT_OWNED)
         return problems
+
+
+def _library_class(module: str, name: str) -> type:
+    import importlib
+
+    return typing.cast(type, getattr(importlib.import_module(module), name))
 
 
 def _field_names(module: str, name: str) -> set[str]:

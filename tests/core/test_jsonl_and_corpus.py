@@ -21,7 +21,7 @@ def test_missing_files_and_fields(tmp_path: Path) -> None:
         load_corpus(tmp_path / "none.jsonl")
     path = tmp_path / "q.jsonl"
     path.write_text('{"question": "ok?"}\n{"query": "wrong key"}\n')
-    with pytest.raises(InputError, match=r"q.jsonl:2: field 'question' must be a str"):
+    with pytest.raises(InputError, match=r"q.jsonl:2: field 'question' is missing; add \"question\" \(str\)"):
         load_queries(path)
     dup = tmp_path / "dup.jsonl"
     dup.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')

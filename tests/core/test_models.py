@@ -13,9 +13,17 @@ def test_unknown_model_name_says_what_is_accepted() -> None:
         models.resolve_model("nonexistent-model")
 
 
-def test_local_directory_and_hub_id_pass_through(tiny_base_dir: Path, tmp_path: Path) -> None:
+def test_local_directory_and_hub_id_pass_through(
+    tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert models.resolve_model(str(tiny_base_dir)) == str(tiny_base_dir)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # with hub access, a hub id goes to transformers as is
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     assert models.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ModelNotFoundError, match="hub downloads are off"):
+        models.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
     with pytest.raises(ModelNotFoundError, match="no config.json"):
         models.resolve_model(str(tmp_path))
 

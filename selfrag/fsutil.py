@@ -1,0 +1,197 @@
+"""Files the product reads and writes: UTF-8 errors as file:line, atomic writes, output-path checks.
+
+    text = read_text(path, what="corpus file")               # a bad byte -> InputError "path:3: ..."
+    write_json(output / "stats.json", stats)                  # temp file + fsync + rename: never half a file
+    check_output_path(config.output, key="output", inputs=[config.corpus, config.queries])
+
+A resume reads what an earlier run wrote (configs, manifests, stats). Each of those is written to a
+temporary sibling, fsynced and renamed over the target, so a run killed at any moment leaves either the
+old file or the new one, never a cut one that refuses to resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from selfrag.errors import InputError
+
+# ---- reading -------------------------------------------------------------------------------------------------
+
+
+def decode_error_message(path: str | Path, data: bytes, error: UnicodeDecodeError, line_offset: int = 0) -> str:
+    """``path:line: not UTF-8 (byte 0x.. at column c); fix`` for a decoding error at ``error.start`` of ``data``."""
+    line = data.count(b"\n", 0, error.start) + 1 + line_offset
+    column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+    byte = data[error.start : error.start + 1].hex()
+    return (
+        f"{path}:{line}: not UTF-8 text (byte 0x{byte} at column {column}); "
+        "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove that character"
+    )
+
+
+def decode_utf8(data: bytes, path: str | Path, line_offset: int = 0) -> str:
+    """``data`` decoded as UTF-8 (a leading BOM is dropped); a bad byte raises ``InputError`` with file:line."""
+    try:
+        return data.decode("utf-8-sig" if line_offset == 0 else "utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(decode_error_message(path, data, error, line_offset)) from None
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; a missing file or a non-UTF-8 byte is one ``InputError`` line."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {str(path)!r} is a directory; pass a file")
+    if not path.is_file():
+        raise InputError(f"{what} {str(path)!r} not found; check the path")
+    return decode_utf8(path.read_bytes(), path)
+
+
+# ---- writing -------------------------------------------------------------------------------------------------
+
+
+def temp_sibling(path: Path) -> Path:
+    """Where an atomic write of ``path`` writes first: ``.NAME.tmp-PID`` beside it."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Path:
+    """Write ``data`` to ``path`` atomically: temp sibling, flush + fsync, rename, fsync of the directory.
+
+    If anything fails before the rename, the temp file is removed and ``path`` keeps its old content.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_writers_temps(path)
+    tmp = temp_sibling(path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        _fsync_directory(path.parent)
+    return path
+
+
+def write_text(path: str | Path, text: str, fsync: bool = True) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`write_bytes`)."""
+    return write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def write_json(path: str | Path, data: Any, fsync: bool = True) -> Path:
+    """Write ``data`` as indented JSON (UTF-8, trailing newline) to ``path`` atomically."""
+    return write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", fsync=fsync)
+
+
+def remove_dead_writers_temps(path: Path) -> None:
+    """Delete temp siblings of ``path`` left by writers that were killed (their process is gone)."""
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The rename itself is durable only once the directory entry is on disk (POSIX); best effort elsewhere.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temp_files(directory: str | Path) -> list[Path]:
+    """Delete ``.NAME.tmp-PID`` files left in ``directory`` by a killed writer; returns what was removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.glob(".*.tmp-*") if p.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+# ---- output paths --------------------------------------------------------------------------------------------
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_output_path(
+    path: str | Path, key: str = "output", inputs: Iterable[str | Path | None] = (), directory: bool = True
+) -> Path:
+    """Refuse an output path that cannot be right, before any work is done; returns the path.
+
+    * a directory output that names an existing file (``FileExistsError`` later, after the work);
+    * the output is one of the inputs, or holds an input, or sits inside an input directory
+      (``selfrag export A A`` would overwrite the adapter it reads).
+
+    ``key`` is how the user spells the setting (``output=``, ``output_dir=``, or a positional name).
+    """
+    path = Path(path).expanduser()
+    resolved = path.resolve()
+    if directory and path.exists() and not path.is_dir():
+        raise InputError(f"{key} {str(path)!r} is an existing file, not a directory; give a directory path")
+    if not directory and path.is_dir():
+        raise InputError(f"{key} {str(path)!r} is a directory; give a file path")
+    for item in inputs:
+        if item is None:
+            continue
+        source = Path(item).expanduser().resolve()
+        if resolved == source:
+            raise InputError(f"{key} {str(path)!r} is also an input; write the output to a new path")
+        if _inside(source, resolved):
+            raise InputError(
+                f"{key} {str(path)!r} contains the input {str(item)!r} and could overwrite it; "
+                "write the output to a new path"
+            )
+        if source.is_dir() and _inside(resolved, source):
+            raise InputError(
+                f"{key} {str(path)!r} is inside the input directory {str(item)!r}; write the output elsewhere"
+            )
+    return path
+
+
+#: Config fields that name where a command writes; every other path (and an existing ``model`` path) is an input.
+OUTPUT_FIELDS = ("output", "output_dir")
+
+
+def check_config_outputs(config: Any) -> None:
+    """:func:`check_output_path` for each output field of a config dataclass, against its input paths."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return
+    values = {spec.name: getattr(config, spec.name) for spec in dataclasses.fields(config)}
+    inputs = [value for name, value in values.items() if isinstance(value, Path) and name not in OUTPUT_FIELDS]
+    model = values.get("model")
+    if isinstance(model, str) and model and Path(model).expanduser().exists():
+        inputs.append(Path(model))
+    for name in OUTPUT_FIELDS:
+        if isinstance(values.get(name), Path):
+            check_output_path(values[name], key=name, inputs=inputs)
