@@ -83,7 +83,7 @@ def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Pat
     with torch.no_grad():
         expected = result.model(input_ids=ids).logits
         torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=0, atol=1e-6)
-        merged_dir = export(config.output_dir, tmp_path / "merged", merge=True)
+        merged_dir = export(config.output_dir, tmp_path / "merged")
         merged, _, merged_meta = load_trained(merged_dir)
         torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=0, atol=1e-4)
     assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids
