@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -149,7 +149,7 @@ class PreparedModel:
     token_ids: ReflectionIds
     template: str
     base_path: str
-    strategy: str = "add"  # the resolved tokens.strategy ("auto" resolved)
+    strategy: Literal["add", "reserved"] = "add"  # the resolved tokens.strategy ("auto" resolved)
 
 
 def prepare_model(config: TrainConfig) -> PreparedModel:

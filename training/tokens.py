@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -53,13 +53,15 @@ def prepare_tokens(model: Any, tokenizer: Any, strategy: str) -> ReflectionIds:
     return add_reflection_tokens(model, tokenizer)
 
 
-def resolve_strategy(tokenizer: Any, strategy: str) -> str:
+def resolve_strategy(tokenizer: Any, strategy: str) -> Literal["add", "reserved"]:
     """``auto`` -> ``reserved`` where the tokenizer has >= 15 unused reserved tokens (or already holds the
     reflection strings on reserved ids), else ``add``; other values are checked and returned."""
     if strategy not in (*STRATEGIES, "auto"):
         raise ConfigError([f"tokens.strategy must be one of {[*STRATEGIES, 'auto']}, got {strategy!r}"])
-    if strategy != "auto":
-        return strategy
+    if strategy == "add":
+        return "add"
+    if strategy == "reserved":
+        return "reserved"
     if _already_prepared(tokenizer):
         # A tokenizer saved by selfrag: one that still holds unused reserved tokens had them to spare.
         return "reserved" if reserved_tokens(tokenizer) else "add"
