@@ -23,7 +23,7 @@ import torch
 
 from selfrag.artifacts import ModelMeta, save_meta
 from selfrag.config import to_dict, write_resolved
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError, InputError
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
 from selfrag.reflection import ReflectionIds
@@ -112,6 +112,7 @@ def run(config: TrainConfig) -> TrainResult:
             processing_class=tokenizer,
             callbacks=[_accuracy_callback(held_out_set.examples, token_ids)] if held_out_set.examples else None,
         )
+    check_sharding(trainer, prepared.strategy)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
@@ -122,9 +123,7 @@ def run(config: TrainConfig) -> TrainResult:
     logger.info("held-out reflection accuracy: %s", accuracy)
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
-    # The base is resized before the adapter loads, and the new rows live in the trainable-token
-    # deltas, so the full embedding matrix need not be saved with the adapter.
-    model.save_pretrained(str(output_dir), save_embedding_layers=False)
+    save_adapter(trainer, model, output_dir)
     tokenizer.save_pretrained(str(output_dir))
     base_model = base_model_name(config.model, prepared.base_path)
     save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, "adapter"))
@@ -234,6 +233,29 @@ def _lora_head_allowed(model: Any) -> Iterator[None]:
         yield
     finally:
         del model.get_output_embeddings
+
+
+def check_sharding(trainer: Any, strategy: str) -> None:
+    """Refuse strategy ``reserved`` under FSDP / DeepSpeed: sharded parameters bypass its gradient masks."""
+    if strategy == "reserved" and (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
+        raise ConfigError([
+            "tokens.strategy=reserved keeps the other rows of its embed_tokens/lm_head LoRA at zero with gradient "
+            "masks, which FSDP and DeepSpeed ZeRO-3 bypass; launch with configs/accelerate/ddp.yaml or "
+            "single_gpu.yaml (an 8B LoRA fits one GPU), or use tokens.strategy=add"
+        ])
+
+
+def save_adapter(trainer: Any, model: Any, output_dir: Path) -> None:
+    """Write the adapter once: gathered from the shards under FSDP/DeepSpeed, else from the main process.
+
+    Strategy ``add``: the base is resized before the adapter loads and the new rows live in the
+    trainable-token deltas; ``reserved``: the base is unchanged. Either way the full embedding matrix need
+    not be saved with the adapter (and vLLM's loader skips it).
+    """
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        trainer.save_model(str(output_dir))  # gathers the sharded weights; writes on the main process only
+    elif trainer.is_world_process_zero():
+        model.save_pretrained(str(output_dir), save_embedding_layers=False)
 
 
 def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
