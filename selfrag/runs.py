@@ -10,6 +10,7 @@ directory before it starts. A later run into the same directory:
 * with the same fingerprint resumes (a training run continues from its last checkpoint);
 * with different settings or different input content is refused with a message listing exactly what
   differs, unless ``overwrite=true``, which deletes the old run's outputs and starts over;
+* over a previous run that stopped before writing anything but ``run.json`` starts over quietly;
 * into a non-empty directory that holds no ``run.json`` is refused: it is not a selfrag run of this stage, and
   nothing in it is deleted, even with ``overwrite=true``.
 """
@@ -95,6 +96,11 @@ def check_rerun(
         _write(output_dir, fingerprint)
         return "fresh"
     changed = differences(previous, fingerprint)
+    if changed and [entry.name for entry in output_dir.iterdir()] == [RUN_FILE]:
+        # The previous run stopped before it wrote anything (a wrong model name, a bad record): nothing to lose.
+        logger.info("%s holds only the run.json of a run that produced nothing; starting over", output_dir)
+        _write(output_dir, fingerprint)
+        return "fresh"
     if not changed:
         logger.info("%s holds a run with the same settings and inputs; resuming it", output_dir)
         return "resume"

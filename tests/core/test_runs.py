@@ -36,8 +36,10 @@ def test_differences_name_each_changed_setting_and_input(tmp_path: Path) -> None
 
 def test_same_run_resumes_and_different_run_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    assert check_rerun(out, make(tmp_path, seed=5), overwrite=False) == "fresh"
+    # That run failed before writing anything (only run.json): a corrected rerun simply starts over.
     assert check_rerun(out, make(tmp_path), overwrite=False) == "fresh"
-    assert json.loads((out / RUN_FILE).read_text())["stage"] == "train"
+    assert json.loads((out / RUN_FILE).read_text())["settings"]["training.seed"] == 0
     (out / "checkpoints").mkdir()
     assert check_rerun(out, make(tmp_path), overwrite=False) == "resume"
     with pytest.raises(RunMismatchError) as error:
@@ -70,5 +72,6 @@ def test_foreign_non_empty_directory_is_never_deleted(tmp_path: Path) -> None:
 def test_custom_key_is_named_in_the_refusal(tmp_path: Path) -> None:
     out = tmp_path / "out"
     check_rerun(out, make(tmp_path), overwrite=False)
+    (out / "checkpoints").mkdir()
     with pytest.raises(RunMismatchError, match="set --restart=true"):
         check_rerun(out, make(tmp_path, seed=2), overwrite=False, key="--restart")
