@@ -137,7 +137,7 @@ def _bare_trl(settings: dict[str, Any], out: str) -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer.add_special_tokens({"extra_special_tokens": list(TOKENS)}, replace_extra_special_tokens=False)
     model.resize_token_embeddings(len(tokenizer))
-    ids = tokenizer.convert_tokens_to_ids(list(TOKENS))
+    ids = [int(tokenizer.convert_tokens_to_ids(token)) for token in TOKENS]
     dataset = _dataset(settings, tokenizer)
 
     class ForwardLossTrainer(SFTTrainer):  # the fused LM-head loss cannot run through the trainable-token wrapper
@@ -163,7 +163,7 @@ def _bare_trl(settings: dict[str, Any], out: str) -> int:
     return _trained_tokens(settings)
 
 
-LORA = {"r": 16, "alpha": 32, "dropout": 0.05}
+LORA: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05}
 
 
 def _dataset(settings: dict[str, Any], tokenizer: Any) -> Any:
