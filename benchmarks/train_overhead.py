@@ -137,7 +137,7 @@ def _bare_trl(settings: dict[str, Any], out: str) -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer.add_special_tokens({"extra_special_tokens": list(TOKENS)}, replace_extra_special_tokens=False)
     model.resize_token_embeddings(len(tokenizer))
-    ids = [int(tokenizer.convert_tokens_to_ids(token)) for token in TOKENS]
+    ids = [tokenizer.get_vocab()[token] for token in TOKENS]
     dataset = _dataset(settings, tokenizer)
 
     class ForwardLossTrainer(SFTTrainer):  # the fused LM-head loss cannot run through the trainable-token wrapper
