@@ -66,10 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(generate_merge)
     train = commands.add_parser("train", help="LoRA fine-tune a model to emit reflection tokens (TRL + PEFT)")
     _add_config_arguments(train)
-    export = commands.add_parser("export", help="merge a trained adapter into a full model (for vLLM)")
+    export = commands.add_parser("export", help="merge a trained adapter into a full model (loads without PEFT)")
     export.add_argument("adapter", type=Path, help="adapter directory written by selfrag train")
-    export.add_argument("output", type=Path, help="where to write the merged model")
-    export.add_argument("--merge", action="store_true", default=True, help="merge LoRA weights (default)")
+    export.add_argument("output", type=Path, help="a new (or empty) directory for the merged model")
 
     ask = commands.add_parser("ask", help="answer one question, showing the reflection decisions")
     ask.add_argument("words", nargs="*", metavar="QUESTION", help="the question (quoted), and key=value overrides")
@@ -223,7 +222,7 @@ def _train(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from selfrag.training.export import export
 
-    path = export(args.adapter, args.output, merge=args.merge)
+    path = export(args.adapter, args.output)
     print(f"merged model written to {path}")
     return 0
 

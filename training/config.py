@@ -45,10 +45,12 @@ PEFT_OWNED: dict[str, str] = {
 
 @dataclasses.dataclass
 class TokensConfig:
-    strategy: Literal["add", "reserved"] = help_field(
-        "How the reflection tokens get ids: 'add' new special tokens (then export --merge for vLLM), or "
-        "'reserved': rename 15 unused Llama-3 style <|reserved_special_token_N|> tokens (vocabulary size unchanged).",
-        default="add",
+    strategy: Literal["auto", "add", "reserved"] = help_field(
+        "How the reflection tokens get ids: 'add' new special tokens (trained via PEFT trainable tokens; serve the "
+        "`selfrag export` merged model with vLLM), 'reserved': rename 15 unused Llama-3 style "
+        "<|reserved_special_token_N|> tokens (vocabulary and base unchanged; a plain LoRA adapter that vLLM "
+        "serves as a LoRARequest), or 'auto': reserved where the tokenizer has >= 15 reserved tokens, else add.",
+        default="auto",
     )
 
 
@@ -140,11 +142,31 @@ class TrainConfig:
     peft: dict[str, Any] = help_field(
         "Extra peft.LoraConfig options, passed through (e.g. {use_rslora: true}).", default_factory=dict
     )
+    quantization: dict[str, Any] = help_field(
+        "QLoRA: transformers.BitsAndBytesConfig options for loading the base (e.g. {load_in_4bit: true, "
+        "bnb_4bit_quant_type: nf4, bnb_4bit_compute_dtype: bfloat16}); empty loads it unquantised. Needs a GPU "
+        "and bitsandbytes.",
+        default_factory=dict,
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = help_field(
+        "dtype the base model is loaded in: float32 on CPU; bfloat16 for 7-8B models on GPUs (LoRA weights are "
+        "trained in fp32 by PEFT either way).",
+        default="float32",
+    )
+    overwrite: bool = help_field(
+        "Start over when output_dir holds a run with different settings or records (its outputs are deleted). "
+        "Without it such a rerun is refused with the list of differences; the same settings resume.",
+        default=False,
+    )
 
     def validate(self) -> list[str]:
         # Keys and value types against the real dataclasses (check_options), so a wrong type fails before a model loads.
         problems = check_options("trl", self.trl, _library_class("trl", "SFTConfig"), TRL_OWNED)
         problems += check_options("peft", self.peft, _library_class("peft", "LoraConfig"), PEFT_OWNED)
+        if self.quantization:  # BitsAndBytesConfig is not a dataclass: its keys are checked against __init__
+            problems += _check_pass_through(
+                "quantization", self.quantization, _init_names("transformers", "BitsAndBytesConfig"), {}
+            )
         return problems
 
 
@@ -159,6 +181,14 @@ def _field_names(module: str, name: str) -> set[str]:
 
     cls = getattr(importlib.import_module(module), name)
     return {spec.name for spec in dataclasses.fields(cls) if spec.init}
+
+
+def _init_names(module: str, name: str) -> set[str]:
+    import importlib
+    import inspect
+
+    cls = getattr(importlib.import_module(module), name)
+    return {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "kwargs")}
 
 
 def _check_pass_through(prefix: str, options: dict[str, Any], known: set[str], owned: dict[str, str]) -> list[str]:

@@ -3,30 +3,42 @@
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=data/records.jsonl output_dir=runs/smollm2
 
 Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json``, the resolved ``config.yaml`` and
-``metrics.json`` (training losses, reflection-token accuracy on the held-out split). Checkpoints go to
-``output_dir/checkpoints``; a killed run started again with the same output_dir resumes from the last one.
+``metrics.json`` (training losses, reflection-token accuracy on the held-out split) and ``run.json`` (the
+settings and the records' SHA-256). Checkpoints go to ``output_dir/checkpoints``; a killed run started again
+with the same settings and records resumes from the last one; a run with different ones is refused with the
+list of differences unless ``overwrite=true``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from selfrag.artifacts import ModelMeta, save_meta
-from selfrag.config import write_resolved
-from selfrag.errors import InputError
+from selfrag.config import to_dict, write_resolved
+from selfrag.errors import ConfigError, InputError
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
 from selfrag.reflection import ReflectionIds
+from selfrag.runs import check_rerun, run_fingerprint
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import encode_records, read_records, split_records
 from selfrag.training.evaluate import reflection_accuracy
-from selfrag.training.tokens import is_tied, prepare_tokens
+from selfrag.training.tokens import (
+    embedding_module_names,
+    init_reserved_lora,
+    is_tied,
+    linear_module_names,
+    prepare_tokens,
+    resolve_strategy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +83,10 @@ def run(config: TrainConfig) -> TrainResult:
 
     output_dir = Path(config.output_dir)
 
-    # --- Base model (fp32), reflection tokens, LoRA ---------------------------------------------
+    # --- Honest rerun: same settings and records resume, different ones are refused --------------
+    state = check_rerun(output_dir, train_fingerprint(config), config.overwrite)
+
+    # --- Base model, reflection tokens, LoRA -------------------------------------------------------
     prepared = prepare_model(config)
     model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
 
@@ -89,14 +104,16 @@ def run(config: TrainConfig) -> TrainResult:
 
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
-    trainer = _plain_loss_trainer(
-        model=model,
-        args=SFTConfig(**sft_options(config, checkpoints)),
-        train_dataset=train_set.to_dataset(),
-        processing_class=tokenizer,
-        callbacks=[_accuracy_callback(held_out_set.examples, token_ids)] if held_out_set.examples else None,
-    )
-    resume = last_checkpoint(checkpoints)
+    with _lora_head_allowed(model):
+        trainer = _plain_loss_trainer(
+            model=model,
+            args=SFTConfig(**sft_options(config, checkpoints)),
+            train_dataset=train_set.to_dataset(),
+            processing_class=tokenizer,
+            callbacks=[_accuracy_callback(held_out_set.examples, token_ids)] if held_out_set.examples else None,
+        )
+    check_sharding(trainer, prepared.strategy)
+    resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
     trainer.train(resume_from_checkpoint=resume)
@@ -106,12 +123,10 @@ def run(config: TrainConfig) -> TrainResult:
     logger.info("held-out reflection accuracy: %s", accuracy)
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
-    # The base is resized before the adapter loads, and the new rows live in the trainable-token
-    # deltas, so the full embedding matrix need not be saved with the adapter.
-    model.save_pretrained(str(output_dir), save_embedding_layers=False)
+    save_adapter(trainer, model, output_dir)
     tokenizer.save_pretrained(str(output_dir))
     base_model = base_model_name(config.model, prepared.base_path)
-    save_meta(output_dir, ModelMeta(token_ids, config.tokens.strategy, template, base_model, "adapter"))
+    save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, "adapter"))
     write_resolved(config, output_dir)
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
@@ -133,10 +148,11 @@ class PreparedModel:
     token_ids: ReflectionIds
     template: str
     base_path: str
+    strategy: Literal["add", "reserved"] = "add"  # the resolved tokens.strategy ("auto" resolved)
 
 
 def prepare_model(config: TrainConfig) -> PreparedModel:
-    """Load the base in fp32, give it the reflection tokens, wrap it in LoRA; seeded, so repeatable."""
+    """Load the base, give it the reflection tokens, wrap it in LoRA; seeded, so repeatable."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
@@ -144,35 +160,116 @@ def prepare_model(config: TrainConfig) -> PreparedModel:
     base_path = resolve_model(config.model)
     logger.info("loading base model %s from %s", config.model, base_path)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(base_path, **model_load_options(config))
+    if config.quantization:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    token_ids = prepare_tokens(model, tokenizer, config.tokens.strategy)
+    strategy = resolve_strategy(tokenizer, config.tokens.strategy)
+    token_ids = prepare_tokens(model, tokenizer, strategy)
     template = resolve_template(tokenizer, config.prompt_template)
-    # LoRA, plus the reflection-token rows trained through trainable_token_indices.
-    model = get_peft_model(model, lora_config(config, token_ids, model))
+    model = get_peft_model(model, lora_config(config, token_ids, model, strategy))
+    if strategy == "reserved":
+        init_reserved_lora(model, token_ids, _base_rows(tokenizer))
     trainable, total = model.get_nb_trainable_parameters()
-    logger.info("trainable parameters: %d of %d", trainable, total)
-    return PreparedModel(model, tokenizer, token_ids, template, base_path)
+    logger.info("tokens.strategy=%s; trainable parameters: %d of %d", strategy, trainable, total)
+    return PreparedModel(model, tokenizer, token_ids, template, base_path, strategy)
 
 
-def lora_config(config: TrainConfig, token_ids: ReflectionIds, model: Any) -> Any:
-    """PEFT ``LoraConfig`` with the reflection rows trainable (input embeddings; the head too when untied)."""
+def model_load_options(config: TrainConfig) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments: the dtype, and a ``BitsAndBytesConfig`` for QLoRA."""
+    options: dict[str, Any] = {"dtype": getattr(torch, config.dtype)}
+    if config.quantization:
+        from transformers import BitsAndBytesConfig
+
+        settings = dict(config.quantization)
+        for key in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
+            if isinstance(settings.get(key), str):
+                settings[key] = getattr(torch, settings[key])
+        options["quantization_config"] = BitsAndBytesConfig(**settings)
+    return options
+
+
+def lora_config(config: TrainConfig, token_ids: ReflectionIds, model: Any, strategy: str = "add") -> Any:
+    """PEFT ``LoraConfig`` for a strategy.
+
+    ``add``: LoRA plus the reflection rows trained through ``trainable_token_indices`` (input embeddings; the
+    head too when untied). ``reserved``: a plain LoRA that vLLM loads as a ``LoRARequest``: the linear layers
+    plus ``embed_tokens`` and ``lm_head`` (see ``tokens.init_reserved_lora`` for how only the reflection rows
+    move). vLLM's loader accepts nothing else: no ``trainable_tokens_delta``, no ``modules_to_save``.
+    """
     from peft import LoraConfig
 
-    ids = list(token_ids.all_ids)
-    # With tied weights PEFT wraps the head with an adapter tied to the embedding one; an untied head
-    # needs its own entry, else the new tokens could be read but never predicted.
-    trainable = {"embed_tokens": ids} if is_tied(model) else {"embed_tokens": ids, "lm_head": ids}
-    return LoraConfig(
-        r=config.lora.r,
-        lora_alpha=config.lora.alpha,
-        lora_dropout=config.lora.dropout,
-        target_modules=config.lora.target_modules,
-        trainable_token_indices=trainable,
-        task_type="CAUSAL_LM",
-        **config.peft,
+    options: dict[str, Any] = {
+        "r": config.lora.r, "lora_alpha": config.lora.alpha, "lora_dropout": config.lora.dropout,
+        "task_type": "CAUSAL_LM",
+    }
+    if strategy == "reserved":
+        embedding, head = embedding_module_names(model)
+        linear = config.lora.target_modules
+        linear = linear_module_names(model) if linear == "all-linear" else list(linear)
+        options["target_modules"] = sorted({*linear, embedding, *([head] if head else [])})
+    else:
+        ids = list(token_ids.all_ids)
+        # With tied weights PEFT wraps the head with an adapter tied to the embedding one; an untied head
+        # needs its own entry, else the new tokens could be read but never predicted.
+        trainable = {"embed_tokens": ids} if is_tied(model) else {"embed_tokens": ids, "lm_head": ids}
+        options.update(target_modules=config.lora.target_modules, trainable_token_indices=trainable)
+    return LoraConfig(**options, **config.peft)
+
+
+@contextmanager
+def _lora_head_allowed(model: Any) -> Iterator[None]:
+    """Let TRL's SFTTrainer take a model with LoRA on ``lm_head`` (strategy ``reserved``).
+
+    TRL 1.16 refuses it in ``__init__`` because its fused loss reads ``lm_head.weight`` directly and would
+    never train the adapter. This recipe's loss is the model's own forward (``_plain_loss_trainer``), which
+    goes through the LoRA head, so the check does not apply; it is hidden only while the trainer is built.
+    """
+    model.get_output_embeddings = lambda: None  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        del model.get_output_embeddings
+
+
+def check_sharding(trainer: Any, strategy: str) -> None:
+    """Refuse strategy ``reserved`` under FSDP / DeepSpeed: sharded parameters bypass its gradient masks."""
+    if strategy == "reserved" and (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
+        raise ConfigError([
+            "tokens.strategy=reserved keeps the other rows of its embed_tokens/lm_head LoRA at zero with gradient "
+            "masks, which FSDP and DeepSpeed ZeRO-3 bypass; launch with configs/accelerate/ddp.yaml or "
+            "single_gpu.yaml (an 8B LoRA fits one GPU), or use tokens.strategy=add"
+        ])
+
+
+def save_adapter(trainer: Any, model: Any, output_dir: Path) -> None:
+    """Write the adapter once: gathered from the shards under FSDP/DeepSpeed, else from the main process.
+
+    Strategy ``add``: the base is resized before the adapter loads and the new rows live in the
+    trainable-token deltas; ``reserved``: the base is unchanged. Either way the full embedding matrix need
+    not be saved with the adapter (and vLLM's loader skips it).
+    """
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        trainer.save_model(str(output_dir))  # gathers the sharded weights; writes on the main process only
+    elif trainer.is_world_process_zero():
+        model.save_pretrained(str(output_dir), save_embedding_layers=False)
+
+
+def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
+    """The settings and the records' content hash that make a training run; ``run.json`` in its output_dir."""
+    settings = to_dict(config)
+    return run_fingerprint(
+        "train", settings, {"records": config.records}, ignore=("output_dir", "overwrite", "records")
     )
+
+
+def _base_rows(tokenizer: Any) -> int:
+    """Rows of real (not added/special) tokens: what the reserved rows' mean start value is taken over."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return int(backend.get_vocab_size(with_added_tokens=False)) if backend is not None else len(tokenizer)
 
 
 def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:

@@ -2,9 +2,23 @@
 
     ids = prepare_tokens(model, tokenizer, "add")   # -> selfrag.reflection.ReflectionIds
 
-Strategy ``add`` appends the strings as special tokens and grows the embeddings. Strategy ``reserved``
-renames 15 unused Llama-3 style ``<|reserved_special_token_N|>`` tokens to the reflection strings (the
-vocabulary size stays the same) and sets their rows, untrained in the base, to the mean.
+Strategy ``add`` appends the strings as special tokens and grows the embeddings; their rows are trained
+through PEFT ``trainable_token_indices``, an adapter vLLM cannot load, so it is served merged.
+
+Strategy ``reserved`` renames 15 unused Llama-3 style ``<|reserved_special_token_N|>`` tokens to the
+reflection strings. The vocabulary size and the base weights stay as they are, so the result must be a
+*plain* LoRA adapter that vLLM's multi-LoRA loader accepts: ``lora_A``/``lora_B`` of linear layers and
+``lora_embedding_A``/``lora_embedding_B`` of ``embed_tokens``, LoRA on ``lm_head``, nothing else (vLLM's
+``parse_fine_tuned_lora_name`` rejects ``trainable_tokens_delta`` and full ``modules_to_save`` weights). The
+reflection rows get their values through those two LoRA modules only (:func:`init_reserved_lora`):
+
+* ``embed_tokens`` LoRA: row ``t`` of the embedding moves by ``scaling * B @ A[:, t]``. ``A``'s columns other
+  than the reflection ids start at zero and their gradient is masked, so every other row stays exactly the
+  base row, in training, in the saved adapter and in vLLM.
+* ``lm_head`` LoRA: row ``t`` of the head moves by ``scaling * B[t] @ A``. ``B``'s rows other than the
+  reflection ids start at zero and their gradient is masked.
+* At the start, the first components of both are set (by an SVD) so that the reflection rows *are* the mean
+  of the real rows, as ``add`` starts them: an untrained reserved row is not a useful start.
 """
 
 from __future__ import annotations
@@ -12,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -22,6 +36,8 @@ from selfrag.reflection import TOKENS, ReflectionIds, reflection_ids
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("add", "reserved")
+#: ``auto`` picks ``reserved`` where a tokenizer has at least this many unused reserved tokens.
+RESERVED_NEEDED = len(TOKENS)
 RESERVED_PATTERN = re.compile(r"^<\|reserved_special_token_(\d+)\|>$")
 
 
@@ -31,11 +47,34 @@ def prepare_tokens(model: Any, tokenizer: Any, strategy: str) -> ReflectionIds:
     Idempotent: a tokenizer that already holds the strings (a model trained by selfrag) is left as
     it is, and only an embedding matrix that is too small for its ids is grown.
     """
-    if strategy not in STRATEGIES:
-        raise ConfigError([f"tokens.strategy must be one of {list(STRATEGIES)}, got {strategy!r}"])
+    strategy = resolve_strategy(tokenizer, strategy)
     if strategy == "reserved":
         return map_reserved_tokens(model, tokenizer)
     return add_reflection_tokens(model, tokenizer)
+
+
+def resolve_strategy(tokenizer: Any, strategy: str) -> Literal["add", "reserved"]:
+    """``auto`` -> ``reserved`` where the tokenizer has >= 15 unused reserved tokens (or already holds the
+    reflection strings on reserved ids), else ``add``; other values are checked and returned."""
+    if strategy not in (*STRATEGIES, "auto"):
+        raise ConfigError([f"tokens.strategy must be one of {[*STRATEGIES, 'auto']}, got {strategy!r}"])
+    if strategy == "add":
+        return "add"
+    if strategy == "reserved":
+        return "reserved"
+    if _already_prepared(tokenizer):
+        # A tokenizer saved by selfrag: one that still holds unused reserved tokens had them to spare.
+        return "reserved" if reserved_tokens(tokenizer) else "add"
+    return "reserved" if len(reserved_tokens(tokenizer)) >= RESERVED_NEEDED else "add"
+
+
+def reserved_tokens(tokenizer: Any) -> list[tuple[int, int]]:
+    """``(N, id)`` of every ``<|reserved_special_token_N|>`` the tokenizer holds, by N."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return sorted(
+        (int(match.group(1)), token_id) for token_id, added in decoder.items()
+        if (match := RESERVED_PATTERN.match(str(added.content if hasattr(added, "content") else added)))
+    )
 
 
 def add_reflection_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
@@ -71,13 +110,9 @@ def map_reserved_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
     """
     if _already_prepared(tokenizer):
         return reflection_ids(tokenizer)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise TokenizerError("tokens.strategy=reserved needs a fast tokenizer; use tokens.strategy=add")
-    reserved = sorted(
-        ((int(match.group(1)), token_id) for token_id, added in tokenizer.added_tokens_decoder.items()
-         if (match := RESERVED_PATTERN.match(added.content))),
-    )
+    reserved = reserved_tokens(tokenizer)
     if len(reserved) < len(TOKENS):
         raise TokenizerError(
             f"tokens.strategy=reserved needs {len(TOKENS)} unused <|reserved_special_token_N|> tokens, "
@@ -89,8 +124,9 @@ def map_reserved_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
     ids = sorted(chosen)
     if max(ids) >= model.get_input_embeddings().weight.shape[0]:
         raise TokenizerError(f"reserved token id {max(ids)} has no embedding row; the model and tokenizer differ")
-    set_rows_to_mean(model, ids, backend.get_vocab_size(with_added_tokens=False))
-    logger.info("mapped the reflection tokens onto reserved ids %s, rows set to the mean", ids)
+    # The base rows are left as they are: vLLM serves the adapter on the unchanged base, so the start
+    # values (the mean) are put into the LoRA weights by init_reserved_lora.
+    logger.info("mapped the reflection tokens onto reserved ids %s", ids)
     return token_ids
 
 
@@ -139,3 +175,92 @@ def is_tied(model: Any) -> bool:
     """Whether the output head shares its weight with the input embeddings."""
     head = model.get_output_embeddings()
     return head is not None and head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+# --- Strategy reserved: the reflection rows through plain LoRA modules ---------------------------------
+
+
+def embedding_module_names(model: Any) -> tuple[str, str | None]:
+    """Last name parts of the input embedding and the output head (``embed_tokens``, ``lm_head``) of a model."""
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    names = {id(module): name.rsplit(".", 1)[-1] for name, module in model.named_modules()}
+    return names[id(embedding)], names.get(id(head)) if head is not None else None
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """Last name parts of the model's linear layers, the output head excluded (PEFT's ``all-linear``)."""
+    head = model.get_output_embeddings()
+    names = {
+        name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and module is not head
+    }
+    return sorted(names)
+
+
+@torch.no_grad()
+def init_reserved_lora(model: Any, token_ids: ReflectionIds, known_rows: int) -> None:
+    """Start the reflection rows at the mean through the LoRA weights, and keep every other row exactly base.
+
+    ``model`` is the PEFT model with LoRA on the input embedding and the output head; ``known_rows`` is the
+    number of real (non-added) rows the mean is taken over. Registers gradient masks so that only the
+    reflection columns of the embedding's ``A`` and the reflection rows of the head's ``B`` ever move.
+    """
+    ids = torch.tensor(sorted(token_ids.all_ids), dtype=torch.long)
+    embedding, head = _lora_module(model, "input"), _lora_module(model, "output")
+    base_embedding = embedding.get_base_layer().weight
+    for layer, base, kind in ((embedding, base_embedding, "embedding"), (head, head.get_base_layer().weight, "head")):
+        adapter = layer.active_adapters[0]
+        target = base[:known_rows].float().mean(dim=0) - base[ids].float()  # (15, hidden): where the rows must go
+        factor_ids, factor_hidden, residual = _factorise(target / layer.scaling[adapter], layer.r[adapter])
+        rank = factor_ids.shape[1]
+        if kind == "embedding":
+            a, b = layer.lora_embedding_A[adapter], layer.lora_embedding_B[adapter]  # (r, vocab), (hidden, r)
+            a.zero_()  # PEFT starts A at zero and B random: components past `rank` stay trainable
+            a[:rank, ids] = factor_ids.T.to(a.dtype)
+            b[:, :rank] = factor_hidden.T.to(b.dtype)
+            mask = torch.zeros(1, a.shape[1], dtype=a.dtype, device=a.device)
+            mask[0, ids] = 1
+            a.register_hook(lambda grad, mask=mask: grad * mask)
+        else:
+            a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight  # (r, hidden), (vocab, r)
+            b.zero_()  # PEFT starts B at zero and A random: components past `rank` stay trainable
+            b[ids, :rank] = factor_ids.to(b.dtype)
+            a[:rank] = factor_hidden.to(a.dtype)
+            mask = torch.zeros(b.shape[0], 1, dtype=b.dtype, device=b.device)
+            mask[ids, 0] = 1
+            b.register_hook(lambda grad, mask=mask: grad * mask)
+        if residual > 1e-3:
+            logger.warning(
+                "LoRA rank %d cannot hold the reserved rows' start values exactly (%s relative error %.3f); "
+                "raise lora.r to >= %d for an exact mean start", layer.r[adapter], kind, residual, len(ids),
+            )
+
+
+def reserved_row_deltas(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(embedding, head)`` row deltas (vocab, hidden) that the LoRA weights add to the base, for checks."""
+    deltas = []
+    for side in ("input", "output"):
+        layer = _lora_module(model, side)
+        deltas.append(layer.get_delta_weight(layer.active_adapters[0]).detach())
+    return deltas[0], deltas[1]
+
+
+def _lora_module(model: Any, side: str) -> Any:
+    module = model.get_input_embeddings() if side == "input" else model.get_output_embeddings()
+    if not hasattr(module, "get_base_layer") or not hasattr(module, "r"):
+        raise TokenizerError(
+            f"tokens.strategy=reserved needs LoRA on the {side} embeddings; the model has {type(module).__name__}"
+        )
+    return module
+
+
+def _factorise(target: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(left (n, k), right (k, hidden), relative error)`` with ``left @ right ~= target`` and k <= rank."""
+    left, values, right = torch.linalg.svd(target, full_matrices=False)
+    norm = float(target.norm())
+    tolerance = values.max() * max(target.shape) * torch.finfo(values.dtype).eps if values.numel() else 0
+    k = min(rank, int((values > tolerance).sum()))
+    root = values[:k].sqrt()
+    left_k, right_k = left[:, :k] * root, root[:, None] * right[:k]
+    residual = float((target - left_k @ right_k).norm()) / norm if norm > 0 else 0.0
+    return left_k, right_k, residual

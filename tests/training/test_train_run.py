@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +82,7 @@ def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Pat
     with torch.no_grad():
         expected = result.model(input_ids=ids).logits
         torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=0, atol=1e-6)
-        merged_dir = export(config.output_dir, tmp_path / "merged", merge=True)
+        merged_dir = export(config.output_dir, tmp_path / "merged")
         merged, _, merged_meta = load_trained(merged_dir)
         torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=0, atol=1e-4)
     assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids
@@ -91,16 +90,77 @@ def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Pat
     assert head.data_ptr() == embed.data_ptr()  # still tied
 
 
-def test_killed_run_resumes_from_its_checkpoint(tiny_base_dir: Path, records_path: Path, tmp_path: Path) -> None:
-    config = make_config(tiny_base_dir, records_path, tmp_path / "adapter", max_steps=4, save_steps=2)
-    run(config)
-    checkpoints = Path(config.output_dir) / "checkpoints"
-    shutil.rmtree(checkpoints / "checkpoint-4")  # as if killed between step 2 and step 4
-    (Path(config.output_dir) / "adapter_model.safetensors").unlink()
+def lora_weights(model: Any) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()
+            if "lora_" in name or "trainable_tokens_delta" in name}
+
+
+def test_interrupted_and_resumed_run_ends_with_the_same_weights(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import Trainer
+
+    settings = {"max_steps": 4, "save_steps": 2, "batch_size": 2}
+    reference = run(make_config(tiny_base_dir, records_path, tmp_path / "uninterrupted", **settings))
+    config = make_config(tiny_base_dir, records_path, tmp_path / "interrupted", **settings)
+    real_step, calls = Trainer.training_step, []
+
+    def killed_at_step_3(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:  # after checkpoint-2 was written
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "training_step", killed_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        run(config)
+    monkeypatch.setattr(Trainer, "training_step", real_step)
+    assert not (Path(config.output_dir) / "adapter_model.safetensors").exists()
+    resumed = run(config)
+    assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-2")
+    assert [entry["step"] for entry in resumed.losses] == [1.0, 2.0, 3.0, 4.0]
+    expected, actual = lora_weights(reference.model), lora_weights(resumed.model)
+    assert expected.keys() == actual.keys() and expected
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)
+    assert [entry["loss"] for entry in resumed.losses] == pytest.approx([e["loss"] for e in reference.losses])
+
+
+def test_rerun_with_other_settings_or_records_is_refused_unless_overwrite(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path
+) -> None:
+    from selfrag.runs import RunMismatchError
+
+    out = tmp_path / "adapter"
+    run(make_config(tiny_base_dir, records_path, out, max_steps=2))
+    adapter = (out / "adapter_model.safetensors").read_bytes()
+    with pytest.raises(RunMismatchError, match=r"training.learning_rate: 0.01 -> 0.02") as error:
+        run(make_config(tiny_base_dir, records_path, out, max_steps=2, learning_rate=2e-2))
+    assert "overwrite=true" in str(error.value)
+    edited = tmp_path / "edited.jsonl"
+    write_jsonl_atomic(edited, [record.to_json() for record in training_records()[:-1]])
+    with pytest.raises(RunMismatchError, match=r"records: content differs"):
+        run(make_config(tiny_base_dir, edited, out, max_steps=2))
+    assert (out / "adapter_model.safetensors").read_bytes() == adapter  # refused: untouched
+    config = make_config(tiny_base_dir, edited, out, max_steps=2)
+    config.overwrite = True
     again = run(config)
-    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
-    assert [entry["step"] for entry in again.losses] == [1.0, 2.0, 3.0, 4.0]
-    assert (Path(config.output_dir) / "adapter_model.safetensors").is_file()
+    assert again.resumed_from is None and [entry["step"] for entry in again.losses] == [1.0, 2.0]
+    assert json.loads((out / "run.json").read_text())["inputs"]["records"].startswith("sha256:")
+
+
+def test_cli_refusal_is_one_line_without_traceback(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from selfrag.app.cli import main
+
+    out = tmp_path / "adapter"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code = main(["train", f"model={tiny_base_dir}", f"records={records_path}", f"output_dir={out}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not empty and holds no run.json" in err and "Traceback" not in err
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,136 @@
+"""GPU recipes and accelerate configs, checked without a GPU or a download.
+
+Each recipe loads and validates (its trl/peft/quantization pass-through keys against the real classes),
+survives a write/read of its resolved config, and builds the real ``trl.SFTConfig``, ``peft.LoraConfig``
+and (QLoRA) ``transformers.BitsAndBytesConfig`` it would train with. The LoRA config is built on a tiny
+stand-in of the recipe's architecture (same module names), with reserved tokens where the family has them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from selfrag.config import load_config, write_resolved
+from selfrag.training.config import TrainConfig
+from selfrag.training.reserved_base import add_reserved_tokens
+from selfrag.training.run import lora_config, model_load_options, sft_options
+from selfrag.training.tokens import prepare_tokens, resolve_strategy
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_RECIPES = {
+    "llama-3.1-8b-instruct-lora.yaml": ("reserved", "llama", False),
+    "llama-3.1-8b-instruct-qlora.yaml": ("reserved", "llama", True),
+    "qwen2.5-7b-instruct-lora.yaml": ("add", "qwen2", False),
+}
+ACCELERATE = {
+    "single_gpu.yaml": "NO",
+    "ddp.yaml": "MULTI_GPU",
+    "fsdp.yaml": "FSDP",
+    "deepspeed_zero3.yaml": "DEEPSPEED",
+}
+
+
+def load_recipe(name: str, tmp_path: Path) -> TrainConfig:
+    return load_config(
+        TrainConfig, ROOT / "configs" / "train" / name, [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
+    )
+
+
+def stand_in(family: str, tokenizer: Any, tied: bool) -> Any:
+    """A 1-layer model of the recipe's architecture, sized to ``tokenizer``."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    sizes = {"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": tied}
+    if family == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**sizes))
+    return LlamaForCausalLM(LlamaConfig(**sizes))
+
+
+def test_every_gpu_recipe_is_tested() -> None:
+    recipes = {path.name for path in (ROOT / "configs" / "train").glob("*.yaml")}
+    assert set(GPU_RECIPES) <= recipes
+    assert recipes - set(GPU_RECIPES) == {"smollm2-135m-cpu.yaml"}  # the CPU recipe has its own tests
+
+
+@pytest.mark.parametrize("name", sorted(GPU_RECIPES))
+def test_recipe_loads_resolves_and_builds_its_trainer_arguments(name: str, tmp_path: Path, tiny_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from peft import LoraConfig
+    from trl import SFTConfig
+
+    strategy, family, quantized = GPU_RECIPES[name]
+    config = load_recipe(name, tmp_path)
+    assert config.tokens.strategy == strategy and config.dtype == "bfloat16"
+    # The resolved config written into every output reads back to the same config.
+    resolved = write_resolved(config, tmp_path / "resolved")
+    assert dataclasses.asdict(load_config(TrainConfig, resolved)) == dataclasses.asdict(config)
+
+    options = sft_options(config, tmp_path / "checkpoints")
+    sft = SFTConfig(**options, use_cpu=True)  # use_cpu: bf16 is refused on a machine without a GPU otherwise
+    assert sft.bf16 and sft.gradient_checkpointing and sft.learning_rate == config.training.learning_rate
+    assert sft.gradient_accumulation_steps == config.training.gradient_accumulation_steps
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    model = stand_in(family, tokenizer, tied=False)
+    if strategy == "reserved":  # Llama-3 ships <|reserved_special_token_N|>
+        add_reserved_tokens(model, tokenizer, count=20)
+    assert resolve_strategy(tokenizer, "auto") == strategy
+    token_ids = prepare_tokens(model, tokenizer, strategy)
+    lora = lora_config(config, token_ids, model, strategy)
+    assert isinstance(lora, LoraConfig) and lora.r == config.lora.r and lora.lora_alpha == config.lora.alpha
+    targets = set(lora.target_modules)
+    if strategy == "reserved":  # plain LoRA: the linear layers plus embed_tokens and lm_head, nothing else
+        assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= targets
+        assert {"embed_tokens", "lm_head"} <= targets
+        assert not lora.trainable_token_indices and not lora.modules_to_save
+    else:
+        assert lora.target_modules == "all-linear" or "lm_head" not in targets
+        assert set(lora.trainable_token_indices["embed_tokens"]) == set(token_ids.all_ids)
+
+    load = model_load_options(config)
+    assert load["dtype"] is torch.bfloat16
+    if quantized:
+        quantization = load["quantization_config"]
+        assert quantization.load_in_4bit and quantization.bnb_4bit_quant_type == "nf4"
+        assert quantization.bnb_4bit_compute_dtype is torch.bfloat16 and quantization.bnb_4bit_use_double_quant
+        assert sft.optim.value == "paged_adamw_8bit"
+    else:
+        assert "quantization_config" not in load
+
+
+def test_quantization_typos_fail_when_the_config_loads(tmp_path: Path) -> None:
+    from selfrag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown quantization option 'load_in_4bits'; did you mean"):
+        load_config(TrainConfig, ROOT / "configs/train/llama-3.1-8b-instruct-qlora.yaml",
+                    [f"records={tmp_path}/r", f"output_dir={tmp_path}", "quantization.load_in_4bits=true"])
+
+
+@pytest.mark.parametrize("name", sorted(ACCELERATE))
+def test_accelerate_configs_are_valid_and_documented(name: str) -> None:
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    path = ROOT / "configs" / "accelerate" / name
+    text = path.read_text()
+    assert "accelerate launch --config_file configs/accelerate/" + name in text  # the command is in the file
+    data = yaml.safe_load(text)
+    known = {field.name for field in dataclasses.fields(ClusterConfig)}
+    assert set(data) <= known, set(data) - known
+    config = ClusterConfig.from_yaml_file(str(path))
+    assert config.distributed_type.value == ACCELERATE[name]
+    assert str(config.mixed_precision) in ("bf16", "PrecisionType.BF16")
+    # accelerate launch turns each fsdp_config / deepspeed_config entry into its own launch flag.
+    from accelerate.commands.launch import launch_command_parser
+
+    flags = {action.dest for action in launch_command_parser()._actions}
+    for section in ("fsdp_config", "deepspeed_config"):
+        assert set(data.get(section, {})) <= flags, set(data[section]) - flags
+    if name == "deepspeed_zero3.yaml":
+        assert data["deepspeed_config"]["zero_stage"] == 3
