@@ -186,7 +186,7 @@ def _config(cls: type, args: argparse.Namespace, **base: Any) -> Any:
     if args.help_config:
         print("\n".join(describe(cls)))
         raise SystemExit(0)
-    config = load_config(cls, args.config, args.overrides, **base)
+    config: Any = load_config(cls, args.config, args.overrides, **base)
     check_config_outputs(config)
     return config
 
