@@ -129,6 +129,27 @@ class GenerateConfig:
         "own paragraph and do not contain a gold answer. Each gives one [Irrelevant] record.",
         default=1,
     )
+    easy_negatives: int = help_field(
+        "Easy negatives per question: a passage of another article (meta.title), seeded by the question id. "
+        "Each gives one [Irrelevant] record.",
+        default=0,
+    )
+    hard_negatives: int = help_field(
+        "Hard negatives per question: the best BM25 match from the question's own article that is not from its "
+        "paragraph and does not contain an answer. Each gives one [Irrelevant] record.",
+        default=0,
+    )
+    support_negatives: int = help_field(
+        "Support negatives per answerable question: its gold passage with another question's answer of the same "
+        "form (number/name/phrase, similar length) -> [Relevant] ... [No support / Contradictory]. The wrong "
+        "answer's text is masked in training, so the model judges it but is never taught to say it.",
+        default=0,
+    )
+    train_abstain_text: bool = help_field(
+        "Train the abstain sentence after an [Irrelevant] verdict. false (default): its text is masked (the "
+        "runtime drops such a continuation; trained, it taught most records to abstain).",
+        default=False,
+    )
     abstain_text: str = help_field(
         "The answer written when the passage does not support one (unanswerable questions, distractors).",
         default=ABSTAIN_TEXT,
@@ -145,8 +166,9 @@ class GenerateConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        if self.distractors < 0:
-            problems.append(f"distractors must be >= 0, got {self.distractors}; use 0 for no distractor records")
+        for name in ("distractors", "easy_negatives", "hard_negatives", "support_negatives"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}; use 0 for none")
         if not self.abstain_text.strip():
             problems.append(f"abstain_text must not be empty, got {self.abstain_text!r}; e.g. {ABSTAIN_TEXT!r}")
         try:

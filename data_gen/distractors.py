@@ -1,13 +1,23 @@
-"""Which passages may stand as evidence for a question: BM25 distractors and the best own passage.
+"""Which passages may stand as evidence for a question: negatives of three difficulties, and support negatives.
 
-A distractor is a top-ranked BM25 passage for the question that is safe to label ``[Irrelevant]``:
-not a gold passage, not from the question's own paragraph (SQuAD v2 keeps those in
-``meta.own_passage_ids``), and not containing any gold answer (case-insensitive). For an
-unanswerable question, its own paragraph's best BM25 match is the passage it is labelled against.
+A negative is a passage that is safe to label ``[Irrelevant]`` without reading it: not a gold passage, not from
+the question's own paragraph (SQuAD v2 keeps those in ``meta.own_passage_ids``), and not containing any gold
+answer (case-insensitive). Three difficulties, each a configurable count per question:
+
+- ``retrieved``: the top BM25 hits for the question (what the runtime's retriever shows the model);
+- ``easy``: a passage of another article (``meta.title``), drawn with a seed from the question id;
+- ``hard``: the best BM25 match from the question's own article (same topic, no answer).
+
+A support negative is another question's answer of the same *form* (number, name, phrase; similar length), so
+that ``gold passage + wrong answer -> [No support / Contradictory]`` cannot be told from the right answer by its
+shape. For an unanswerable question, its own paragraph's best BM25 match is the passage it is labelled against.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,8 +33,11 @@ SEARCH_DEPTH = 50
 class Evidence:
     """The passages one question is labelled against, besides its gold passage."""
 
-    distractors: tuple[Passage, ...]
+    distractors: tuple[Passage, ...]  # retrieved negatives (BM25 top-k)
     own: Passage | None = None  # best-matching passage of the question's own paragraph
+    easy: tuple[Passage, ...] = ()  # other article
+    hard: tuple[Passage, ...] = ()  # same article, no answer
+    wrong_answers: tuple[str, ...] = ()  # other questions' answers of the same form, absent from the gold passage
 
 
 def own_passage_ids(query: Query) -> frozenset[str]:
@@ -33,31 +46,136 @@ def own_passage_ids(query: Query) -> frozenset[str]:
     return frozenset(str(passage_id) for passage_id in own) | frozenset(query.gold_passage_ids)
 
 
+def mentions(passage: Passage, answer: str) -> bool:
+    """Whether ``answer`` occurs in the passage's title or text (case-insensitive)."""
+    return bool(answer.strip()) and answer.strip().casefold() in f"{passage.title}\n{passage.text}".casefold()
+
+
 def is_distractor(query: Query, passage: Passage) -> bool:
     """Whether ``passage`` can be labelled irrelevant to ``query`` without reading it."""
     if passage.id in own_passage_ids(query):
         return False
-    content = f"{passage.title}\n{passage.text}".casefold()
-    return not any(answer.strip() and answer.strip().casefold() in content for answer in query.answers)
+    return not any(mentions(passage, answer) for answer in query.answers)
+
+
+def article_of(query: Query) -> str | None:
+    """The query's article (``meta.title``), or None when the data set does not say."""
+    title = query.meta.get("title")
+    return None if title is None else str(title).replace("_", " ")
+
+
+def answer_form(answer: str) -> str:
+    """A coarse shape of an answer: ``number``/``name``/``phrase`` and a length bucket (1, 2-3, 4+ words)."""
+    words = answer.split()
+    length = "1" if len(words) <= 1 else "2-3" if len(words) <= 3 else "4+"
+    if re.search(r"\d", answer):
+        kind = "number"
+    elif words and all(word[:1].isupper() for word in words if word.isalpha() and len(word) > 3):
+        kind = "name"
+    else:
+        kind = "phrase"
+    return f"{kind}/{length}"
+
+
+def _rng(query: Query, salt: str, seed: int) -> random.Random:
+    digest = hashlib.sha1(f"{seed}/{salt}/{query.id}".encode()).hexdigest()
+    return random.Random(int(digest[:16], 16))
+
+
+@dataclass(frozen=True)
+class NegativeMix:
+    """How many negatives of each difficulty, and support negatives, to draw per question."""
+
+    retrieved: int = 1
+    easy: int = 0
+    hard: int = 0
+    support: int = 0
+    seed: int = 0
 
 
 def find_evidence(
     queries: Sequence[Query],
     retriever: Retriever,
     passages_by_id: Mapping[str, Passage],
-    distractors: int,
+    distractors: int | NegativeMix,
     depth: int = SEARCH_DEPTH,
+    answer_pool: Sequence[Query] = (),
 ) -> list[Evidence]:
-    """Distractors (and, for unanswerable questions, the own passage) for each query, in one batched search."""
-    hits_per_query = retriever.search_many([query.question for query in queries], max(depth, distractors))
+    """Negatives (and, for unanswerable questions, the own passage) for each query, in one batched search.
+
+    ``distractors`` is the number of retrieved negatives, or a :class:`NegativeMix`. ``answer_pool`` holds the
+    questions whose answers may serve as support negatives (default: ``queries``).
+    """
+    mix = distractors if isinstance(distractors, NegativeMix) else NegativeMix(retrieved=distractors)
+    hits_per_query = retriever.search_many([query.question for query in queries], max(depth, mix.retrieved))
+    by_article: dict[str, list[Passage]] = {}
+    if mix.easy or mix.hard:
+        for passage in sorted(passages_by_id.values(), key=lambda p: p.id):
+            by_article.setdefault(passage.title.replace("_", " "), []).append(passage)
+    forms = _answers_by_form(answer_pool or queries) if mix.support else {}
     evidence = []
     for query, hits in zip(queries, hits_per_query, strict=True):
-        chosen = [hit.passage for hit in hits if is_distractor(query, hit.passage)][:distractors]
-        own = None
-        if not query.answerable:
-            own = _best_own(query, [hit.passage for hit in hits], passages_by_id)
-        evidence.append(Evidence(tuple(chosen), own))
+        ranked = [hit.passage for hit in hits]
+        chosen = [p for p in ranked if is_distractor(query, p)][: mix.retrieved]
+        own = _best_own(query, ranked, passages_by_id) if not query.answerable else None
+        easy = _easy(query, by_article, mix) if mix.easy else ()
+        hard = _hard(query, ranked, by_article, mix) if mix.hard else ()
+        wrong = _wrong_answers(query, passages_by_id, forms, mix) if mix.support and query.answerable else ()
+        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong))
     return evidence
+
+
+def _easy(query: Query, by_article: Mapping[str, list[Passage]], mix: NegativeMix) -> tuple[Passage, ...]:
+    """Passages of other articles (each from a different one where possible), seeded by the query id."""
+    article = article_of(query)
+    others = sorted(title for title in by_article if title != article)
+    if not others:
+        return ()
+    rng = _rng(query, "easy", mix.seed)
+    picked: list[Passage] = []
+    for title in rng.sample(others, min(mix.easy, len(others))) if len(others) >= mix.easy else others:
+        candidates = [p for p in by_article[title] if is_distractor(query, p)]
+        if candidates:
+            picked.append(rng.choice(candidates))
+    return tuple(picked[: mix.easy])
+
+
+def _hard(
+    query: Query, ranked: Sequence[Passage], by_article: Mapping[str, list[Passage]], mix: NegativeMix
+) -> tuple[Passage, ...]:
+    """The best-ranked passages of the query's own article that are safe negatives; seeded draws if too few rank."""
+    article = article_of(query)
+    if article is None or article not in by_article:
+        return ()
+    picked = [p for p in ranked if p.title.replace("_", " ") == article and is_distractor(query, p)][: mix.hard]
+    if len(picked) < mix.hard:
+        rest = [p for p in by_article[article] if p not in picked and is_distractor(query, p)]
+        rng = _rng(query, "hard", mix.seed)
+        picked += rng.sample(rest, min(mix.hard - len(picked), len(rest)))
+    return tuple(picked)
+
+
+def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:
+    forms: dict[str, list[str]] = {}
+    for query in pool:
+        if query.answerable and query.answers and query.needs_retrieval is not False:
+            forms.setdefault(answer_form(query.answers[0]), []).append(query.answers[0])
+    return {form: sorted(set(answers)) for form, answers in forms.items()}
+
+
+def _wrong_answers(
+    query: Query, passages_by_id: Mapping[str, Passage], forms: Mapping[str, list[str]], mix: NegativeMix
+) -> tuple[str, ...]:
+    """Other questions' answers of this answer's form that the gold passage does not contain."""
+    gold = [passages_by_id[i] for i in query.gold_passage_ids if i in passages_by_id]
+    own = {answer.strip().casefold() for answer in query.answers}
+    candidates = [
+        answer
+        for answer in forms.get(answer_form(query.answers[0]), [])
+        if answer.strip().casefold() not in own and not any(mentions(p, answer) for p in gold)
+    ]
+    rng = _rng(query, "support", mix.seed)
+    return tuple(rng.sample(candidates, min(mix.support, len(candidates))))
 
 
 def _best_own(query: Query, ranked: Sequence[Passage], passages_by_id: Mapping[str, Passage]) -> Passage | None:

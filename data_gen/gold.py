@@ -4,10 +4,22 @@ Per query (every record is one segment plus a utility label)::
 
     no retrieval:  [No Retrieval]{answer}[Utility:5]
     gold G:        [Retrieval]<paragraph>G</paragraph>[Relevant]{answer}[Fully supported][Utility:5]
-    unanswerable:  [Retrieval]<paragraph>P</paragraph>[Relevant]{abstain}[No support / Contradictory][Utility:1]
-    distractor D:  [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
+    unanswerable:  [Retrieval]<paragraph>P</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
+    negative D:    [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
+    support neg.:  [Retrieval]<paragraph>G</paragraph>[Relevant]{wrong}[No support / Contradictory][Utility:1]
 
-(P: the best BM25 match among the unanswerable question's own paragraph's passages.)
+The rule is one observable fact per label: a passage is ``[Relevant]`` exactly when it holds the evidence (the
+gold passage, which contains the answer span); an unanswerable question has no relevant passage, so its own
+paragraph P (the best BM25 match among its passages) is ``[Irrelevant]``. Negatives D come in three
+difficulties (see :mod:`selfrag.data_gen.distractors`): retrieved (BM25 top-k, record ``distractor-N``), easy
+(another article, ``easy-N``) and hard (same article without the answer, ``hard-N``). A support negative puts
+another question's answer of the same form (``wrong``) after the gold passage.
+
+Text that must not be learned is marked ``meta.untrained_text = true`` (training masks the segment text, keeps
+every reflection token trained): the abstain sentence after an ``[Irrelevant]`` verdict -- the runtime drops
+such a continuation, and training it made 67% of retrieval records teach the abstain sentence, which became the
+model's answer to everything -- and the wrong answer of a support negative, which the model must judge but
+never say. ``train_abstain_text=True`` trains the abstain sentence as before.
 
 ``answer`` is the first gold answer; ``abstain`` is :data:`ABSTAIN_TEXT` unless configured otherwise.
 Record ids are stable (``<query id>/gold``, ``<query id>/distractor-0``), so a rerun can skip them.
@@ -41,9 +53,12 @@ class GoldLabeler:
 
     name = LABELER
 
-    def __init__(self, passages_by_id: Mapping[str, Passage], abstain_text: str = ABSTAIN_TEXT) -> None:
+    def __init__(
+        self, passages_by_id: Mapping[str, Passage], abstain_text: str = ABSTAIN_TEXT, train_abstain_text: bool = False
+    ) -> None:
         self.passages_by_id = passages_by_id
         self.abstain_text = abstain_text
+        self.train_abstain_text = train_abstain_text
 
     def problem(self, query: Query) -> str | None:
         """Why this query cannot be gold-labelled (a short reason for the stats), or None."""
@@ -61,24 +76,38 @@ class GoldLabeler:
             segment = Segment(query.answers[0], retrieve=_label(rf.NO_RETRIEVAL))
             return [self._record(query, "no-retrieval", "no-retrieval", segment, BEST_UTILITY)]
         records = []
+        abstain_untrained = not self.train_abstain_text
         if query.answerable:
             gold = self._passage(query, query.gold_passage_ids[0])
             records.append(
                 self._evidence_record(query, "gold", "gold", gold, rf.RELEVANT, query.answers[0], rf.FULLY_SUPPORTED)
             )
+            for number, wrong in enumerate(evidence.wrong_answers):
+                records.append(
+                    self._evidence_record(
+                        query, f"support-negative-{number}", "support-negative", gold, rf.RELEVANT, wrong,
+                        rf.NO_SUPPORT, untrained=True,
+                    )
+                )
         elif evidence.own is not None:
             records.append(
                 self._evidence_record(
-                    query, "own-passage", "own-passage", evidence.own, rf.RELEVANT, self.abstain_text, rf.NO_SUPPORT
+                    query, "own-passage", "own-passage", evidence.own, rf.IRRELEVANT, self.abstain_text,
+                    rf.NO_SUPPORT, untrained=abstain_untrained,
                 )
             )
-        for number, passage in enumerate(evidence.distractors):
-            name = f"distractor-{number}"
-            records.append(
-                self._evidence_record(
-                    query, name, "distractor", passage, rf.IRRELEVANT, self.abstain_text, rf.NO_SUPPORT
+        for prefix, kind, passages in (
+            ("distractor", "distractor", evidence.distractors),
+            ("easy", "easy", evidence.easy),
+            ("hard", "hard", evidence.hard),
+        ):
+            for number, passage in enumerate(passages):
+                records.append(
+                    self._evidence_record(
+                        query, f"{prefix}-{number}", kind, passage, rf.IRRELEVANT, self.abstain_text, rf.NO_SUPPORT,
+                        untrained=abstain_untrained,
+                    )
                 )
-            )
         return records
 
     def _passage(self, query: Query, passage_id: str) -> Passage:
@@ -91,7 +120,15 @@ class GoldLabeler:
             ) from None
 
     def _evidence_record(
-        self, query: Query, name: str, kind: str, passage: Passage, relevance: str, text: str, support: str
+        self,
+        query: Query,
+        name: str,
+        kind: str,
+        passage: Passage,
+        relevance: str,
+        text: str,
+        support: str,
+        untrained: bool = False,
     ) -> Record:
         segment = Segment(
             text,
@@ -101,13 +138,17 @@ class GoldLabeler:
             support=_label(support),
         )
         utility = BEST_UTILITY if support == rf.FULLY_SUPPORTED else WORST_UTILITY
-        return self._record(query, name, kind, segment, utility)
+        return self._record(query, name, kind, segment, utility, untrained)
 
-    def _record(self, query: Query, name: str, kind: str, segment: Segment, utility: str) -> Record:
+    def _record(
+        self, query: Query, name: str, kind: str, segment: Segment, utility: str, untrained: bool = False
+    ) -> Record:
         """``name`` makes the record id (``<query id>/<name>``); ``kind`` goes to ``meta.kind`` for stats."""
         meta: dict[str, Any] = {"query_id": query.id, "kind": kind}
         if "split" in query.meta:
             meta["split"] = query.meta["split"]
+        if untrained:
+            meta["untrained_text"] = True  # training masks the segment text (reflection tokens stay trained)
         return Record(
             id=f"{query.id}/{name}",
             instruction=query.question,

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.config import GenerateConfig, parse_shard
-from selfrag.data_gen.distractors import Evidence, find_evidence
+from selfrag.data_gen.distractors import Evidence, NegativeMix, find_evidence
 from selfrag.data_gen.gold import GoldLabeler
 from selfrag.errors import ConfigError, InputError
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
@@ -43,7 +43,10 @@ STATS_FILE = "stats.json"
 CONFIG_FILE = "config.yaml"
 BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
-CONTENT_SETTINGS = ("corpus", "queries", "labeler", "distractors", "abstain_text")
+CONTENT_SETTINGS = (
+    "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
+    "train_abstain_text", "abstain_text",
+)
 
 T = TypeVar("T")
 
@@ -111,7 +114,10 @@ def run(config: GenerateConfig) -> GenerateResult:
         logger.info("resuming: %d records already in %s", len(done), records_path)
 
     # --- Label each batch of queries and append the new records ---------------------------------
-    labeler = GoldLabeler(passages_by_id, config.abstain_text)
+    labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
+    mix = NegativeMix(
+        config.distractors, config.easy_negatives, config.hard_negatives, config.support_negatives, config.seed
+    )
     retriever = BM25Retriever(passages)
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
@@ -124,7 +130,7 @@ def run(config: GenerateConfig) -> GenerateResult:
                     labelable.append(query)
                 else:
                     skipped[problem] += 1
-            evidence = evidence_for(labelable, retriever, passages_by_id, config.distractors)
+            evidence = evidence_for(labelable, retriever, passages_by_id, mix, selected)
             rows = []
             for query, found in zip(labelable, evidence, strict=True):
                 records = labeler.label(query, found)
@@ -203,11 +209,21 @@ def written_ids(records_path: Path) -> set[str]:
 
 
 def evidence_for(
-    queries: Sequence[Query], retriever: Retriever, passages_by_id: Mapping[str, Passage], distractors: int
+    queries: Sequence[Query],
+    retriever: Retriever,
+    passages_by_id: Mapping[str, Passage],
+    distractors: int | NegativeMix,
+    answer_pool: Sequence[Query] = (),
 ) -> list[Evidence]:
-    """Search only for queries that retrieve; a no-retrieval query gets empty evidence."""
+    """Search only for queries that retrieve; a no-retrieval query gets empty evidence.
+
+    ``answer_pool``: the questions whose answers may serve as support negatives (all selected ones, so a
+    batch boundary does not change a record).
+    """
     searching = [query for query in queries if query.needs_retrieval is not False]
-    found = iter(find_evidence(searching, retriever, passages_by_id, distractors) if searching else [])
+    found = iter(
+        find_evidence(searching, retriever, passages_by_id, distractors, answer_pool=answer_pool) if searching else []
+    )
     return [next(found) if query.needs_retrieval is not False else Evidence(()) for query in queries]
 
 

@@ -43,6 +43,10 @@ PEFT_OWNED: dict[str, str] = {
 }
 
 
+#: Keys of ``training.loss_weights``: the four reflection types, the passage markup, and everything else.
+LOSS_WEIGHT_KEYS = ("retrieve", "relevance", "support", "utility", "markup", "text")
+
+
 @dataclasses.dataclass
 class TokensConfig:
     strategy: Literal["auto", "add", "reserved"] = help_field(
@@ -51,6 +55,12 @@ class TokensConfig:
         "<|reserved_special_token_N|> tokens (vocabulary and base unchanged; a plain LoRA adapter that vLLM "
         "serves as a LoRARequest), or 'auto': reserved where the tokenizer has >= 15 reserved tokens, else add.",
         default="auto",
+    )
+    init: Literal["mean", "words"] = help_field(
+        "Initial rows of the new reflection tokens (strategy 'add'): 'mean' of all rows (every token starts the "
+        "same), or 'words': the mean embedding of words that say what the token means ('relevant', "
+        "'irrelevant', 'supported', ...), so [Relevant] and [Irrelevant] start apart.",
+        default="mean",
     )
 
 
@@ -106,6 +116,23 @@ class TrainingOptions:
         default=0.05,
     )
     save_steps: int = help_field("Write a resumable checkpoint every this many steps.", default=200)
+    loss_weights: dict[str, float] = help_field(
+        "Loss weight per label position, by kind: retrieve, relevance, support, utility (the reflection types), "
+        "markup (<paragraph> tokens) and text (answer words, EOS); unset kinds weigh 1. The loss is the weighted "
+        "mean over the batch's labelled positions, so {relevance: 4} makes each IsREL position count as four "
+        "text tokens and {text: 0} trains the reflection positions only.",
+        default_factory=dict,
+    )
+    row_lr_multiplier: float = help_field(
+        "Learning rate of the reflection-token rows (PEFT trainable tokens) as a multiple of learning_rate; "
+        "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant].",
+        default=1.0,
+    )
+    eval_steps: int = help_field(
+        "Score the judgement (eval_records) and the held-out reflection accuracy every this many steps; "
+        "0: at each checkpoint (save_steps).",
+        default=0,
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -118,6 +145,21 @@ class TrainingOptions:
         for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for key, weight in self.loss_weights.items():
+            if key not in LOSS_WEIGHT_KEYS:
+                close = difflib.get_close_matches(str(key), LOSS_WEIGHT_KEYS, n=1)
+                hint = f"; did you mean {close[0]}?" if close else f"; use one of {list(LOSS_WEIGHT_KEYS)}"
+                problems.append(f"training.loss_weights has unknown key {key!r}{hint}")
+            elif not isinstance(weight, int | float) or weight < 0:
+                problems.append(f"training.loss_weights.{key} must be a number >= 0, got {weight!r}")
+        if self.loss_weights and not any(self.loss_weights.get(key, 1.0) > 0 for key in LOSS_WEIGHT_KEYS):
+            problems.append("training.loss_weights are all 0: nothing would be trained; give some kind a weight > 0")
+        if self.row_lr_multiplier <= 0:
+            problems.append(
+                f"row_lr_multiplier must be > 0, got {self.row_lr_multiplier}; 1 trains the rows at learning_rate"
+            )
+        if self.eval_steps < 0:
+            problems.append(f"eval_steps must be >= 0, got {self.eval_steps}; 0 scores at each checkpoint")
         if not 0 <= self.eval_fraction < 1:
             problems.append(f"eval_fraction must be in [0, 1), got {self.eval_fraction}; use 0 for no held-out split")
         return problems
@@ -130,6 +172,17 @@ class TrainConfig:
     model: str = help_field("Base model: a built-in name (smollm2-135m-instruct), a local directory, or a hub id.")
     records: Path = help_field("Trajectory records (JSONL, from `selfrag generate`).")
     output_dir: Path = help_field("Where the adapter, tokenizer, selfrag.json, metrics and checkpoints go.")
+    eval_records: Path | None = help_field(
+        "Held-out records for the judgement evaluation (JSONL from `selfrag generate split=test` with "
+        "easy/hard/support negatives): relevance and support AUROC with intervals, per-type accuracy and "
+        "confusion matrices, during and after training. null: no judgement evaluation.",
+        default=None,
+    )
+    judgement_items: int = help_field(
+        "Questions scored per judgement evaluation after training (each gives one item per class); "
+        "evaluations during training use a third of them.",
+        default=300,
+    )
     tokens: TokensConfig = help_field("Reflection token set-up.", default_factory=TokensConfig)
     prompt_template: Literal["auto", "chat", "paper"] = help_field(
         "Prompt format: 'auto' uses the model's chat template when it has one, else the paper's.", default="auto"
@@ -167,6 +220,8 @@ class TrainConfig:
             problems += _check_pass_through(
                 "quantization", self.quantization, _init_names("transformers", "BitsAndBytesConfig"), {}
             )
+        if self.judgement_items < 1:
+            problems.append(f"judgement_items must be >= 1, got {self.judgement_items}")
         return problems
 
 

@@ -5,7 +5,10 @@
 
 Masked (label ``-100``): the prompt, and the ids strictly inside each ``<paragraph>…</paragraph>`` pair,
 pair by pair. Trained: the markup tokens themselves, every reflection token, the answer text, and the
-closing EOS. A record longer than ``max_length`` is skipped and counted, never truncated mid-passage.
+closing EOS -- except that a record with ``meta.untrained_text`` (the gold labeler's abstain sentence after an
+``[Irrelevant]`` verdict, a support negative's wrong answer) has its segment text masked too: its reflection
+tokens are trained, its words are not. A record longer than ``max_length`` is skipped and counted, never
+truncated mid-passage.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def encode_record(record: Record, tokenizer: Any, token_ids: ReflectionIds, temp
         raise InputError("the tokenizer has no eos_token; set one (tokenizer.eos_token) so the model learns to stop")
     eos = int(tokenizer.eos_token_id)
     input_ids = prompt + target + [eos]
+    if record.meta.get("untrained_text"):
+        inside = [masked or token_ids.token(token) is None for token, masked in zip(target, inside, strict=True)]
     labels = [IGNORE] * len(prompt)
     labels += [IGNORE if masked else token for token, masked in zip(target, inside, strict=True)]
     labels.append(eos)

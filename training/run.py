@@ -31,6 +31,7 @@ from selfrag.runs import check_rerun, run_fingerprint
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import encode_records, read_records, split_records
 from selfrag.training.evaluate import reflection_accuracy
+from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.tokens import (
     embedding_module_names,
     init_reserved_lora,
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.json"
+JUDGEMENT_FILE = "judgement.json"
+PLOT_FILE = "training.png"
 
 
 @dataclass(frozen=True)
@@ -101,16 +104,25 @@ def run(config: TrainConfig) -> TrainResult:
             f"no training record fits training.max_length={max_length} ({train_set.skipped} too long); raise it"
         )
     logger.info("%d training and %d held-out examples", len(train_set.examples), len(held_out_set.examples))
+    judgement_examples = judgement_set(config, tokenizer, token_ids, template)
 
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
+    callbacks = []
+    if held_out_set.examples or judgement_examples:
+        during_items = max(1, config.judgement_items // 3)
+        callbacks.append(
+            _accuracy_callback(held_out_set.examples, token_ids, judgement_examples, during_items, config.training)
+        )
     with _lora_head_allowed(model):
         trainer = _plain_loss_trainer(
             model=model,
             args=SFTConfig(**sft_options(config, checkpoints)),
             train_dataset=train_set.to_dataset(),
             processing_class=tokenizer,
-            callbacks=[_accuracy_callback(held_out_set.examples, token_ids)] if held_out_set.examples else None,
+            callbacks=callbacks or None,
+            loss_weights=loss_weight_table(config.training.loss_weights, token_ids, len(tokenizer)),
+            row_lr_multiplier=config.training.row_lr_multiplier,
         )
     check_sharding(trainer, prepared.strategy)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -121,6 +133,11 @@ def run(config: TrainConfig) -> TrainResult:
     # --- Held-out reflection-token accuracy (teacher-forced, fp32) ---------------------------------
     accuracy = reflection_accuracy(model, held_out_set.examples, token_ids)
     logger.info("held-out reflection accuracy: %s", accuracy)
+    judgement = judge(model, judgement_examples, token_ids, config.judgement_items) if judgement_examples else None
+    if judgement is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_report(output_dir / JUDGEMENT_FILE, judgement)
+        logger.info("judgement on %s: %s", config.eval_records, headline(judgement))
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
     save_adapter(trainer, model, output_dir)
@@ -130,7 +147,8 @@ def run(config: TrainConfig) -> TrainResult:
     write_resolved(config, output_dir)
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
-    during = [entry for entry in history if "reflection_accuracy" in entry]
+    during = [entry for entry in history if "reflection_accuracy" in entry or "judgement" in entry]
+    plot(output_dir / PLOT_FILE, losses, during)
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
         train_set.skipped + held_out_set.skipped, resume, during, model,
@@ -168,7 +186,7 @@ def prepare_model(config: TrainConfig) -> PreparedModel:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     strategy = resolve_strategy(tokenizer, config.tokens.strategy)
-    token_ids = prepare_tokens(model, tokenizer, strategy)
+    token_ids = prepare_tokens(model, tokenizer, strategy, init=config.tokens.init)
     template = resolve_template(tokenizer, config.prompt_template)
     model = get_peft_model(model, lora_config(config, token_ids, model, strategy))
     if strategy == "reserved":
@@ -302,7 +320,52 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
     return options
 
 
-def _plain_loss_trainer(**kwargs: Any) -> Any:
+def judgement_set(config: TrainConfig, tokenizer: Any, token_ids: ReflectionIds, template: str) -> list[dict[str, Any]]:
+    """The encoded ``eval_records`` with their kind and question id (empty when none are configured)."""
+    if config.eval_records is None:
+        return []
+    records = read_records(config.eval_records)
+    kinds = {
+        record.id: (str(record.meta.get("kind")), str(record.meta.get("query_id", record.id))) for record in records
+    }
+    encoded = encode_records(records, tokenizer, token_ids, template, config.training.max_length)
+    examples = [
+        {**example, "kind": kinds[example["id"]][0], "query_id": kinds[example["id"]][1]}
+        for example in encoded.examples
+    ]
+    logger.info("judgement evaluation: %d records from %s", len(examples), config.eval_records)
+    return examples
+
+
+def loss_weight_table(weights: dict[str, float], token_ids: ReflectionIds, vocab_size: int) -> Any:
+    """A per-id weight vector (``text`` weight for ordinary ids, the group's weight for reflection/markup ids).
+
+    None when every weight is 1 (the plain mean loss).
+    """
+    if not weights or all(float(value) == 1.0 for value in weights.values()):
+        return None
+    size = max(vocab_size, max(token_ids.all_ids) + 1)
+    table = torch.full((size,), float(weights.get("text", 1.0)))
+    for token_id in token_ids.all_ids:
+        group = token_ids.group_of_id(token_id)
+        table[token_id] = float(weights.get(group.value if group is not None else "markup", 1.0))
+    return table
+
+
+def weighted_loss(logits: Any, labels: Any, table: Any) -> Any:
+    """Weighted mean next-token cross-entropy: sum(w * ce) / sum(w) over the labelled positions."""
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:]
+    mask = shift_labels != -100
+    safe = shift_labels.masked_fill(~mask, 0)
+    ce = torch.nn.functional.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]), safe.reshape(-1), reduction="none"
+    ).view_as(safe)
+    weights = table.to(logits.device)[safe] * mask
+    return (ce * weights).sum() / weights.sum().clamp_min(1e-8)
+
+
+def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0, **kwargs: Any) -> Any:
     """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
 
     TRL 1.16 always patches a fused LM head (``loss_type="nll"`` *is* the fused loss; ``chunked_nll`` is
@@ -310,28 +373,78 @@ def _plain_loss_trainer(**kwargs: Any) -> Any:
     a tied head that fails (``'TrainableTokensWrapper' object has no attribute 'bias'``), and even where
     it ran it would read the base weight without the trained reflection rows. The plain forward goes
     through the wrapper.
+
+    ``loss_weights``: a per-id weight vector (:func:`loss_weight_table`) for a weighted mean loss, or None.
+    ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this multiple of the
+    learning rate, in their own optimizer parameter group.
     """
     from transformers import Trainer
     from trl import SFTTrainer
 
     class PlainLossSFTTrainer(SFTTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+            if loss_weights is None:
+                return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+            labels = inputs["labels"]
+            outputs = model(**{key: value for key, value in inputs.items() if key != "labels"})
+            loss = weighted_loss(outputs.logits, labels, loss_weights)
+            return (loss, outputs) if return_outputs else loss
+
+        def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]
+            if row_lr_multiplier == 1.0 or self.optimizer is not None:
+                return super().create_optimizer(model)
+            named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+            rows = [p for n, p in named if "trainable_tokens_delta" in n]
+            others = [p for n, p in named if "trainable_tokens_delta" not in n]
+            args = self.args
+            groups = [
+                {"params": others, "lr": args.learning_rate, "weight_decay": args.weight_decay},
+                {"params": rows, "lr": args.learning_rate * row_lr_multiplier, "weight_decay": 0.0},
+            ]
+            self.optimizer = torch.optim.AdamW(
+                [g for g in groups if g["params"]],
+                lr=args.learning_rate,
+                betas=(args.adam_beta1, args.adam_beta2),
+                eps=args.adam_epsilon,
+            )
+            return self.optimizer
 
     return PlainLossSFTTrainer(**kwargs)
 
 
-def _accuracy_callback(examples: list[dict[str, Any]], token_ids: ReflectionIds) -> Any:
-    """A trainer callback that scores held-out reflection accuracy at every checkpoint and logs it."""
+def _accuracy_callback(
+    examples: list[dict[str, Any]],
+    token_ids: ReflectionIds,
+    judgement_examples: list[dict[str, Any]] | None = None,
+    judgement_items: int = 100,
+    training: Any = None,
+) -> Any:
+    """A trainer callback that scores held-out reflection accuracy and the judgement, and logs them.
+
+    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0.
+    """
     from transformers import TrainerCallback
 
+    every = int(getattr(training, "eval_steps", 0) or 0)
+
+    def evaluate(state: Any, model: Any) -> None:
+        entry: dict[str, Any] = {"step": state.global_step}
+        if examples:
+            entry["reflection_accuracy"] = reflection_accuracy(model, examples, token_ids)
+        if judgement_examples:
+            report = judge(model, judgement_examples, token_ids, judgement_items)
+            entry["judgement"] = headline(report)
+        logger.info("step %d: %s", state.global_step, {k: v for k, v in entry.items() if k != "step"})
+        state.log_history.append(entry)
+
     class ReflectionAccuracyCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+            if every and model is not None and state.global_step % every == 0:
+                evaluate(state, model)
+
         def on_save(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
-            if model is None:
-                return
-            accuracy = reflection_accuracy(model, examples, token_ids)
-            logger.info("step %d: held-out reflection accuracy %s", state.global_step, accuracy)
-            state.log_history.append({"step": state.global_step, "reflection_accuracy": accuracy})
+            if not every and model is not None:
+                evaluate(state, model)
 
     return ReflectionAccuracyCallback()
 

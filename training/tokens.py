@@ -41,16 +41,39 @@ RESERVED_NEEDED = len(TOKENS)
 RESERVED_PATTERN = re.compile(r"^<\|reserved_special_token_(\d+)\|>$")
 
 
-def prepare_tokens(model: Any, tokenizer: Any, strategy: str) -> ReflectionIds:
+#: Words that say what each reflection token means; ``init="words"`` starts a token's row at their mean embedding.
+MEANING: dict[str, str] = {
+    "[Retrieval]": " retrieve search",
+    "[No Retrieval]": " answer directly",
+    "[Continue to Use Evidence]": " continue",
+    "[Relevant]": " relevant",
+    "[Irrelevant]": " irrelevant",
+    "[Fully supported]": " supported",
+    "[Partially supported]": " partially",
+    "[No support / Contradictory]": " unsupported",
+    "[Utility:1]": " 1",
+    "[Utility:2]": " 2",
+    "[Utility:3]": " 3",
+    "[Utility:4]": " 4",
+    "[Utility:5]": " 5",
+    "<paragraph>": " paragraph",
+    "</paragraph>": " end",
+}
+INITS = ("mean", "words")
+
+
+def prepare_tokens(model: Any, tokenizer: Any, strategy: str, init: str = "mean") -> ReflectionIds:
     """Make every reflection string one id in ``tokenizer`` and give ``model`` a row for it.
 
     Idempotent: a tokenizer that already holds the strings (a model trained by selfrag) is left as
     it is, and only an embedding matrix that is too small for its ids is grown.
     """
     strategy = resolve_strategy(tokenizer, strategy)
+    if init not in INITS:
+        raise ConfigError([f"tokens.init must be one of {list(INITS)}, got {init!r}"])
     if strategy == "reserved":
         return map_reserved_tokens(model, tokenizer)
-    return add_reflection_tokens(model, tokenizer)
+    return add_reflection_tokens(model, tokenizer, init)
 
 
 def resolve_strategy(tokenizer: Any, strategy: str) -> Literal["add", "reserved"]:
@@ -77,7 +100,7 @@ def reserved_tokens(tokenizer: Any) -> list[tuple[int, int]]:
     )
 
 
-def add_reflection_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
+def add_reflection_tokens(model: Any, tokenizer: Any, init: str = "mean") -> ReflectionIds:
     """Strategy ``add``: add the strings as special tokens, resize, set the new rows to the mean of the old ones."""
     known_rows = len(tokenizer)  # rows that belong to real tokens before we add any
     # transformers 5: "additional_special_tokens" is an alias of "extra_special_tokens", and the default
@@ -96,7 +119,12 @@ def add_reflection_tokens(model: Any, tokenizer: Any) -> ReflectionIds:
         model.resize_token_embeddings(needed, mean_resizing=False)
     if new_ids:
         set_rows_to_mean(model, new_ids, known_rows)
-        logger.info("added %d reflection tokens (ids %d..%d), rows set to the mean", added, new_ids[0], new_ids[-1])
+        if init == "words":
+            set_rows_to_words(model, tokenizer, {i: t for t, i in token_ids.token_to_id.items() if i in new_ids})
+        logger.info(
+            "added %d reflection tokens (ids %d..%d), rows set to the %s", added, new_ids[0], new_ids[-1],
+            "mean" if init == "mean" else "embeddings of their meaning's words",
+        )
     else:
         logger.info("the tokenizer already holds the reflection tokens; left unchanged")
     return token_ids
@@ -169,6 +197,22 @@ def set_rows_to_mean(model: Any, ids: list[int], known_rows: int) -> None:
     for weight in matrices:
         mean = weight[:known_rows].float().mean(dim=0).to(weight.dtype)  # (hidden,)
         weight[index] = mean.expand(len(ids), -1)
+
+
+@torch.no_grad()
+def set_rows_to_words(model: Any, tokenizer: Any, tokens_by_id: dict[int, str]) -> None:
+    """Set each id's row (input embeddings, and an untied head) to the mean row of its :data:`MEANING` words."""
+    matrices = [model.get_input_embeddings().weight]
+    head = model.get_output_embeddings()
+    if head is not None and head.weight.data_ptr() != matrices[0].data_ptr():
+        matrices.append(head.weight)
+    for token_id, token in tokens_by_id.items():
+        word_ids = tokenizer.encode(MEANING[token], add_special_tokens=False)
+        word_ids = [i for i in word_ids if i not in tokens_by_id]
+        if not word_ids:
+            continue
+        for weight in matrices:
+            weight[token_id] = weight[torch.tensor(word_ids)].float().mean(dim=0).to(weight.dtype)
 
 
 def is_tied(model: Any) -> bool:

@@ -21,20 +21,24 @@ def test_counts_and_splits(demo) -> None:  # type: ignore[no-untyped-def]
     passages, queries = demo
     counts = Counter((q.meta["source"], q.meta["split"]) for q in queries)
     assert counts == {
-        ("squad_v2", "train"): 260,
-        ("squad_v2", "test"): 40,
+        ("squad_v2", "train"): 2406,
+        ("squad_v2", "test"): 1229,
         ("gsm8k", "train"): 50,
         ("gsm8k", "test"): 10,
+        ("general", "train"): 30,
+        ("general", "test"): 10,
     }
     squad = [q for q in queries if q.meta["source"] == "squad_v2"]
     unanswerable = sum(not q.answerable for q in squad) / len(squad)
-    assert 0.28 < unanswerable < 0.38
-    assert 800 <= len(passages) <= 1500
+    assert 0.17 < unanswerable < 0.23
+    # >= 300 answerable test questions: enough items per class for the judgement evaluation
+    assert sum(q.answerable for q in squad if q.meta["split"] == "test") >= 900
+    assert 1500 <= len(passages) <= 2500
     assert len({q.id for q in queries}) == len(queries)
 
 
 def test_files_are_small_and_sourced() -> None:
-    assert sum(path.stat().st_size for path in Path(DEMO_DIR).iterdir()) < 1.5e6
+    assert sum(path.stat().st_size for path in Path(DEMO_DIR).iterdir()) < 3e6
     source = (Path(DEMO_DIR) / "SOURCE.md").read_text(encoding="utf-8")
     for needle in ("CC BY-SA 4.0", "Rajpurkar", "MIT", "GSM8K", "CS224n"):
         assert needle in source
@@ -53,6 +57,23 @@ def test_gold_passages_exist_and_contain_the_answer(demo) -> None:  # type: igno
             assert query.answers[0] in passages[gold].text, query.id
         else:
             assert query.gold_passage_ids == () and query.answers == ()
+
+
+def test_no_retrieval_questions_are_not_only_arithmetic(demo) -> None:  # type: ignore[no-untyped-def]
+    _, queries = demo
+    no_retrieval = [q for q in queries if q.needs_retrieval is False]
+    general = [q for q in no_retrieval if q.meta["source"] == "general"]
+    assert len(general) >= 30 and all(not q.answers[0].replace(".", "").isdigit() for q in general[:5])
+    assert {q.meta["split"] for q in general} == {"train", "test"}
+
+
+def test_test_articles_are_unseen_in_train(demo) -> None:  # type: ignore[no-untyped-def]
+    _, queries = demo
+    titles: dict[str, set[str]] = {"train": set(), "test": set()}
+    for query in (q for q in queries if q.meta["source"] == "squad_v2"):
+        titles[query.meta["split"]].add(query.meta["title"])
+    assert len(titles["test"]) == 5 and len(titles["train"]) == 11
+    assert not titles["train"] & titles["test"]
 
 
 def test_gsm8k_queries_need_no_retrieval(demo) -> None:  # type: ignore[no-untyped-def]

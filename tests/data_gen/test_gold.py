@@ -57,8 +57,10 @@ def test_unanswerable_uses_its_best_own_passage(setup) -> None:  # type: ignore[
     assert evidence.own is not None and evidence.own.id == "paris-0-1"  # the Eiffel Tower passage
     assert records[0].render() == (
         "[Retrieval]<paragraph>Paris\nThe Eiffel Tower in the capital was built in 1889 for a fair.</paragraph>"
-        f"[Relevant]{ABSTAIN_TEXT}[No support / Contradictory][Utility:1]"
+        f"[Irrelevant]{ABSTAIN_TEXT}[No support / Contradictory][Utility:1]"
     )
+    # no relevant passage exists for an unanswerable question, and its abstain sentence is not trained
+    assert records[0].meta["untrained_text"] is True
     assert records[1].segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
     assert not evidence.distractors[0].id.startswith("paris")
 

@@ -28,7 +28,7 @@ def lines(path: Path) -> list[str]:
 
 
 def test_records_round_trip_and_parse(tmp_path: Path) -> None:
-    result = run(make_config(tmp_path / "out", distractors=2))
+    result = run(make_config(tmp_path / "out", distractors=2, limit=310))
     rows = [json.loads(line) for line in lines(result.records_path)]
     assert len(rows) == result.records_written == result.stats["records"]
     for row in rows:
@@ -36,30 +36,30 @@ def test_records_round_trip_and_parse(tmp_path: Path) -> None:
         assert record.to_json() == row
         assert parse_trajectory(record.render()).well_formed, record.id
     kinds = result.stats["kinds"]
-    assert kinds == {"gold": 174, "own-passage": 86, "no-retrieval": 50, "distractor": 520}
-    assert result.stats["labels"]["retrieve"] == {"[No Retrieval]": 50, "[Retrieval]": 780}
+    assert kinds == {"gold": 249, "own-passage": 52, "no-retrieval": 9, "distractor": 600}
+    assert result.stats["labels"]["retrieve"] == {"[No Retrieval]": 9, "[Retrieval]": 901}
     assert {row["meta"]["split"] for row in rows} == {"train"}
     written = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert written["run"]["queries_selected"] == 310
     assert (tmp_path / "out" / "config.yaml").is_file()
-    assert "[Fully supported] 174" in result.summary()
+    assert "[Fully supported] 249" in result.summary()
 
 
 def test_resume_after_a_kill(tmp_path: Path) -> None:
-    whole = run(make_config(tmp_path / "whole"))
+    whole = run(make_config(tmp_path / "whole", limit=310))
     expected = lines(whole.records_path)
     # A killed run: the first 100 records plus half of the next line.
     killed = tmp_path / "killed"
     killed.mkdir()
     partial = "\n".join(expected[:100]) + "\n" + expected[100][: len(expected[100]) // 2]
     (killed / "records.jsonl").write_text(partial, encoding="utf-8")
-    resumed = run(make_config(killed))
+    resumed = run(make_config(killed, limit=310))
     got = lines(resumed.records_path)
     assert len(got) == len(set(got)) == len(expected)
     assert set(got) == set(expected)
     assert resumed.records_written == len(expected) - 100
     # Running again writes nothing.
-    again = run(make_config(killed))
+    again = run(make_config(killed, limit=310))
     assert again.records_written == 0 and lines(again.records_path) == got
     assert again.stats["run"]["queries_already_done"] == 310
 

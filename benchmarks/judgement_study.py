@@ -1,0 +1,132 @@
+"""The judgement study: which training recipe makes SmolLM2-135M's reflection tokens carry judgement on CPU.
+
+    # 1. data: gold records of train articles, and of the 5 held-out articles (never seen in training)
+    selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data-train split=train
+    selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data-test split=test
+    # 2. one arm = one `selfrag train` with judgement evaluation on the held-out articles
+    python benchmarks/judgement_study.py run B-words-w5-row10
+    # 3. the table of every finished arm -> benchmarks/judgement_study.md
+    python benchmarks/judgement_study.py table
+
+Each arm is the project's own pipeline (`selfrag train`, configs/train/smollm2-135m-cpu.yaml plus the arm's
+overrides); the judgement (relevance AUROC vs easy / hard negatives, support AUROC with answers of the same form
+on both sides, 95% bootstrap intervals) is written by training itself to ``<run>/judgement.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs" / "study"
+COMMON = [
+    "records=runs/data-train/records.jsonl",
+    "eval_records=runs/data-test/records.jsonl",
+    "training.eval_fraction=0",
+    "training.eval_steps=50",
+    "training.save_steps=1000",
+]
+#: arm name -> (what it tests, overrides on top of COMMON and the recipe's own settings)
+ARMS: dict[str, tuple[str, list[str]]] = {
+    "A-baseline": (
+        "previous recipe (mean rows, plain loss) on the clean data",
+        ["tokens.init=mean", "training.loss_weights={}", "training.row_lr_multiplier=1", "training.max_steps=150",
+         "judgement_items=100"],
+    ),
+    "B-words-w5-row10": (
+        "word-initialised rows, IsREL/IsSUP loss weight 5, rows at 10x the learning rate",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "judgement_items=100"],
+    ),
+    "C-reflonly-rel10-words-row10": (
+        "B, reflection positions only (text weight 0), IsREL weight 10, 100 steps",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0", "training.row_lr_multiplier=10", "training.max_steps=100",
+         "judgement_items=60"],
+    ),
+}
+#: The quickstart budget on 2 idle cores: ~170 trained tokens/s (DESIGN.md), <= 10 min of training.
+TOKENS_PER_SECOND = 170
+#: Mean ids per training example of runs/data-train (SmolLM2 chat template; measured over every 10th record).
+MEAN_EXAMPLE_TOKENS = 119.5
+BATCH_SIZE = 4
+
+
+def run_arm(name: str) -> None:
+    _, overrides = ARMS[name]
+    out = RUNS / name
+    command = [sys.executable, "-m", "selfrag.app.cli", "train", "--config", "configs/train/smollm2-135m-cpu.yaml",
+               f"output_dir={out}", *COMMON, *overrides]
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with (out / "log.txt").open("w") as log:
+        subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
+    with (out / "log.txt").open("a") as log:
+        log.write(f"wall_s {int(time.time() - start)}\n")
+
+
+def fmt(entry: dict | None) -> str:
+    if not entry or entry.get("auroc") is None:
+        return "n/a"
+    return f"{entry['auroc']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+
+
+def acc(entry: dict | None) -> str:
+    if not entry:
+        return "n/a"
+    return f"{entry['accuracy_pos']:.0%} / {entry['accuracy_neg']:.0%}"
+
+
+def table() -> str:
+    rows = [
+        "| arm | steps | tokens (~min on 2 idle cores) | wall min (shared CPU) | rel. AUROC easy [95% CI] | "
+        "rel. AUROC hard [95% CI] | sup. AUROC [95% CI] | rel. acc gold/easy | rel. acc gold/hard | "
+        "sup. acc right/wrong | n per class |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
+        judgement_path = out / "judgement.json"
+        if not judgement_path.is_file():
+            continue
+        report = json.loads(judgement_path.read_text())
+        config = (out / "config.yaml").read_text() if (out / "config.yaml").is_file() else ""
+        log = (out / "log.txt").read_text() if (out / "log.txt").is_file() else ""
+        steps = next((line.split()[-1] for line in config.splitlines() if line.strip().startswith("max_steps:")), "?")
+        wall = next((int(line.split()[1]) for line in log.splitlines() if line.startswith("wall_s")), None)
+        tokens = int(int(steps) * BATCH_SIZE * MEAN_EXAMPLE_TOKENS) if steps.isdigit() else None
+        rel, sup = report["relevance"], report["support"]
+        n = rel.get("easy", {}).get("n_pos", "?")
+        rows.append(
+            f"| {out.name} | {steps} | {tokens or '?'} (~{(tokens or 0) / TOKENS_PER_SECOND / 60:.0f}) | "
+            f"{'?' if wall is None else round(wall / 60)} | {fmt(rel.get('easy'))} | {fmt(rel.get('hard'))} | "
+            f"{fmt(sup)} | {acc(rel.get('easy'))} | {acc(rel.get('hard'))} | {acc(sup)} | {n} |"
+        )
+        description = ARMS.get(out.name, ("",))[0]
+        if description:
+            notes.append(f"- **{out.name}**: {description}.")
+    return "\n".join(rows + [""] + notes) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("run", help="train one arm (see ARMS)")
+    one.add_argument("arm", choices=sorted(ARMS))
+    sub.add_parser("table", help="write benchmarks/judgement_study.md from runs/study/*/judgement.json")
+    args = parser.parse_args()
+    if args.command == "run":
+        run_arm(args.arm)
+    else:
+        text = table()
+        (REPO / "benchmarks" / "judgement_study_table.md").write_text(text, encoding="utf-8")
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

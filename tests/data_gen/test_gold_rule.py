@@ -1,0 +1,126 @@
+"""The clean gold rule on hand-made examples: one observable fact per label, three negative difficulties,
+support negatives of the same answer form, and text that is judged but never trained."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selfrag import reflection as rf
+from selfrag.corpus import Query
+from selfrag.data_gen.distractors import NegativeMix, answer_form, find_evidence
+from selfrag.data_gen.gold import ABSTAIN_TEXT, GoldLabeler
+from selfrag.retrieval import BM25Retriever
+from selfrag.trajectory import Passage
+
+PASSAGES = [
+    Passage("paris-0-0", "Paris", "Paris is the capital of France. It lies on the Seine."),
+    Passage("paris-1-0", "Paris", "The Louvre in the French capital opened in 1793 as a museum."),
+    Passage("paris-2-0", "Paris", "The capital of France hosts the Tour de France finish every July."),
+    Passage("rome-0-0", "Rome", "Rome is the capital of Italy. The Colosseum stands in Rome."),
+    Passage("rome-1-0", "Rome", "Legend says Rome was founded in 753 BC by Romulus."),
+    Passage("berlin-0-0", "Berlin", "Berlin is the capital of Germany and its largest city."),
+]
+BY_ID = {p.id: p for p in PASSAGES}
+
+
+def query(
+    qid: str, question: str, answers: tuple[str, ...], gold: tuple[str, ...], title: str, own: list[str]
+) -> Query:
+    meta: dict[str, Any] = {"split": "train", "title": title, "own_passage_ids": own}
+    return Query(qid, question, answers, bool(answers), gold, True, meta)
+
+
+FRANCE = query("q-france", "What is the capital of France?", ("Paris",), ("paris-0-0",), "Paris", ["paris-0-0"])
+ROME = query("q-rome", "Who founded Rome?", ("Romulus",), ("rome-1-0",), "Rome", ["rome-1-0"])
+LOUVRE = query("q-louvre", "When did the Louvre open?", ("1793",), ("paris-1-0",), "Paris", ["paris-1-0"])
+FOUNDED = query("q-founded", "When was Rome founded?", ("753",), ("rome-1-0",), "Rome", ["rome-1-0"])
+UNANSWERABLE = query("q-none", "When did the Seine freeze?", (), (), "Paris", ["paris-0-0"])
+
+
+def evidence(queries: list[Query], mix: NegativeMix) -> dict[str, Any]:
+    found = find_evidence(queries, BM25Retriever(PASSAGES), BY_ID, mix, depth=10)
+    return {q.id: e for q, e in zip(queries, found, strict=True)}
+
+
+MUSEUM = query(
+    "q-museum", "Which museum in the capital of France opened in 1793?", ("The Louvre",), ("paris-1-0",), "Paris",
+    ["paris-1-0"],
+)
+
+
+def test_relevant_exactly_when_the_passage_holds_the_answer() -> None:
+    (found,) = evidence([MUSEUM], NegativeMix(retrieved=0, easy=1, hard=1)).values()
+    records = GoldLabeler(BY_ID).label(MUSEUM, found)
+    labels = {r.id.split("/")[1]: r.segments[0].relevance.value for r in records}  # type: ignore[union-attr]
+    assert labels == {"gold": rf.RELEVANT, "easy-0": rf.IRRELEVANT, "hard-0": rf.IRRELEVANT}
+    (easy,) = found.easy
+    (hard,) = found.hard
+    assert easy.title != "Paris"  # another article
+    assert hard.title == "Paris" and hard.id != "paris-1-0"  # same article, no answer
+    assert "louvre" not in hard.text.casefold() and "louvre" not in easy.text.casefold()
+    # the hard negative is the best BM25 match of the article: it shares "capital of France" with the question
+    assert hard.id in {"paris-0-0", "paris-2-0"}
+    # a passage whose title names the answer holds the evidence: never a negative
+    (france,) = evidence([FRANCE], NegativeMix(retrieved=0, hard=1)).values()
+    assert france.hard == ()
+    kinds = {r.meta["kind"] for r in records}
+    assert kinds == {"gold", "easy", "hard"}
+
+
+def test_unanswerable_has_no_relevant_passage() -> None:
+    (found,) = evidence([UNANSWERABLE], NegativeMix(retrieved=1)).values()
+    records = GoldLabeler(BY_ID).label(UNANSWERABLE, found)
+    assert all(r.segments[0].relevance.value == rf.IRRELEVANT for r in records)  # type: ignore[union-attr]
+    assert records[0].segments[0].passage.id == "paris-0-0"  # type: ignore[union-attr]  # its own paragraph
+
+
+def test_support_negative_uses_an_answer_of_the_same_form() -> None:
+    pool = [FRANCE, ROME, LOUVRE, FOUNDED]
+    found = evidence(pool, NegativeMix(retrieved=0, support=1))
+    records = GoldLabeler(BY_ID).label(LOUVRE, found["q-louvre"])
+    negative = next(r for r in records if r.meta["kind"] == "support-negative")
+    segment = negative.segments[0]
+    assert segment.text == "753"  # the only other number-shaped answer
+    assert answer_form(segment.text).split("/")[0] == answer_form("1793").split("/")[0] == "number"
+    assert segment.passage.id == "paris-1-0"  # type: ignore[union-attr]  # the gold passage
+    assert segment.relevance.value == rf.RELEVANT  # type: ignore[union-attr]
+    assert segment.support.value == rf.NO_SUPPORT  # type: ignore[union-attr]
+    assert negative.meta["untrained_text"] is True  # judged, never trained to say
+    names = GoldLabeler(BY_ID).label(FRANCE, found["q-france"])
+    wrong = next(r for r in names if r.meta["kind"] == "support-negative").segments[0].text
+    assert wrong == "Romulus"  # a one-word name for a one-word name
+
+
+def test_abstain_text_after_irrelevant_is_untrained_unless_asked() -> None:
+    (found,) = evidence([FRANCE], NegativeMix(retrieved=1)).values()
+    distractor = GoldLabeler(BY_ID).label(FRANCE, found)[1]
+    assert distractor.segments[0].text == ABSTAIN_TEXT and distractor.meta["untrained_text"] is True
+    trained = GoldLabeler(BY_ID, train_abstain_text=True).label(FRANCE, found)[1]
+    assert "untrained_text" not in trained.meta
+    gold = GoldLabeler(BY_ID).label(FRANCE, found)[0]
+    assert "untrained_text" not in gold.meta
+
+
+def test_untrained_text_is_masked_but_reflection_tokens_are_trained(tiny_tokenizer, tiny_model_builder) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    from selfrag.training.dataset import IGNORE, encode_record
+    from selfrag.training.tokens import prepare_tokens
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    token_ids = prepare_tokens(tiny_model_builder(len(tokenizer)), tokenizer, "add")
+    (found,) = evidence([FRANCE], NegativeMix(retrieved=1)).values()
+    masked, plain = GoldLabeler(BY_ID).label(FRANCE, found)[1], GoldLabeler(BY_ID, train_abstain_text=True).label(
+        FRANCE, found
+    )[1]
+    a = encode_record(masked, tokenizer, token_ids, "auto")
+    b = encode_record(plain, tokenizer, token_ids, "auto")
+    assert a["input_ids"] == b["input_ids"]
+    trained_a = [t for t in a["labels"] if t != IGNORE]
+    trained_b = [t for t in b["labels"] if t != IGNORE]
+    reflection = [t for t in trained_b if token_ids.token(t) is not None]
+    assert [t for t in trained_a if token_ids.token(t) is not None] == reflection
+    assert token_ids.id(rf.IRRELEVANT) in reflection and token_ids.id(rf.NO_SUPPORT) in reflection
+    text_a = [t for t in trained_a if token_ids.token(t) is None]
+    assert text_a == [tokenizer.eos_token_id]  # only the closing EOS; the abstain words are masked
+    assert len(trained_b) > len(trained_a)

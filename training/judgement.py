@@ -1,0 +1,260 @@
+"""Does the model *judge*? Relevance and support scores on held-out questions, with intervals.
+
+    report = judge(model, examples, token_ids, items=300)
+    # {"relevance": {"easy": {"auroc": 0.99, "low": 0.98, "high": 0.995, "accuracy": ..., "n_pos": 300, ...}}, ...}
+
+The examples are encoded records of a held-out split (``selfrag generate split=test`` with easy, hard and
+support negatives), teacher-forced in one forward pass each, in fp32. Per record:
+
+- ``s_rel = p([Relevant]) / (p([Relevant]) + p([Irrelevant]))`` at its IsREL position;
+- ``s_sup = (p(Full) + 0.5 p(Partial)) / (p(Full) + p(Partial) + p(No support))`` at its IsSUP position
+  (the runtime's formulas).
+
+Relevance AUROC: gold passages (``meta.kind == "gold"``) against each negative kind -- ``easy`` (another
+article), ``hard`` (same article, no answer), ``distractor`` (BM25 top-k), ``own-passage`` (an unanswerable
+question's own paragraph). Support AUROC: the gold passage with its own answer against the same passage with
+another question's answer of the same form (``support-negative``), so the answer's shape gives nothing away.
+Intervals: 95% percentile bootstrap (1,000 resamples of each class, seeded). Accuracy: the argmax within the
+token group equals the label, per class. Also: per-type teacher-forced accuracy with confusion matrices over
+every scored position of the selected records.
+
+Items are chosen by a stable hash of the question id, the same questions for every class, so two runs are
+scored on the same items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from selfrag import reflection as rf
+from selfrag.reflection import Group, ReflectionIds
+from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
+
+RELEVANCE_NEGATIVES = ("easy", "hard", "distractor", "own-passage")
+SUPPORT_NEGATIVE = "support-negative"
+BOOTSTRAP = 1000
+
+
+def auroc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """P(score of a random positive > a random negative), ties counting one half (Mann-Whitney U / n1 n2)."""
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    if not len(pos) or not len(neg):
+        return float("nan")
+    scores = np.concatenate([pos, neg])
+    order = scores.argsort(kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = scores[order]
+    # average ranks over ties
+    i = 0
+    while i < len(scores):
+        j = i
+        while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    u = ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
+    return float(u / (len(pos) * len(neg)))
+
+
+def auroc_interval(
+    positive: Sequence[float], negative: Sequence[float], resamples: int = BOOTSTRAP, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of :func:`auroc` (each class resampled with replacement)."""
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    if len(pos) < 2 or len(neg) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        p = pos[rng.integers(0, len(pos), len(pos))]
+        n = neg[rng.integers(0, len(neg), len(neg))]
+        # vectorised AUROC for speed: compare every pair (n <= a few thousand)
+        values.append(
+            float(((p[:, None] > n[None, :]).sum() + 0.5 * (p[:, None] == n[None, :]).sum()) / (len(p) * len(n)))
+        )
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _stable(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+
+
+def select_items(examples: Sequence[Mapping[str, Any]], items: int) -> list[Mapping[str, Any]]:
+    """At most ``items`` records per kind, from the same questions (stable hash order of the question id)."""
+    by_query: dict[str, list[Mapping[str, Any]]] = {}
+    for example in examples:
+        by_query.setdefault(str(example.get("query_id", example["id"])), []).append(example)
+    chosen: list[Mapping[str, Any]] = []
+    taken: dict[str, int] = {}
+    for query_id in sorted(by_query, key=_stable):
+        for example in by_query[query_id]:
+            kind = str(example.get("kind"))
+            if taken.get(kind, 0) < items:
+                taken[kind] = taken.get(kind, 0) + 1
+                chosen.append(example)
+    return chosen
+
+
+@torch.no_grad()
+def score_examples(
+    model: Any, examples: Sequence[Mapping[str, Any]], token_ids: ReflectionIds, batch_size: int = 16
+) -> list[dict[str, Any]]:
+    """Per example: s_rel, s_sup (None where absent), and per-group (label, predicted) at each scored position.
+
+    Examples run in right-padded batches of similar length (positions count from the start, so padding at
+    the end changes no score).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    rel = torch.tensor([token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)], device=device)
+    sup_ids = token_ids.ids(Group.SUPPORT)  # Full, Partial, No support
+    sup = torch.tensor(sup_ids, device=device)
+    full, partial = sup_ids.index(token_ids.id(rf.FULLY_SUPPORTED)), sup_ids.index(token_ids.id(rf.PARTIALLY_SUPPORTED))
+    group_ids = {group: torch.tensor(token_ids.ids(group), device=device) for group in SCORED_GROUPS}
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
+    rows: list[dict[str, Any] | None] = [None] * len(examples)
+    try:
+        for start in range(0, len(order), batch_size):
+            batch = [examples[i] for i in order[start : start + batch_size]]
+            width = max(len(e["input_ids"]) for e in batch)
+            ids = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+            mask = torch.zeros((len(batch), width), dtype=torch.long, device=device)
+            for row_number, example in enumerate(batch):
+                ids[row_number, : len(example["input_ids"])] = torch.tensor(example["input_ids"])
+                mask[row_number, : len(example["input_ids"])] = 1
+            all_logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            for row_number, (index, example) in enumerate(zip(order[start : start + batch_size], batch, strict=True)):
+                logits = all_logits[row_number]
+                positions = reflection_positions(example, token_ids)
+                row: dict[str, Any] = {"id": example["id"], "kind": example.get("kind"), "s_rel": None, "s_sup": None}
+                if positions[Group.RELEVANCE]:
+                    p = torch.softmax(logits[positions[Group.RELEVANCE][0] - 1, rel], dim=-1)
+                    row["s_rel"] = float(p[0])
+                if positions[Group.SUPPORT]:
+                    p = torch.softmax(logits[positions[Group.SUPPORT][0] - 1, sup], dim=-1)
+                    row["s_sup"] = float(p[full] + 0.5 * p[partial])
+                row["pairs"] = {
+                    group.value: [
+                        (int(example["labels"][position]), int(ids_t[logits[position - 1, ids_t].argmax()]))
+                        for position in group_positions
+                    ]
+                    for group, group_positions in positions.items()
+                    for ids_t in (group_ids[group],)
+                }
+                rows[index] = row
+    finally:
+        model.train(was_training)
+    return [row for row in rows if row is not None]
+
+
+def _binary(positive: list[float], negative: list[float], seed: int) -> dict[str, Any]:
+    low, high = auroc_interval(positive, negative, seed=seed)
+    return {
+        "auroc": auroc(positive, negative),
+        "low": low,
+        "high": high,
+        "accuracy_pos": float(np.mean([s > 0.5 for s in positive])) if positive else None,
+        "accuracy_neg": float(np.mean([s <= 0.5 for s in negative])) if negative else None,
+        "n_pos": len(positive),
+        "n_neg": len(negative),
+    }
+
+
+def summarise(rows: Sequence[Mapping[str, Any]], token_ids: ReflectionIds, seed: int = 0) -> dict[str, Any]:
+    """AUROC/accuracy per negative kind, support AUROC, per-type accuracy and confusion matrices."""
+    gold_rel = [r["s_rel"] for r in rows if r["kind"] == "gold" and r["s_rel"] is not None]
+    relevance = {}
+    for kind in RELEVANCE_NEGATIVES:
+        negative = [r["s_rel"] for r in rows if r["kind"] == kind and r["s_rel"] is not None]
+        if negative:
+            relevance[kind] = _binary(gold_rel, negative, seed)
+    gold_sup = [r["s_sup"] for r in rows if r["kind"] == "gold" and r["s_sup"] is not None]
+    wrong_sup = [r["s_sup"] for r in rows if r["kind"] == SUPPORT_NEGATIVE and r["s_sup"] is not None]
+    support = _binary(gold_sup, wrong_sup, seed) if gold_sup and wrong_sup else {}
+    accuracy: dict[str, Any] = {}
+    confusion: dict[str, Any] = {}
+    for group in SCORED_GROUPS:
+        names = list(rf.tokens_of(group))
+        matrix = {label: dict.fromkeys(names, 0) for label in names}
+        total = correct = 0
+        for row in rows:
+            for label, predicted in row["pairs"].get(group.value, []):
+                label_token, predicted_token = token_ids.token(label), token_ids.token(predicted)
+                if label_token is None or predicted_token is None:
+                    continue
+                matrix[label_token][predicted_token] += 1
+                total += 1
+                correct += int(label == predicted)
+        accuracy[group.value] = correct / total if total else None
+        confusion[group.value] = {label: counts for label, counts in matrix.items() if sum(counts.values())}
+    return {"relevance": relevance, "support": support, "accuracy": accuracy, "confusion": confusion}
+
+
+def judge(
+    model: Any, examples: Sequence[Mapping[str, Any]], token_ids: ReflectionIds, items: int, seed: int = 0
+) -> dict[str, Any]:
+    """Score ``items`` questions' records of each kind and summarise (see the module docstring)."""
+    rows = score_examples(model, select_items(examples, items), token_ids)
+    return summarise(rows, token_ids, seed)
+
+
+def headline(report: Mapping[str, Any]) -> dict[str, float | None]:
+    """The few numbers worth a log line: relevance AUROC easy/hard, support AUROC, IsREL accuracy."""
+    relevance, support = report.get("relevance", {}), report.get("support", {})
+    return {
+        "rel_auroc_easy": relevance.get("easy", {}).get("auroc"),
+        "rel_auroc_hard": relevance.get("hard", {}).get("auroc"),
+        "sup_auroc": support.get("auroc"),
+        "rel_accuracy": report.get("accuracy", {}).get("relevance"),
+        "sup_accuracy": report.get("accuracy", {}).get("support"),
+    }
+
+
+def write_report(path: Path, report: Mapping[str, Any]) -> Path:
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def plot(path: Path, losses: Sequence[Mapping[str, float]], during: Sequence[Mapping[str, Any]]) -> Path | None:
+    """Training loss and held-out judgement (AUROC, IsREL accuracy) against the step, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is a dependency; keep training usable without it
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    if losses:
+        left.plot([e["step"] for e in losses], [e["loss"] for e in losses], color="tab:blue")
+    left.set_xlabel("step")
+    left.set_ylabel("training loss")
+    left.set_title("loss")
+    for key, label in (
+        ("rel_auroc_easy", "relevance AUROC (easy)"),
+        ("rel_auroc_hard", "relevance AUROC (hard)"),
+        ("sup_auroc", "support AUROC"),
+        ("rel_accuracy", "IsREL accuracy"),
+    ):
+        points = [(e["step"], e["judgement"][key]) for e in during if e.get("judgement", {}).get(key) is not None]
+        if points:
+            right.plot(*zip(*points, strict=True), marker="o", label=label)
+    right.set_ylim(0.0, 1.02)
+    right.set_xlabel("step")
+    right.set_title("held-out judgement")
+    right.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
