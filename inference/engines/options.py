@@ -60,27 +60,28 @@ class EngineOptions:
         "openai/vllm: top-k log-probs requested when the server cannot score chosen ids (logprob_token_ids)", 20
     )
 
-    def validate(self, prefix: str = "engine_options") -> list[str]:
+    def validate(self, prefix: str = "") -> list[str]:
+        """Problems, each naming the field (after ``prefix``), the value and the fix."""
         problems = []
         if self.batch_size < 1:
-            problems.append(f"{prefix}.batch_size must be at least 1, got {self.batch_size}")
+            problems.append(f"{prefix}batch_size must be at least 1, got {self.batch_size}")
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_loras", "max_lora_rank", "concurrency"):
             if getattr(self, name) < 1:
-                problems.append(f"{prefix}.{name} must be at least 1, got {getattr(self, name)}")
+                problems.append(f"{prefix}{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             problems.append(
-                f"{prefix}.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}; e.g. 0.9"
+                f"{prefix}gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}; e.g. 0.9"
             )
         if self.max_model_len < 0:
-            problems.append(f"{prefix}.max_model_len must be >= 0 (0 = the model's limit), got {self.max_model_len}")
+            problems.append(f"{prefix}max_model_len must be >= 0 (0 = the model's limit), got {self.max_model_len}")
         if self.timeout <= 0:
-            problems.append(f"{prefix}.timeout must be > 0 seconds, got {self.timeout}")
+            problems.append(f"{prefix}timeout must be > 0 seconds, got {self.timeout}")
         if self.max_retries < 0:
-            problems.append(f"{prefix}.max_retries must be >= 0, got {self.max_retries}")
+            problems.append(f"{prefix}max_retries must be >= 0, got {self.max_retries}")
         if self.backoff < 0:
-            problems.append(f"{prefix}.backoff must be >= 0 seconds, got {self.backoff}")
+            problems.append(f"{prefix}backoff must be >= 0 seconds, got {self.backoff}")
         if not 1 <= self.top_logprobs <= 20:
-            problems.append(f"{prefix}.top_logprobs must be in [1, 20] (servers cap it), got {self.top_logprobs}")
+            problems.append(f"{prefix}top_logprobs must be in [1, 20] (servers cap it), got {self.top_logprobs}")
         if not self.base_url.startswith(("http://", "https://")):
-            problems.append(f"{prefix}.base_url must start with http:// or https://, got {self.base_url!r}")
+            problems.append(f"{prefix}base_url must start with http:// or https://, got {self.base_url!r}")
         return problems
