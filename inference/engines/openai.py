@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,7 @@ class OpenAIEngine:
         started = time.monotonic()
         exact = self._exact is not False and bool(request.score_token_ids)
         body = self._body(request, exact)
-        choice = self._post("/completions", body)["choices"][0]
-        tokens, positions = _read_logprobs(choice)
+        tokens, positions = self._request("POST", "/completions", body, _read_completion)
         if exact and request.score_token_ids:
             honoured = all(any(t in p for t in request.score_token_ids) for p in positions) and bool(positions)
             with self._lock:
@@ -180,22 +179,20 @@ class OpenAIEngine:
                 f"{self.base_url}/models lists no model ({str(data)[:200]}); set engine_options.served_model"
             ) from None
 
-    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        data = self._request("POST", path, body)
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not isinstance(choices, list) or not choices:
-            raise RemoteEngineError(f"{self.base_url}{path} answered without choices: {str(data)[:200]}")
-        return data
+    def _request(
+        self, method: str, path: str, body: Mapping[str, Any] | None, parse: Callable[[Any], Any] = lambda d: d
+    ) -> Any:
+        """One call with retries: back-off ``backoff * 2**attempt`` (+ jitter), Retry-After honoured.
 
-    def _request(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:
-        """One call with retries: back-off ``backoff * 2**attempt`` (+ jitter), Retry-After honoured."""
+        ``parse`` turns the JSON into the result and raises :class:`_Retryable` when it is malformed.
+        """
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 with self._lock:
                     self.retries += 1
             try:
-                return self._attempt(method, path, body)
+                return parse(self._attempt(method, path, body))
             except _Retryable as error:
                 last = str(error)
                 wait = error.args[1] if len(error.args) > 1 and error.args[1] is not None else None
@@ -241,22 +238,25 @@ def _retry_after(headers: Any) -> float | None:
 
 def _token_id(token: str) -> int:
     if not token.startswith("token_id:"):
-        raise RemoteEngineError(
+        raise ValueError(
             f"the server returned token {token!r}, not token_id:N; it must support return_tokens_as_token_ids "
             "(vLLM's OpenAI server does)"
         )
     return int(token.split(":", 1)[1])
 
 
-def _read_logprobs(choice: Mapping[str, Any]) -> tuple[list[int], list[dict[int, float]]]:
+def _read_completion(data: Any) -> tuple[list[int], list[dict[int, float]]]:
     """Generated ids and, per position, every id -> log-prob the server returned (top list or chosen ids)."""
-    logprobs = choice.get("logprobs") or {}
     try:
+        choice = data["choices"][0]
+        logprobs = choice.get("logprobs") or {}
+        if not isinstance(logprobs.get("tokens"), list):
+            raise TypeError(f"no logprobs.tokens in {str(choice)[:120]}")
         tokens = [_token_id(token) for token in logprobs.get("tokens") or []]
         tops = logprobs.get("top_logprobs") or []
         positions = [
             {_token_id(token): float(value) for token, value in (top or {}).items()} for top in tops
         ]
-    except (AttributeError, TypeError, ValueError) as error:
-        raise _Retryable(f"malformed logprobs ({error})", None) from None
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+        raise _Retryable(f"malformed completion ({type(error).__name__}: {error})", None) from None
     return tokens, positions
