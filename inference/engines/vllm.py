@@ -87,6 +87,7 @@ class VLLMEngine:
         if device == "cpu" or _is_cpu_build():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache; vLLM's default takes more
             enforce_eager = True
+            dtype = "float32" if dtype == "auto" else dtype  # vLLM's CPU default is bf16; hf's is float32
         arguments: dict[str, Any] = {
             "model": str(base),
             "tokenizer": str(base),
@@ -107,6 +108,13 @@ class VLLMEngine:
         logger.info("loading %s in vLLM %s", base, vllm.__version__)
         self.llm = vllm.LLM(**arguments)
         self._vllm = vllm
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes now (they stop at exit anyway)."""
+        engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Decode every request in one ``LLM.generate`` call (vLLM schedules and batches them)."""

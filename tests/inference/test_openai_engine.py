@@ -8,13 +8,13 @@ import pytest
 
 pytest.importorskip("torch")
 
+from openai_scripted_server import ScriptedServer  # noqa: E402
+
 from selfrag.artifacts import ModelMeta, save_meta  # noqa: E402
 from selfrag.inference.engines import GenerationRequest  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.inference.engines.openai import OpenAIEngine, RemoteEngineError  # noqa: E402
 from selfrag.prompting import encode_prompt  # noqa: E402
-
-from openai_scripted_server import ScriptedServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
