@@ -153,6 +153,9 @@ def _ask(args: argparse.Namespace) -> int:
     from selfrag.inference.ask import ask_many, format_answer, read_questions
     from selfrag.inference.config import InferenceConfig
 
+    if args.questions is not None and args.question is not None and "=" in args.question:
+        args.overrides.insert(0, args.question)  # argparse gave the first key=value to the optional question
+        args.question = None
     config = _config(InferenceConfig, args)
     if (args.question is None) == (args.questions is None):
         raise InputError("give one question, or --questions FILE (- for stdin), not both or neither")

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from selfrag.trajectory import Passage
 
@@ -35,7 +35,7 @@ class BM25Retriever:
     kind = "bm25"
 
     def __init__(
-        self, passages: Sequence[Passage], stemmer_language: str | None = "english", index: object | None = None
+        self, passages: Sequence[Passage], stemmer_language: str | None = "english", index: Any | None = None
     ) -> None:
         import bm25s
 
@@ -45,6 +45,7 @@ class BM25Retriever:
         self.passages = list(passages)
         self.stemmer_language = stemmer_language
         self._stemmer = _make_stemmer(stemmer_language)
+        self._index: Any
         if index is not None:  # loaded from disk: the corpus was tokenized when the index was built
             self._index = index
             return
@@ -55,7 +56,7 @@ class BM25Retriever:
 
     def save(self, directory: str | Path) -> None:
         """Write the BM25 matrices (``bm25s`` format) into ``directory``; passages are saved by the caller."""
-        self._index.save(str(directory), show_progress=False)  # type: ignore[attr-defined]
+        self._index.save(str(directory), show_progress=False)
 
     @classmethod
     def load(
