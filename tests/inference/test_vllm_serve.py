@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]  # noqa: F811
     port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "vllm-serve.log"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(add_merged),
@@ -62,7 +62,7 @@ def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory):  # type:
             process.kill()
 
 
-def test_openai_engine_against_vllm_serve(server: str, add_merged: Path) -> None:
+def test_openai_engine_against_vllm_serve(server: str, add_merged: Path) -> None:  # noqa: F811
     hf = HFEngine(add_merged)
     requests = _requests(hf)
     remote = OpenAIEngine(add_merged, base_url=server, concurrency=4, timeout=300)
