@@ -194,7 +194,7 @@ class OpenAIEngine:
             try:
                 return parse(self._attempt(method, path, body))
             except _Retryable as error:
-                last = str(error)
+                last = str(error.args[0])
                 wait = error.args[1] if len(error.args) > 1 and error.args[1] is not None else None
                 if attempt < self.max_retries:
                     delay = wait if wait is not None else self.backoff * 2**attempt * (1 + random.random() * 0.25)

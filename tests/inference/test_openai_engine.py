@@ -73,8 +73,8 @@ def test_same_results_as_offline(model_dir, offline) -> None:  # type: ignore[no
 @pytest.mark.parametrize("faults", [["429", "500"], ["malformed", "nochoices"], ["sleep"], ["500", "429", "malformed"]])
 def test_faults_are_retried(model_dir, offline, faults) -> None:  # type: ignore[no-untyped-def]
     requests = _requests(offline)[:2]
-    with ScriptedServer(offline, sleep=1.5) as server:
-        remote = OpenAIEngine(model_dir, base_url=server.url, timeout=0.5, backoff=0.01, max_retries=4, concurrency=1)
+    with ScriptedServer(offline, sleep=12.0) as server:  # slower than the timeout, even on a loaded machine
+        remote = OpenAIEngine(model_dir, base_url=server.url, timeout=6.0, backoff=0.01, max_retries=4, concurrency=1)
         server.faults.extend(faults)
         generations = remote.generate(requests)
     _same(generations, offline.generate(requests))
