@@ -390,18 +390,20 @@ class SelfRAG:
                 self._support_entry(chosen, "re-retrieve", reason, work.round - 1) | {"query": work.query}
             )
             return True
-        work.trace.append(self._support_entry(chosen, self.config.on_unsupported, reason, work.round))
-        self._give_up(work, reason, trace=False)
+        work.trace.append(self._support_entry(chosen, "rounds exhausted", reason, work.round))
+        self._give_up(work, reason)
         return False
 
-    def _give_up(self, work: _Work, reason: str, trace: bool = True) -> None:
-        """After the last round: abstain, or flag the best candidate of every round."""
+    def _give_up(self, work: _Work, why: str) -> None:
+        """After the last round: abstain, or flag the best candidate of every round (traced as the one used)."""
         everyone = list(range(len(work.candidates)))
         best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
         action = self.config.on_unsupported
-        if trace:
-            work.trace.append(self._support_entry(work.candidates[best], action, reason, work.round))
-        work.outcome = (action, best, reason)
+        _, reason = policy.judge(work.candidates[best], self.config)
+        entry = self._support_entry(work.candidates[best], action, reason, work.candidates[best].round)
+        entry["why"] = f"best of all {work.round + 1} rounds; {why}"
+        work.trace.append(entry)
+        work.outcome = (action, best, reason if why == reason else f"{reason}; {why}")
 
     def _support_entry(self, chosen: Candidate, action: str, reason: str, round_: int) -> dict[str, Any]:
         score = chosen.score
