@@ -343,7 +343,7 @@ class SelfRAG:
         pruned = [False] * len(branches)
         for work in works:
             mine = [i for i, branch in enumerate(branches) if branch[0] is work]
-            values = {i: relevance[i] for i in mine if relevance[i] is not None}
+            values: dict[int, float] = {i: value for i in mine if (value := relevance[i]) is not None}
             if not values:
                 continue
             best = max(values.values())

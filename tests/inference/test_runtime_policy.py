@@ -276,3 +276,15 @@ def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, prunin
             assert partial != "drop"
     if not supported:
         assert last["reason"] in " ".join(answer.reasons)
+
+
+def test_ask_formatting_marks_cited_sentences_and_reasons(build) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.ask import format_answer
+
+    rag, _, _ = build({PARIS: seg("Berlin.", support=NONE)}, passages=[PARIS], max_rounds=0, on_unsupported="flag")
+    text = format_answer(rag.answer(Q))
+    lines = text.splitlines()
+    assert lines[0] == "Berlin. [1]   [low_confidence]"
+    assert lines[1] == f"  why: flagged: the model judged the best continuation {rf.NO_SUPPORT}"
+    assert lines[2] == f"  [1] {PARIS.id} ({PARIS.title})"
+    assert "support: flag" in text
