@@ -132,11 +132,11 @@ class SelfRAG:
             yield TraceEvent(dict(entry))
         for passage in answer.citations:
             yield CitationEvent(passage)
-        if answer.segments:
+        if answer.segments and not work.choices:  # a closed-set answer is the choice, not the sentences
             for index, segment in enumerate(answer.segments):
                 yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
         elif answer.answer:
-            yield SegmentEvent(answer.answer, None)
+            yield SegmentEvent(answer.answer, answer.citations[0] if answer.citations else None)
         yield FinalEvent(answer)
 
     # -- phases -------------------------------------------------------------------------------------
