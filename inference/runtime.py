@@ -472,7 +472,8 @@ class SelfRAG:
         if notes:
             work.trace.append({"step": "partial", "chosen": self.config.on_partial, "reason": "; ".join(notes)})
         if not segments:
-            reasons.append("abstained: no sentence is left after on_partial=drop")
+            left = "after on_partial=drop" if notes else "in the chosen continuation"
+            reasons.append(f"abstained: no sentence is left {left}")
             return self._answer(work, self.config.abstain_text, best, [], reasons, abstained=True)
         text = join_or_choice(work, segments)
         return self._answer(work, text, best, segments, reasons, low_confidence=bool(reasons))
