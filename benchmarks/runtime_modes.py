@@ -56,8 +56,9 @@ def plain_rag(engine: Counting, retriever: Retriever, config: InferenceConfig) -
     def answer(question: str) -> str:
         hits = retriever.search(question, config.top_k)
         passages = "\n\n".join(f"[{i + 1}] {hit.passage.render()}" for i, hit in enumerate(hits))
-        prompt = encode_prompt(engine.tokenizer, PLAIN_RAG.format(passages=passages, question=question),
-                               engine.prompt_template)
+        prompt = encode_prompt(
+            engine.tokenizer, PLAIN_RAG.format(passages=passages, question=question), engine.prompt_template
+        )
         [generation] = engine.generate([GenerationRequest(tuple(prompt), config.max_tokens)])
         return engine.tokenizer.decode(list(generation.token_ids), skip_special_tokens=True)
 
@@ -75,8 +76,14 @@ def measure(label: str, engine: Counting, answer: Callable[[str], Any], question
     ordered = sorted(seconds)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     n = len(questions)
-    return {"mode": label, "median": statistics.median(seconds), "p95": p95, "calls": engine.calls / n,
-            "requests": engine.requests / n, "tokens": engine.tokens / n}
+    return {
+        "mode": label,
+        "median": statistics.median(seconds),
+        "p95": p95,
+        "calls": engine.calls / n,
+        "requests": engine.requests / n,
+        "tokens": engine.tokens / n,
+    }
 
 
 def main() -> None:
@@ -98,17 +105,27 @@ def main() -> None:
         ("single-always", SelfRAG(engine, retriever, always).answer),
         ("prompted-critic", PromptedSelfRAG(engine, retriever, config).answer),
     ]
-    rows = [measure(label, engine, answer, questions) for label, answer in modes]
-    base = rows[0]
     print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, engine {engine.name}")
-    print(f"{'mode':<16}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
-          f"{'median/plain':>13}{'p95/plain':>10}")
-    for row in rows:
-        print(f"{row['mode']:<16}{row['median']:>9.2f}{row['p95']:>8.2f}{row['calls']:>7.1f}{row['requests']:>9.1f}"
-              f"{row['tokens']:>8.1f}{row['median'] / base['median']:>12.2f}x{row['p95'] / base['p95']:>9.2f}x")
+    print(
+        f"{'mode':<16}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
+        f"{'median/plain':>13}{'p95/plain':>10}",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    for label, answer in modes:  # each row is printed as soon as its mode is measured
+        row = measure(label, engine, answer, questions)
+        rows.append(row)
+        base = rows[0]
+        print(
+            f"{row['mode']:<16}{row['median']:>9.2f}{row['p95']:>8.2f}{row['calls']:>7.1f}{row['requests']:>9.1f}"
+            f"{row['tokens']:>8.1f}{row['median'] / base['median']:>12.2f}x{row['p95'] / base['p95']:>9.2f}x",
+            flush=True,
+        )
     single, critic = rows[1], rows[3]
-    print(f"prompted-critic / single-pass: median {critic['median'] / single['median']:.2f}x, "
-          f"p95 {critic['p95'] / single['p95']:.2f}x")
+    print(
+        f"prompted-critic / single-pass: median {critic['median'] / single['median']:.2f}x, "
+        f"p95 {critic['p95'] / single['p95']:.2f}x"
+    )
 
 
 if __name__ == "__main__":
