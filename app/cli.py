@@ -4,6 +4,7 @@
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
+    selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line, no traceback, exit code 2.
@@ -26,7 +27,6 @@ logger = logging.getLogger("selfrag")
 
 PLANNED = {
     "serve": "the OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)",
-    "eval": "evaluation across no-retrieval, plain RAG, prompted and single-pass Self-RAG",
 }
 
 
@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--corpus", required=True, type=Path, help="corpus JSONL (id, title, text) or a folder")
     ask.add_argument("--json", action="store_true", help="print the answer as JSON")
     _add_config_arguments(ask)
+
+    evaluate = commands.add_parser("eval", help="compare no retrieval, plain RAG, prompted and single-pass Self-RAG")
+    _add_config_arguments(evaluate)
+    calibrate = commands.add_parser("calibrate", help="measure the retrieval threshold and support bound (dev split)")
+    _add_config_arguments(calibrate)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -152,6 +157,22 @@ def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from selfrag.evaluation.config import EvalConfig
+    from selfrag.evaluation.run import run
+
+    print(run(_config(EvalConfig, args)).summary())
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from selfrag.evaluation.calibrate import run
+    from selfrag.evaluation.config import CalibrateConfig
+
+    print(run(_config(CalibrateConfig, args)).summary())
+    return 0
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -164,6 +185,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": _train,
     "export": _export,
     "ask": _ask,
+    "eval": _eval,
+    "calibrate": _calibrate,
     "quickstart": _quickstart,
 }
 
