@@ -54,7 +54,8 @@ def test_closed_set_arc_style(tmp_path: Path) -> None:
 
 
 def test_claims(tmp_path: Path) -> None:
-    path = write(tmp_path, {"claim": "Paris is in France.", "label": True}, {"claim": "Lyon is a river.", "label": "false"})
+    path = write(tmp_path, {"claim": "Paris is in France.", "label": True},
+                 {"claim": "Lyon is a river.", "label": "false"})
     first, second = load_examples(path)
     assert first.kind == "claim" and first.answers == ("true",) and "Paris is in France." in first.question
     assert second.answers == ("false",)
