@@ -16,7 +16,7 @@ from typing import Any, Literal
 from selfrag.config import help_field
 
 MODES = ("adaptive", "always", "never")
-#: used when neither the config nor the model's calibration (``selfrag calibrate``) sets a value
+#: the built-in values; a model calibrated by ``selfrag calibrate`` replaces them (see ``use_calibration``)
 DEFAULT_THRESHOLD = 0.2
 DEFAULT_SUPPORT_BOUND = 0.0
 ON_UNSUPPORTED = ("abstain", "flag")
@@ -40,10 +40,9 @@ class InferenceConfig:
         "from the model alone",
         "adaptive",
     )
-    threshold: float | None = help_field(
-        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this; null: "
-        f"the value calibrated in the model's selfrag.json (selfrag calibrate), else {DEFAULT_THRESHOLD}",
-        None,
+    threshold: float = help_field(
+        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this",
+        DEFAULT_THRESHOLD,
     )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
     weights: ScoreWeights = help_field(
@@ -55,11 +54,15 @@ class InferenceConfig:
         "score below support_bound): abstain (answer abstain_text) or flag (keep it, low_confidence=true)",
         "abstain",
     )
-    support_bound: float | None = help_field(
+    support_bound: float = help_field(
         "the best continuation counts as unsupported when its support score is below this; 0 means only the "
-        "support token the model generated counts; null: the value calibrated in the model's selfrag.json, "
-        f"else {DEFAULT_SUPPORT_BOUND}",
-        None,
+        "support token the model generated counts",
+        DEFAULT_SUPPORT_BOUND,
+    )
+    use_calibration: bool = help_field(
+        "where threshold and support_bound are left at their defaults, use the values `selfrag calibrate` measured "
+        "and wrote into the model's selfrag.json; false: always the values given here",
+        True,
     )
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
 
@@ -68,7 +71,7 @@ class InferenceConfig:
         problems = []
         if self.mode not in MODES:
             problems.append(f"mode must be one of {list(MODES)}, got {self.mode!r}")
-        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
+        if not 0.0 <= self.threshold <= 1.0:
             problems.append(
                 f"threshold must be in [0, 1], got {self.threshold}; use mode=always to always retrieve "
                 "or mode=never to never retrieve"
@@ -79,7 +82,7 @@ class InferenceConfig:
             problems.append(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.on_unsupported not in ON_UNSUPPORTED:
             problems.append(f"on_unsupported must be one of {list(ON_UNSUPPORTED)}, got {self.on_unsupported!r}")
-        if self.support_bound is not None and not 0.0 <= self.support_bound <= 1.0:
+        if not 0.0 <= self.support_bound <= 1.0:
             problems.append(f"support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the token")
         if not self.abstain_text.strip():
             problems.append("abstain_text is empty; give the sentence shown when the runtime abstains")
@@ -90,12 +93,12 @@ class InferenceConfig:
         return problems
 
     def resolved(self, calibration: Mapping[str, Any] | None = None) -> InferenceConfig:
-        """A copy whose unset threshold/support_bound come from ``calibration`` (a model's), else the defaults."""
-        calibration = calibration or {}
-        threshold = self.threshold
-        if threshold is None:
-            threshold = float(calibration.get("threshold", DEFAULT_THRESHOLD))
-        support_bound = self.support_bound
-        if support_bound is None:
-            support_bound = float(calibration.get("support_bound", DEFAULT_SUPPORT_BOUND))
-        return dataclasses.replace(self, threshold=threshold, support_bound=support_bound)
+        """A copy whose threshold/support_bound, where left at their defaults, are the model's calibrated values."""
+        if not self.use_calibration or not calibration:
+            return self
+        changes: dict[str, float] = {}
+        if self.threshold == DEFAULT_THRESHOLD and isinstance(calibration.get("threshold"), int | float):
+            changes["threshold"] = float(calibration["threshold"])
+        if self.support_bound == DEFAULT_SUPPORT_BOUND and isinstance(calibration.get("support_bound"), int | float):
+            changes["support_bound"] = float(calibration["support_bound"])
+        return dataclasses.replace(self, **changes)

@@ -57,7 +57,7 @@ class SelfRAG:
     def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig | None = None) -> None:
         self.engine = engine
         self.retriever = retriever
-        # unset threshold/support_bound come from the model's calibration (selfrag.json, written by selfrag calibrate)
+        # threshold/support_bound left at their defaults take the model's calibrated values (selfrag calibrate)
         self.config = (config or InferenceConfig()).resolved(getattr(engine, "calibration", None))
         problems = self.config.validate()
         if retriever is None and self.config.mode != "never":
@@ -165,7 +165,7 @@ class SelfRAG:
                 f"neither retrieve token has a log-prob; fell back to the generated first token {first_token!r}"
             )
         else:
-            work.retrieve = p_retrieve > (self.config.threshold or 0.0)
+            work.retrieve = p_retrieve > self.config.threshold
             relation = ">" if work.retrieve else "<="
             step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.threshold}"
         step["chosen"] = "retrieve" if work.retrieve else "no_retrieval"
@@ -279,7 +279,7 @@ class SelfRAG:
             return True, "the best continuation has no support verdict, so nothing says the passage supports it"
         if token == rf.NO_SUPPORT:
             return True, f"the model judged the best continuation {token}"
-        bound = self.config.support_bound or 0.0
+        bound = self.config.support_bound
         if bound > 0 and (score is None or score.support is None or score.support < bound):
             value = None if score is None else score.support
             return True, f"support score {value} is below support_bound {bound}"

@@ -75,8 +75,10 @@ def test_calibration_in_selfrag_json_reaches_the_runtime(
     world_engine.calibration = meta.calibration  # type: ignore[attr-defined]  # what HFEngine sets from selfrag.json
     runtime = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
     assert (runtime.config.threshold, runtime.config.support_bound) == (0.95, 0.3)
-    explicit = SelfRAG(world_engine, None, InferenceConfig(mode="never", threshold=0.5, support_bound=0.0))
-    assert (explicit.config.threshold, explicit.config.support_bound) == (0.5, 0.0)  # the user's values win
+    explicit = SelfRAG(world_engine, None, InferenceConfig(mode="never", threshold=0.5, support_bound=0.1))
+    assert (explicit.config.threshold, explicit.config.support_bound) == (0.5, 0.1)  # the user's values win
+    off = SelfRAG(world_engine, None, InferenceConfig(mode="never", use_calibration=False))
+    assert (off.config.threshold, off.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
     del world_engine.calibration  # type: ignore[attr-defined]
     plain = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
     assert (plain.config.threshold, plain.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
