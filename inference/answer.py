@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from selfrag.trajectory import Passage
+from selfrag.trajectory import Passage, Trajectory
 
 from .scoring import CandidateScore
 
@@ -25,9 +25,16 @@ class Candidate:
     problems: tuple[str, ...]
     score: CandidateScore | None
     finish_reason: str
+    truncated: str | None = None  # why the decode was cut (a [Retrieval]/<paragraph> the short form does not follow)
+    pruned: bool = False  # stopped after its relevance token (early branch pruning)
+    round: int = 0  # retrieval round that produced it (0: the first)
+    parsed: Trajectory | None = None  # the segments, parsed from token ids (never by re-lexing text)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "truncated": self.truncated,
+            "pruned": self.pruned,
+            "round": self.round,
             "passage_id": None if self.passage is None else self.passage.id,
             "trajectory": self.trajectory,
             "answer": self.answer,
@@ -39,6 +46,23 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class AnswerSegment:
+    """One sentence of the answer as shipped: its text, the passage it was generated from (None: written
+    without evidence) and the model's support verdict for it (None: no verdict)."""
+
+    text: str
+    passage: Passage | None = None
+    support: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "passage_id": None if self.passage is None else self.passage.id,
+            "support": self.support,
+        }
+
+
+@dataclass(frozen=True)
 class Answer:
     """The answer to one question, and the trace of every decision that produced it.
 
@@ -46,6 +70,8 @@ class Answer:
     reflect every verdict in it. ``trajectory`` is the chosen path's full text (prompt excluded,
     passage included); ``candidates`` every continuation decoded; ``chosen`` the index of the one
     used (None when none was). ``engine_calls`` and ``generated_tokens`` count this question's work.
+    ``segments`` are the shipped sentences with their citations; ``reasons`` say why the answer is
+    abstained or low-confidence (empty when it is neither).
     """
 
     question: str
@@ -60,14 +86,18 @@ class Answer:
     chosen: int | None
     engine_calls: int
     generated_tokens: int
+    segments: tuple[AnswerSegment, ...] = ()
+    reasons: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The user-facing answer: answer, citations, retrieved, abstained, low_confidence, trace."""
+        """The user-facing answer: answer, citations, segments, retrieved, abstained, low_confidence, reasons, trace."""
         return {
             "answer": self.answer,
             "citations": [{"passage_id": p.id, "title": p.title, "text": p.text} for p in self.citations],
+            "segments": [segment.to_json() for segment in self.segments],
             "retrieved": self.retrieved,
             "abstained": self.abstained,
             "low_confidence": self.low_confidence,
+            "reasons": list(self.reasons),
             "trace": [dict(step) for step in self.trace],
         }

@@ -26,12 +26,23 @@ def ask(model: str, corpus: str | Path, question: str, config: InferenceConfig) 
 
 
 def format_answer(answer: Answer) -> str:
-    lines = [answer.answer]
+    """The answer with a [n] marker per cited sentence, its sources, flags with reasons, and the decisions."""
+    numbers = {passage.id: index + 1 for index, passage in enumerate(answer.citations)}
+    if answer.segments and not answer.abstained:
+        text = " ".join(
+            segment.text + (f" [{numbers[segment.passage.id]}]" if segment.passage is not None else "")
+            for segment in answer.segments
+        )
+    else:
+        text = answer.answer
+    lines = [text]
     flags = [name for name in ("abstained", "low_confidence") if getattr(answer, name)]
     if flags:
         lines[0] += f"   [{', '.join(flags)}]"
+    for reason in answer.reasons:
+        lines.append(f"  why: {reason}")
     for passage in answer.citations:
-        lines.append(f"  source: {passage.id} ({passage.title})")
+        lines.append(f"  [{numbers[passage.id]}] {passage.id} ({passage.title})")
     lines.append("decisions:")
     lines += ["  " + line for line in format_trace(answer.to_json()["trace"])]
     return "\n".join(lines)
@@ -42,11 +53,14 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
     lines: list[str] = []
     for step in trace:
         name = step.get("step")
-        if name == "rank":
-            lines.append(f"rank: {step['reason']}")
+        if name in ("rank", "vote"):
+            lines.append(f"{name}: {step['reason']}")
             for candidate in step["candidates"]:
                 mark = "*" if candidate.get("passage_id") == step.get("chosen") else " "
                 lines.append(f"  {mark} {candidate.get('passage_id')}: {_scores(candidate)}")
+        elif name == "beam":
+            kept = ", ".join(f"{beam['score']:.2f} ({beam['segments']} sentences)" for beam in step["chosen"])
+            lines.append(f"beam: kept {kept} — {step['reason']}")
         else:
             lines.append(f"{name}: {step.get('chosen')} — {step.get('reason')}")
     return lines
@@ -62,4 +76,5 @@ def _scores(candidate: Mapping[str, Any]) -> str:
     parts.append(f"score {total:.2f}" if isinstance(total, float) else "score -")
     tokens = [t for t in (candidate.get("tokens") or {}).values() if t]
     shape = "" if candidate.get("well_formed", True) else "  (malformed)"
+    shape += "  (pruned)" if candidate.get("pruned") else ""
     return ", ".join(parts) + "  " + " ".join(tokens) + shape

@@ -1,4 +1,4 @@
-"""Settings of the Self-RAG runtime (short form).
+"""Settings of the Self-RAG runtime: short form, long form (segment beam search), policy and pruning.
 
     config = load_config(InferenceConfig, "configs/inference/default.yaml", ["threshold=0.3", "weights.utility=0"])
 
@@ -20,6 +20,28 @@ MODES = ("adaptive", "always", "never")
 DEFAULT_THRESHOLD = 0.2
 DEFAULT_SUPPORT_BOUND = 0.0
 ON_UNSUPPORTED = ("abstain", "flag")
+FORMS = ("short", "long")
+ON_PARTIAL = ("keep", "rewrite", "drop")
+
+
+@dataclass
+class PruningConfig:
+    """Early branch pruning: IsREL is the first token of every passage branch, so each branch decodes one step
+    first and a weak one stops there (recorded in the trace as ``pruned``)."""
+
+    enabled: bool = help_field("decode the relevance token of every passage branch first and stop weak branches", True)
+    relevance_bound: float = help_field("a branch stops after one step when its relevance score is below this", 0.1)
+    margin: float = help_field("a branch also stops when its relevance is this far behind the best branch's", 0.5)
+
+
+@dataclass
+class LongFormConfig:
+    """Segment-level beam search (``form=long``)."""
+
+    width: int = help_field("beam width: partial answers kept after each segment", 2)
+    depth: int = help_field("most retrieval steps along one answer (after that the model writes on unaided)", 3)
+    max_segments: int = help_field("most segments (sentences between reflection tokens) in one answer", 6)
+    segment_tokens: int = help_field("most new tokens per segment decode", 48)
 
 
 @dataclass
@@ -35,6 +57,11 @@ class ScoreWeights:
 class InferenceConfig:
     """How the runtime decides, ranks and answers."""
 
+    form: Literal["short", "long"] = help_field(
+        "short: one retrieval step and one segment per candidate; long: segment-level beam search, retrieving "
+        "again whenever the model asks ([Retrieval] or p_retrieve > threshold) with the question plus the prefix",
+        "short",
+    )
     mode: Literal["adaptive", "always", "never"] = help_field(
         "adaptive: retrieve when p_retrieve > threshold; always: retrieve for every question; never: answer "
         "from the model alone",
@@ -65,6 +92,25 @@ class InferenceConfig:
         True,
     )
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
+    max_rounds: int = help_field(
+        "re-retrieval rounds after the first when the best continuation is unsupported (0: none); each round "
+        "searches with the rewritten query and decodes only passages not tried yet",
+        2,
+    )
+    rewrite: str = help_field(
+        "the query of a re-retrieval round; {question} and {generated} (the unsupported text) are filled in",
+        "{question} {generated}",
+    )
+    on_partial: Literal["keep", "rewrite", "drop"] = help_field(
+        "a [Partially supported] sentence: keep it, rewrite it with partial_template, or drop it from the answer",
+        "keep",
+    )
+    partial_template: str = help_field(
+        "how on_partial=rewrite shows a partially supported sentence; {text} is the sentence",
+        "{text} (only partly supported by the source)",
+    )
+    pruning: PruningConfig = help_field("early branch pruning on the relevance token", default_factory=PruningConfig)
+    long_form: LongFormConfig = help_field("segment beam search settings (form=long)", default_factory=LongFormConfig)
 
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
@@ -86,6 +132,7 @@ class InferenceConfig:
             problems.append(f"support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the token")
         if not self.abstain_text.strip():
             problems.append("abstain_text is empty; give the sentence shown when the runtime abstains")
+        problems += self._validate_policy()
         for name in ("relevance", "support", "utility"):
             value = getattr(self.weights, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
@@ -102,3 +149,37 @@ class InferenceConfig:
         if self.support_bound == DEFAULT_SUPPORT_BOUND and isinstance(calibration.get("support_bound"), int | float):
             changes["support_bound"] = float(calibration["support_bound"])
         return dataclasses.replace(self, **changes)
+
+    def _validate_policy(self) -> list[str]:
+        problems = []
+        if self.form not in FORMS:
+            problems.append(f"form must be one of {list(FORMS)}, got {self.form!r}")
+        if self.max_rounds < 0:
+            problems.append(f"max_rounds must be >= 0, got {self.max_rounds}; use 0 to never re-retrieve")
+        if "{question}" not in self.rewrite:
+            problems.append(
+                f"rewrite must contain {{question}}, got {self.rewrite!r}; e.g. '{{question}} {{generated}}'"
+            )
+        for name, template, slot in (
+            ("rewrite", self.rewrite, None),
+            ("partial_template", self.partial_template, "text"),
+        ):
+            try:
+                template.format(question="", generated="", text="")
+            except (KeyError, IndexError, ValueError) as error:
+                problems.append(f"{name} has a bad placeholder ({error}); use {{question}}, {{generated}} or {{text}}")
+            if slot and "{" + slot + "}" not in template:
+                problems.append(f"{name} must contain {{{slot}}}, got {template!r}")
+        if self.on_partial not in ON_PARTIAL:
+            problems.append(f"on_partial must be one of {list(ON_PARTIAL)}, got {self.on_partial!r}")
+        for name in ("relevance_bound", "margin"):
+            value = getattr(self.pruning, name)
+            if not 0.0 <= value <= 1.0:
+                problems.append(
+                    f"pruning.{name} must be in [0, 1], got {value}; use pruning.enabled=false to turn it off"
+                )
+        for name in ("width", "depth", "max_segments", "segment_tokens"):
+            value = getattr(self.long_form, name)
+            if value < (0 if name == "depth" else 1):
+                problems.append(f"long_form.{name} must be at least {0 if name == 'depth' else 1}, got {value}")
+        return problems

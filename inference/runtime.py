@@ -1,13 +1,25 @@
-"""The single-pass Self-RAG runtime (short form): the model's own reflection tokens drive every decision.
+"""The single-pass Self-RAG runtime: the model's own reflection tokens drive every decision.
 
     rag = SelfRAG(ENGINES["hf"](model_dir="runs/smollm2-selfrag"), RETRIEVERS["bm25"](corpus="corpus.jsonl"))
     print(rag.answer("Who wrote Hamlet?").to_json())
 
-Per question: (1) decide: one decode from the prompt; ``p_retrieve`` from its first position, in
-probabilities; below the threshold that same decode is the answer; (2) retrieve top-k passages and
-decode every ``prompt + [Retrieval]<paragraph>…</paragraph>`` continuation in one batch; (3) score
-each from its relevance, support and utility tokens, keep the best, and abstain or flag when it is
-unsupported. ``answer_many`` batches across questions: one engine call per phase.
+Short form (``form=short``), per question: (1) decide: one decode from the prompt; ``p_retrieve`` from
+its first position, in probabilities; below the threshold that same decode is the answer; (2) retrieve
+top-k passages; every ``prompt + [Retrieval]<paragraph>…</paragraph>`` branch decodes its relevance
+token first and weak branches stop there (pruning), the rest decode to their end; (3) rank them
+(:mod:`selfrag.inference.policy`), and when the best is unsupported re-retrieve with a rewritten query
+(passages not tried yet) up to ``max_rounds``, then abstain or flag. ``answer_many`` batches across
+questions: one engine call per phase. Long form (``form=long``) is :mod:`selfrag.inference.longform`.
+
+The trace is a contract: each verdict in it is reflected in what the caller receives. The cases:
+
+* a decode is cut where the model asks for evidence the short form does not fetch (a mid-answer
+  ``[Retrieval]``, or a ``[Retrieval]``/``<paragraph>`` after the passage): ``[Retrieval]`` and
+  ``<paragraph>`` are stop ids, so a continuation can never write its own passage; the text before the
+  cut ships, ``low_confidence=true`` with the reason (``form=long`` follows such requests instead);
+* the best candidate judged its passage ``[Irrelevant]``: unsupported (policy), and if flagged it cites
+  nothing; a missing verdict ranks a candidate below every complete one (see the policy module);
+* every ``abstained``/``low_confidence`` carries its reasons in ``Answer.reasons``.
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from selfrag import reflection as rf
@@ -25,11 +37,12 @@ from selfrag.reflection import Group
 from selfrag.retrieval import Hit, Retriever
 from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 
-from .answer import Answer, Candidate
+from . import closedset, policy
+from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
-from .scoring import retrieve_probability, score_continuation
+from .scoring import relevance_score, retrieve_probability, score_continuation
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +53,19 @@ class _Work:
 
     question: str
     prompt: tuple[int, ...]
+    choices: tuple[str, ...] | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)
     engine_calls: int = 0
     generated_tokens: int = 0
     retrieve: bool = False
     answer_generation: Generation | None = None  # the decision's own decode, reused as the answer
     prefix: tuple[int, ...] = ()  # ids forced after the prompt on the no-retrieval path
-    hits: list[Hit] = field(default_factory=list)
-    pending: list[GenerationRequest] = field(default_factory=list)
-    results: list[Generation] = field(default_factory=list)
+    query: str = ""
+    round: int = 0
+    seen: set[str] = field(default_factory=set)
+    hits: list[Hit] = field(default_factory=list)  # this round's passages
+    candidates: list[Candidate] = field(default_factory=list)  # every round's
+    outcome: tuple[str, int, str] | None = None  # (accept | abstain | flag, candidate index, reason)
 
 
 class SelfRAG:
@@ -68,32 +85,81 @@ class SelfRAG:
         self._utility_ids = ids.ids(Group.UTILITY)
         self._retrieval_id = ids.id(rf.RETRIEVAL)
         self._no_retrieval_id = ids.id(rf.NO_RETRIEVAL)
+        self._paragraph_id = ids.id(rf.PARAGRAPH_OPEN)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
 
     # -- public -------------------------------------------------------------------------------------
 
-    def answer(self, question: str) -> Answer:
-        return self.answer_many([question])[0]
+    def answer(self, question: str, choices: Sequence[str] | None = None) -> Answer:
+        """Answer one question; ``choices`` makes it a closed-set task (see :mod:`.closedset`)."""
+        return self.answer_many([question], None if choices is None else [choices])[0]
+
+    def answer_many(
+        self, questions: Sequence[str], choices: Sequence[Sequence[str] | None] | None = None
+    ) -> list[Answer]:
+        """Answer ``questions``, one engine call per phase for all of them (long form: one question at a time)."""
+        if self.config.form == "long":
+            from .longform import LongForm
+
+            return [LongForm(self, question).run_to_end() for question in questions]
+        works = self._works(questions, choices)
+        for _ in self._phases(works):
+            pass
+        return [self._finish(work) for work in works]
 
     def stream(self, question: str) -> Iterator[StreamEvent]:
         """Events for one question (see :mod:`selfrag.inference.events`).
 
-        Short form decides once per question, so every verdict is final only when the answer is: the trace,
-        the citations and the accepted text are sent after it, never text that a later verdict retracts.
+        Trace entries are sent as each phase ends. Short form ranks all branches before any text is final
+        (a re-retrieval round can still replace it), so its text follows the last verdict; long form sends
+        each segment as soon as every surviving beam agrees on it.
         """
-        answer = self.answer(question)
-        for entry in answer.trace:
+        if self.config.form == "long":
+            from .longform import LongForm
+
+            yield from LongForm(self, question).events()
+            return
+        [work] = self._works([question], None)
+        sent = 0
+        for _ in self._phases([work]):
+            while sent < len(work.trace):
+                yield TraceEvent(dict(work.trace[sent]))
+                sent += 1
+        answer = self._finish(work)
+        for entry in answer.trace[sent:]:
             yield TraceEvent(dict(entry))
         for passage in answer.citations:
             yield CitationEvent(passage)
-        if answer.answer:
+        if answer.segments and not work.choices:  # a closed-set answer is the choice, not the sentences
+            for index, segment in enumerate(answer.segments):
+                yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
+        elif answer.answer:
             yield SegmentEvent(answer.answer, answer.citations[0] if answer.citations else None)
         yield FinalEvent(answer)
 
-    def answer_many(self, questions: Sequence[str]) -> list[Answer]:
-        """Answer ``questions`` with one engine call for all decisions and one for all continuations."""
+    # -- phases -------------------------------------------------------------------------------------
+
+    def _works(self, questions: Sequence[str], choices: Sequence[Sequence[str] | None] | None) -> list[_Work]:
+        if choices is not None and len(choices) != len(questions):
+            raise ValueError(
+                f"choices has {len(choices)} entries for {len(questions)} questions; give one per question"
+            )
         template = self.engine.prompt_template
-        works = [_Work(q, tuple(encode_prompt(self.engine.tokenizer, q, template))) for q in questions]
-        # (1) decide
+        works = []
+        for index, question in enumerate(questions):
+            options = None if choices is None or choices[index] is None else tuple(choices[index] or ())
+            works.append(
+                _Work(
+                    question, tuple(encode_prompt(self.engine.tokenizer, question, template)), options, query=question
+                )
+            )
+        return works
+
+    def _phases(self, works: list[_Work]) -> Iterator[None]:
+        """Run the batched phases; yields after each so :meth:`stream` can send the new trace entries."""
         adaptive = [work for work in works if self.config.mode == "adaptive"]
         decisions = self._call([self._decision_request(work.prompt) for work in adaptive], adaptive)
         for work, generation in zip(adaptive, decisions, strict=True):
@@ -101,49 +167,58 @@ class SelfRAG:
         for work in works:
             if self.config.mode != "adaptive":
                 self._fixed_decision(work)
-        # (2) retrieve, then decode every continuation of every question in one call
-        self._retrieve([work for work in works if work.retrieve])
-        for work in works:
-            self._plan_continuations(work)
-        waiting = [work for work in works if work.pending]
-        generations = self._call([request for work in waiting for request in work.pending], waiting)
-        for work in waiting:
-            work.results, generations = generations[: len(work.pending)], generations[len(work.pending) :]
-        # (3) score, choose, apply the policy
-        return [self._finish(work) for work in works]
+        yield
+        active = self._retrieve([work for work in works if work.retrieve])
+        forced = [work for work in works if not work.retrieve and work.answer_generation is None]
+        results = self._call(
+            [self._continuation_request(work.prompt + work.prefix, self.config.max_tokens) for work in forced], forced
+        )
+        for work, generation in zip(forced, results, strict=True):
+            work.answer_generation = generation
+        yield
+        while active:
+            self._decode_branches(active)
+            again = [work for work in active if self._judge_round(work)]
+            yield
+            active = self._retrieve(again)
 
     # -- requests -----------------------------------------------------------------------------------
+
+    def _stop_ids(self) -> tuple[int, ...]:
+        # [Retrieval] and <paragraph> stop every decode: a continuation never writes its own evidence.
+        return (self._retrieval_id, self._paragraph_id, *self._utility_ids)
 
     def _decision_request(self, prompt: tuple[int, ...]) -> GenerationRequest:
         return GenerationRequest(
             prompt_ids=prompt,
             max_tokens=self.config.max_tokens,
-            stop_token_ids=(self._retrieval_id, *self._utility_ids),
+            stop_token_ids=self._stop_ids(),
             score_token_ids=self.engine.token_ids.all_ids,
         )
 
-    def _continuation_request(self, prompt: Sequence[int]) -> GenerationRequest:
+    def _continuation_request(self, prompt: Sequence[int], max_tokens: int) -> GenerationRequest:
         return GenerationRequest(
             prompt_ids=tuple(prompt),
-            max_tokens=self.config.max_tokens,
-            stop_token_ids=self._utility_ids,
+            max_tokens=max_tokens,
+            stop_token_ids=self._stop_ids(),
             score_token_ids=self.engine.token_ids.all_ids,
         )
 
-    def _call(self, requests: list[GenerationRequest], works: Sequence[_Work]) -> list[Generation]:
+    def _call(self, requests: list[GenerationRequest], works: Sequence[Any]) -> list[Generation]:
         if not requests:
             return []
         generations = self.engine.generate(requests)
         if len(generations) != len(requests):
             raise RuntimeError(f"{self.engine.name} returned {len(generations)} generations for {len(requests)}")
-        for work in works:
+        for work in {id(work): work for work in works}.values():
             work.engine_calls += 1
+        for work, generation in zip(works, generations, strict=True):  # works[i] asked for requests[i]
+            work.generated_tokens += len(generation.token_ids)
         return generations
 
     # -- (1) decide ---------------------------------------------------------------------------------
 
     def _decide(self, work: _Work, generation: Generation) -> None:
-        work.generated_tokens += len(generation.token_ids)
         first = generation.token_ids[0] if generation.token_ids else None
         first_token = None if first is None else self.engine.token_ids.token(first)
         logprobs = generation.score_logprobs[0] if generation.score_logprobs else {}
@@ -184,52 +259,231 @@ class SelfRAG:
         work.retrieve = mode == "always"
         if mode == "never":
             work.prefix = (self._no_retrieval_id,)
-        work.trace.append({
-            "step": "decide",
-            "mode": mode,
-            "probabilities": None,
-            "chosen": "retrieve" if work.retrieve else "no_retrieval",
-            "reason": f"mode={mode} skips the decision",
-        })
+        work.trace.append(
+            {
+                "step": "decide",
+                "mode": mode,
+                "probabilities": None,
+                "chosen": "retrieve" if work.retrieve else "no_retrieval",
+                "reason": f"mode={mode} skips the decision",
+            }
+        )
 
-    # -- (2) retrieve and plan continuations --------------------------------------------------------
+    # -- (2) retrieve and decode the branches -------------------------------------------------------
 
-    def _retrieve(self, works: Sequence[_Work]) -> None:
+    def _retrieve(self, works: Sequence[_Work]) -> list[_Work]:
+        """Search for each work's query; keep passages not tried yet. Returns the works with new passages."""
         if not works or self.retriever is None:
-            return
-        results = self.retriever.search_many([work.question for work in works], self.config.top_k)
+            return []
+        k = self.config.top_k
+        results = self.retriever.search_many([work.query for work in works], k + max(len(w.seen) for w in works))
+        found = []
         for work, hits in zip(works, results, strict=True):
-            work.hits = list(hits)
-            reason = f"top {self.config.top_k} passages for the question"
-            if not hits:
-                work.retrieve, work.prefix = False, (self._no_retrieval_id,)
-                reason = f"the retriever found nothing; answering from the prompt + {rf.NO_RETRIEVAL}"
-            work.trace.append({
+            work.hits = [hit for hit in hits if hit.passage.id not in work.seen][:k]
+            work.seen.update(hit.passage.id for hit in work.hits)
+            entry: dict[str, Any] = {
                 "step": "retrieve",
-                "query": work.question,
-                "chosen": [hit.passage.id for hit in hits],
-                "scores": [hit.score for hit in hits],
-                "reason": reason,
-            })
+                "round": work.round,
+                "query": work.query,
+                "chosen": [hit.passage.id for hit in work.hits],
+                "scores": [hit.score for hit in work.hits],
+                "reason": f"top {k} passages for the question"
+                if work.round == 0
+                else f"top {k} passages not tried yet for the rewritten query",
+            }
+            work.trace.append(entry)
+            if work.hits:
+                found.append(work)
+            elif work.round == 0:
+                work.retrieve, work.prefix = False, (self._no_retrieval_id,)
+                entry["reason"] = f"the retriever found nothing; answering from the prompt + {rf.NO_RETRIEVAL}"
+            else:
+                entry["reason"] = "the rewritten query found no passage not tried yet"
+                self._give_up(work, "re-retrieval found no new passage")
+        return found
 
-    def _plan_continuations(self, work: _Work) -> None:
-        if work.retrieve:
-            tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
-            work.pending = [
-                self._continuation_request(work.prompt + tuple(passage_ids(tokenizer, ids, hit.passage)))
-                for hit in work.hits
-            ]
-        elif work.answer_generation is None:
-            work.pending = [self._continuation_request(work.prompt + work.prefix)]
+    def _decode_branches(self, works: Sequence[_Work]) -> None:
+        """Decode every passage branch of ``works`` (one call; two with pruning) and append the candidates."""
+        tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
+        branches = [
+            (work, hit, work.prompt + tuple(passage_ids(tokenizer, ids, hit.passage)))
+            for work in works
+            for hit in work.hits
+        ]
+        owners = [work for work, _, _ in branches]
+        pruning = self.config.pruning
+        if not pruning.enabled or self.config.max_tokens == 1:
+            generations = self._call(
+                [self._continuation_request(p, self.config.max_tokens) for _, _, p in branches], owners
+            )
+            pruned = [False] * len(branches)
+        else:
+            first = self._call([self._continuation_request(p, 1) for _, _, p in branches], owners)
+            pruned = self._prune(works, branches, first)
+            rest = [i for i, g in enumerate(first) if not pruned[i] and g.finish_reason == "length"]
+            more = self._call(
+                [
+                    self._continuation_request(branches[i][2] + first[i].token_ids, self.config.max_tokens - 1)
+                    for i in rest
+                ],
+                [owners[i] for i in rest],
+            )
+            generations = list(first)
+            for i, generation in zip(rest, more, strict=True):
+                generations[i] = _concat(first[i], generation)
+        for (work, hit, _), generation, was_pruned in zip(branches, generations, pruned, strict=True):
+            prefix = tuple(passage_ids(tokenizer, ids, hit.passage))
+            candidate = self._candidate(hit.passage, prefix, generation)
+            work.candidates.append(replace(candidate, pruned=was_pruned, round=work.round))
 
-    # -- (3) score, choose, policy ------------------------------------------------------------------
+    def _prune(self, works: Sequence[_Work], branches: list[Any], first: list[Generation]) -> list[bool]:
+        pruning = self.config.pruning
+        relevance = [
+            relevance_score(g.score_logprobs[0], self.engine.token_ids) if g.score_logprobs else None for g in first
+        ]
+        pruned = [False] * len(branches)
+        for work in works:
+            mine = [i for i, branch in enumerate(branches) if branch[0] is work]
+            values: dict[int, float] = {i: value for i in mine if (value := relevance[i]) is not None}
+            if not values:
+                continue
+            best = max(values.values())
+            stopped = []
+            for i, value in values.items():
+                if value < pruning.relevance_bound or best - value > pruning.margin:
+                    pruned[i] = True
+                    stopped.append({"passage_id": branches[i][1].passage.id, "relevance": value})
+            work.trace.append(
+                {
+                    "step": "prune",
+                    "round": work.round,
+                    "relevance_bound": pruning.relevance_bound,
+                    "margin": pruning.margin,
+                    "relevance": {branches[i][1].passage.id: relevance[i] for i in mine},
+                    "chosen": [entry["passage_id"] for entry in stopped],
+                    "reason": f"{len(stopped)} of {len(mine)} branches stopped after their relevance token "
+                    f"(below {pruning.relevance_bound} or more than {pruning.margin} behind the best {best:.4f})",
+                }
+            )
+        return pruned
+
+    # -- (3) rank, judge, policy --------------------------------------------------------------------
+
+    def _judge_round(self, work: _Work) -> bool:
+        """Rank this round's candidates; returns True when the work should re-retrieve."""
+        indices = [i for i, c in enumerate(work.candidates) if c.round == work.round]
+        if work.choices is not None:
+            best, entry = closedset.vote(work.candidates, indices, work.choices)
+        else:
+            best, entry = policy.rank(work.candidates, indices, self.weights)
+        entry["round"] = work.round
+        work.trace.append(entry)
+        chosen = work.candidates[best]
+        supported, reason = policy.judge(chosen, self.config)
+        if supported:
+            work.outcome = ("accept", best, reason)
+            work.trace.append(self._support_entry(chosen, "accept", reason, work.round))
+            return False
+        if work.round < self.config.max_rounds:
+            work.round += 1
+            work.query = policy.rewrite_query(self.config, work.question, chosen.answer)
+            work.trace.append(
+                self._support_entry(chosen, "re-retrieve", reason, work.round - 1) | {"query": work.query}
+            )
+            return True
+        work.trace.append(self._support_entry(chosen, "rounds exhausted", reason, work.round))
+        self._give_up(work, reason)
+        return False
+
+    def _give_up(self, work: _Work, why: str) -> None:
+        """After the last round: abstain, or flag the best candidate of every round (traced as the one used)."""
+        everyone = list(range(len(work.candidates)))
+        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
+        action = self.config.on_unsupported
+        _, reason = policy.judge(work.candidates[best], self.config)
+        entry = self._support_entry(work.candidates[best], action, reason, work.candidates[best].round)
+        entry["why"] = f"best of all {work.round + 1} rounds; {why}"
+        work.trace.append(entry)
+        work.outcome = (action, best, reason if why == reason else f"{reason}; {why}")
+
+    def _support_entry(self, chosen: Candidate, action: str, reason: str, round_: int) -> dict[str, Any]:
+        score = chosen.score
+        return {
+            "step": "support",
+            "round": round_,
+            "passage_id": policy.passage_id(chosen),
+            "verdict": score.support_token if score else None,
+            "relevance_verdict": score.relevance_token if score else None,
+            "probabilities": {"support": score.support if score else None},
+            "support_bound": self.config.support_bound,
+            "chosen": action,
+            "reason": reason,
+        }
+
+    def _candidate(self, passage: Passage | None, prefix: Sequence[int], generation: Generation) -> Candidate:
+        """Parse ``prefix + generated`` (ids are authoritative; a final stop/eos id is dropped) and score it."""
+        generated = list(generation.token_ids)
+        truncated = None
+        if generation.finish_reason == "eos":
+            generated = generated[:-1]  # eos is not text
+        elif generation.finish_reason == "stop" and generated[-1] in (self._retrieval_id, self._paragraph_id):
+            cut = self.engine.token_ids.token(generated[-1])
+            generated = generated[:-1]
+            if any(token_id not in self.engine.token_ids.all_ids for token_id in generated):
+                truncated = (
+                    f"the model asked for more evidence ({cut}) mid-answer; the short form stops the answer there"
+                )
+        tokenizer = self.engine.tokenizer
+        pieces = lex_ids(
+            [*prefix, *generated], self.engine.token_ids, lambda run: tokenizer.decode(run, skip_special_tokens=False)
+        )
+        trajectory = parse_trajectory(pieces)
+        score = None
+        if passage is not None:
+            score = score_continuation(generated, generation.score_logprobs, self.engine.token_ids, self.weights)
+        return Candidate(
+            passage=passage,
+            trajectory="".join(content for content, _ in pieces),
+            answer=trajectory.answer,
+            well_formed=trajectory.well_formed and truncated is None,
+            problems=trajectory.problems + ((truncated,) if truncated else ()),
+            score=score,
+            finish_reason=generation.finish_reason,
+            truncated=truncated,
+            parsed=trajectory,
+        )
+
+    # -- the answer ---------------------------------------------------------------------------------
 
     def _finish(self, work: _Work) -> Answer:
-        work.generated_tokens += sum(len(generation.token_ids) for generation in work.results)
-        if work.retrieve:
-            return self._finish_retrieved(work)
-        generation = work.answer_generation or work.results[0]
+        if not work.retrieve:
+            return self._finish_without_retrieval(work)
+        assert work.outcome is not None, "every retrieving question ends with an outcome"
+        action, best, _ = work.outcome
+        chosen = work.candidates[best]
+        reasons = (
+            [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {work.outcome[2]}"]
+        )
+        if action == "abstain":
+            return self._answer(work, self.config.abstain_text, best, [], reasons, abstained=True)
+        cite = not (chosen.score is not None and chosen.score.relevance_token == rf.IRRELEVANT)
+        segments, notes = policy.shipped_segments(chosen, self.config, cite=cite)
+        if chosen.truncated:
+            reasons.append(f"truncated: {chosen.truncated}")
+        if notes:
+            work.trace.append({"step": "partial", "chosen": self.config.on_partial, "reason": "; ".join(notes)})
+        if not segments:
+            left = "after on_partial=drop" if notes else "in the chosen continuation"
+            reasons.append(f"abstained: no sentence is left {left}")
+            return self._answer(work, self.config.abstain_text, best, [], reasons, abstained=True)
+        text = join_or_choice(work, segments)
+        return self._answer(work, text, best, segments, reasons, low_confidence=bool(reasons))
+
+    def _finish_without_retrieval(self, work: _Work) -> Answer:
+        generation = work.answer_generation
+        assert generation is not None, "the no-retrieval path always decodes"
         candidate = self._candidate(None, work.prefix, generation)
+        work.candidates = [candidate]
         step: dict[str, Any] = {
             "step": "generate",
             "chosen": "answer_without_retrieval",
@@ -237,114 +491,66 @@ class SelfRAG:
             "well_formed": candidate.well_formed,
             "problems": list(candidate.problems),
         }
-        if generation.finish_reason == "stop" and generation.token_ids[-1] == self._retrieval_id:
-            step["truncated"] = f"the model asked for {rf.RETRIEVAL} mid-answer; the short form stops the answer there"
+        reasons = []
+        if candidate.truncated:
+            step["truncated"] = candidate.truncated
+            reasons.append(f"truncated: {candidate.truncated}")
         work.trace.append(step)
-        return self._answer(work, candidate.answer, (candidate,), 0, citations=(), low_confidence=False)
-
-    def _finish_retrieved(self, work: _Work) -> Answer:
-        tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
-        candidates = tuple(
-            self._candidate(hit.passage, tuple(passage_ids(tokenizer, ids, hit.passage)), generation)
-            for hit, generation in zip(work.hits, work.results, strict=True)
-        )
-        best = max(range(len(candidates)), key=lambda index: _total(candidates[index]))
-        chosen = candidates[best]
-        work.trace.append({
-            "step": "rank",
-            "weights": {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")},
-            "candidates": [_candidate_trace(candidate) for candidate in candidates],
-            "chosen": chosen.passage.id if chosen.passage else None,
-            "reason": f"highest combined score {_total(chosen):.4f} of {len(candidates)} candidates",
-        })
-        unsupported, reason = self._unsupported(chosen)
-        action = ("abstain" if self.config.on_unsupported == "abstain" else "flag") if unsupported else "accept"
-        work.trace.append({
-            "step": "support",
-            "verdict": chosen.score.support_token if chosen.score else None,
-            "probabilities": {"support": chosen.score.support if chosen.score else None},
-            "support_bound": self.config.support_bound,
-            "chosen": action,
-            "reason": reason,
-        })
-        if action == "abstain":
-            return self._answer(work, self.config.abstain_text, candidates, best, (), False, abstained=True)
-        passages = () if chosen.passage is None else (chosen.passage,)
-        return self._answer(work, chosen.answer, candidates, best, passages, low_confidence=action == "flag")
-
-    def _unsupported(self, chosen: Candidate) -> tuple[bool, str]:
-        score = chosen.score
-        token = None if score is None else score.support_token
-        if token is None:
-            return True, "the best continuation has no support verdict, so nothing says the passage supports it"
-        if token == rf.NO_SUPPORT:
-            return True, f"the model judged the best continuation {token}"
-        bound = self.config.support_bound
-        if bound > 0 and (score is None or score.support is None or score.support < bound):
-            value = None if score is None else score.support
-            return True, f"support score {value} is below support_bound {bound}"
-        return False, f"the model judged the best continuation {token}"
-
-    def _candidate(self, passage: Passage | None, prefix: Sequence[int], generation: Generation) -> Candidate:
-        """Parse ``prefix + generated`` (ids are authoritative; a final eos is dropped) and score it."""
-        generated = list(generation.token_ids)
-        if generation.finish_reason == "eos" or (generated and generated[-1] == self._retrieval_id and passage is None):
-            generated = generated[:-1]  # eos is not text; a [Retrieval] stop after the answer started is cut
-        tokenizer = self.engine.tokenizer
-        pieces = lex_ids([*prefix, *generated], self.engine.token_ids,
-                         lambda run: tokenizer.decode(run, skip_special_tokens=False))
-        trajectory = parse_trajectory(pieces)
-        weights = {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
-        score = None
-        if passage is not None:
-            score = score_continuation(generated, generation.score_logprobs, self.engine.token_ids, weights)
-        return Candidate(
-            passage=passage,
-            trajectory="".join(content for content, _ in pieces),
-            answer=trajectory.answer,
-            well_formed=trajectory.well_formed,
-            problems=trajectory.problems,
-            score=score,
-            finish_reason=generation.finish_reason,
-        )
+        segments = [AnswerSegment(candidate.answer, None, None)] if candidate.answer else []
+        if work.choices is not None:
+            choice = closedset.match(candidate.answer, work.choices)
+            work.trace.append(closedset.no_retrieval_entry(candidate.answer, choice))
+            if choice is None:
+                reasons.append("closed set: the answer matches none of the choices")
+        text = join_or_choice(work, segments) if segments else candidate.answer
+        return self._answer(work, text, 0, segments, reasons, low_confidence=bool(reasons))
 
     def _answer(
         self,
         work: _Work,
         text: str,
-        candidates: tuple[Candidate, ...],
         chosen: int,
-        citations: tuple[Passage, ...],
-        low_confidence: bool,
+        segments: Sequence[AnswerSegment],
+        reasons: list[str],
+        low_confidence: bool = False,
         abstained: bool = False,
     ) -> Answer:
         return Answer(
             question=work.question,
             answer=text,
-            citations=citations,
+            citations=policy.citations(segments),
             retrieved=work.retrieve,
             abstained=abstained,
-            low_confidence=low_confidence,
+            low_confidence=low_confidence and not abstained,
             trace=tuple(work.trace),
-            trajectory=candidates[chosen].trajectory,
-            candidates=candidates,
+            trajectory=work.candidates[chosen].trajectory,
+            candidates=tuple(work.candidates),
             chosen=chosen,
             engine_calls=work.engine_calls,
             generated_tokens=work.generated_tokens,
+            segments=tuple(segments),
+            reasons=tuple(reasons),
         )
+
+
+def join_or_choice(work: _Work, segments: Sequence[AnswerSegment]) -> str:
+    """The answer text: the sentences, or for a closed-set question the choice they match."""
+    text = policy.join_segments(segments)
+    if work.choices is None:
+        return text
+    return closedset.match(text, work.choices) or text
+
+
+def _concat(first: Generation, rest: Generation) -> Generation:
+    return Generation(
+        token_ids=first.token_ids + rest.token_ids,
+        text=first.text + rest.text,
+        score_logprobs=first.score_logprobs + rest.score_logprobs,
+        finish_reason=rest.finish_reason,
+        prompt_tokens=first.prompt_tokens,
+        seconds=first.seconds + rest.seconds,
+    )
 
 
 def _probability(logprob: float | None) -> float | None:
     return None if logprob is None else math.exp(logprob)
-
-
-def _total(candidate: Candidate) -> float:
-    return candidate.score.total if candidate.score is not None else 0.0
-
-
-def _candidate_trace(candidate: Candidate) -> dict[str, Any]:
-    data: dict[str, Any] = {"passage_id": candidate.passage.id if candidate.passage else None}
-    if candidate.score is not None:
-        data.update(candidate.score.to_json())
-    data["well_formed"] = candidate.well_formed
-    return data

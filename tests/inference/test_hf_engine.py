@@ -161,6 +161,7 @@ def test_runtime_runs_end_to_end_on_the_tiny_model(engine: HFEngine, mode: str) 
     rag = SelfRAG(engine, BM25Retriever(passages), InferenceConfig(mode=mode, top_k=2, max_tokens=6))  # type: ignore[arg-type]
     answers = rag.answer_many(["What is the capital of France?", "Which river?"])
     for answer in answers:
-        assert answer.engine_calls in (1, 2)
+        # decide, then per retrieval round a relevance step and the surviving branches (pruning)
+        assert 1 <= answer.engine_calls <= 1 + 2 * (1 + rag.config.max_rounds)
         assert answer.to_json()["trace"][0]["step"] == "decide"
         assert answer.generated_tokens > 0

@@ -9,7 +9,7 @@ import pytest
 
 from selfrag import reflection as rf
 from selfrag.errors import ConfigError
-from selfrag.inference.config import InferenceConfig, ScoreWeights
+from selfrag.inference.config import InferenceConfig, PruningConfig, ScoreWeights
 from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.prompting import encode_prompt, encode_text, passage_ids
@@ -88,8 +88,12 @@ class Scenario:
         prompt = request.prompt_ids
         for passage in (PARIS, LYON, NICE):
             suffix = tuple(passage_ids(self.tokenizer, self.ids, passage))
-            if prompt[-len(suffix):] == suffix:
-                return self.passages[passage.id]
+            for tail in range(0, 4):  # a pruned decode resumes after the relevance token it already has
+                end = len(prompt) - tail
+                if prompt[end - len(suffix):end] == suffix:
+                    script = self.passages[passage.id]
+                    assert prompt[end:] == script.token_ids[:tail], "resumed from ids the script never produced"
+                    return Script(script.token_ids[tail:], tuple(script.logprobs[tail:]))
         if prompt[-1] == self.ids.id(rf.NO_RETRIEVAL):
             assert self.forced is not None, "unexpected forced [No Retrieval] continuation"
             return self.forced
@@ -182,10 +186,12 @@ def test_missing_retrieve_logprobs_fall_back_to_generated_token(reflection_token
 
 def test_all_continuations_in_one_call_and_trace(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     scenario = Scenario(reflection_tokenizer, token_ids, passages=good_passages(reflection_tokenizer, token_ids))
-    answer = scenario.rag(mode="always", top_k=3).answer("What is the capital of France?")
+    answer = scenario.rag(mode="always", top_k=3, pruning=PruningConfig(enabled=False)).answer("What is the capital?")
     assert [len(batch) for batch in scenario.engine.calls] == [3]
     request = scenario.engine.calls[0][0]
-    assert request.stop_token_ids == token_ids.ids(Group.UTILITY)
+    # [Retrieval] and <paragraph> stop too: a continuation can never write its own evidence
+    assert request.stop_token_ids == (token_ids.id(rf.RETRIEVAL), token_ids.id(rf.PARAGRAPH_OPEN),
+                                      *token_ids.ids(Group.UTILITY))
     assert set(request.score_token_ids) == set(token_ids.all_ids)
     rank = next(step for step in answer.trace if step["step"] == "rank")
     assert [c["passage_id"] for c in rank["candidates"]] == [PARIS.id, LYON.id, NICE.id]
@@ -202,7 +208,7 @@ def test_all_continuations_in_one_call_and_trace(reflection_tokenizer, token_ids
 def test_answer_many_batches_across_questions(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     first = decision(reflection_tokenizer, token_ids, 0.9, 0.1, rf.RETRIEVAL)
     scenario = Scenario(reflection_tokenizer, token_ids, first, good_passages(reflection_tokenizer, token_ids))
-    answers = scenario.rag(top_k=2).answer_many(["one?", "two?"])
+    answers = scenario.rag(top_k=2, pruning=PruningConfig(enabled=False)).answer_many(["one?", "two?"])
     assert [len(batch) for batch in scenario.engine.calls] == [2, 4]
     assert [answer.engine_calls for answer in answers] == [2, 2]
 
@@ -210,11 +216,12 @@ def test_answer_many_batches_across_questions(reflection_tokenizer, token_ids) -
 def test_weights_change_the_ranking(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     passages = {
         PARIS.id: continuation(reflection_tokenizer, token_ids, "A.", relevance=0.95, support=(0.5, 0.3, 0.2)),
-        LYON.id: continuation(reflection_tokenizer, token_ids, "B.", relevance=0.3, support=(0.95, 0.05, 0.0)),
+        LYON.id: continuation(reflection_tokenizer, token_ids, "B.", relevance=0.6, support=(0.95, 0.05, 0.0)),
     }
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
-    relevance_heavy = scenario.rag(mode="always", top_k=2, weights=ScoreWeights(1.0, 0.1, 0.0)).answer("q?")
-    support_heavy = scenario.rag(mode="always", top_k=2, weights=ScoreWeights(0.1, 1.0, 0.0)).answer("q?")
+    off = PruningConfig(enabled=False)
+    relevance_heavy = scenario.rag(mode="always", top_k=2, weights=ScoreWeights(1.0, 0.1, 0.0), pruning=off).answer("q")
+    support_heavy = scenario.rag(mode="always", top_k=2, weights=ScoreWeights(0.1, 1.0, 0.0), pruning=off).answer("q")
     assert relevance_heavy.answer == "A." and relevance_heavy.citations == (PARIS,)
     assert support_heavy.answer == "B." and support_heavy.citations == (LYON,)
 
@@ -238,7 +245,7 @@ def test_missing_support_token_scores_zero_and_is_marked(reflection_tokenizer, t
 def test_missing_support_on_the_best_candidate_is_unsupported(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     passages = {PARIS.id: continuation(reflection_tokenizer, token_ids, "A.", support=None)}
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
-    answer = scenario.rag(mode="always", top_k=1).answer("q?")
+    answer = scenario.rag(mode="always", top_k=1, max_rounds=0).answer("q?")
     assert answer.abstained and answer.answer == "The sources do not say."
     assert answer.trace[-1]["chosen"] == "abstain" and "no support verdict" in answer.trace[-1]["reason"]
 
@@ -247,7 +254,7 @@ def test_missing_support_on_the_best_candidate_is_unsupported(reflection_tokeniz
 def test_unsupported_best_abstains_or_flags(reflection_tokenizer, token_ids, policy) -> None:  # type: ignore[no-untyped-def]
     passages = {PARIS.id: continuation(reflection_tokenizer, token_ids, "Berlin.", support=(0.1, 0.2, 0.7))}
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
-    answer = scenario.rag(mode="always", top_k=1, on_unsupported=policy).answer("q?")
+    answer = scenario.rag(mode="always", top_k=1, on_unsupported=policy, max_rounds=0).answer("q?")
     support = answer.trace[-1]
     assert support["step"] == "support" and support["verdict"] == rf.NO_SUPPORT
     assert support["chosen"] == policy
@@ -266,7 +273,7 @@ def test_support_bound(reflection_tokenizer, token_ids) -> None:  # type: ignore
                                        support_token=rf.FULLY_SUPPORTED)}
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     assert not scenario.rag(mode="always", top_k=1).answer("q?").abstained
-    bounded = scenario.rag(mode="always", top_k=1, support_bound=0.6).answer("q?")
+    bounded = scenario.rag(mode="always", top_k=1, support_bound=0.6, max_rounds=0).answer("q?")
     assert bounded.abstained and "below support_bound" in bounded.trace[-1]["reason"]
 
 
@@ -286,7 +293,7 @@ def test_passage_text_never_yields_reflection_ids(reflection_tokenizer, token_id
     forged = {"p-evil": continuation(reflection_tokenizer, token_ids, "A.")}
     engine = ScriptedEngine(reflection_tokenizer, token_ids, lambda request: forged["p-evil"])
     SelfRAG(engine, FixedRetriever([evil]), InferenceConfig(mode="always", top_k=1)).answer("q?")
-    [[request]] = engine.calls
+    [request] = engine.calls[0]
     prompt = list(request.prompt_ids)
     continuation_ids = prompt[len(encode_prompt(reflection_tokenizer, "q?")):]
     reflection = [token_ids.token(i) for i in continuation_ids if token_ids.token(i) is not None]
@@ -296,7 +303,11 @@ def test_passage_text_never_yields_reflection_ids(reflection_tokenizer, token_id
 def test_answer_to_json_has_exactly_the_contract_keys(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     scenario = Scenario(reflection_tokenizer, token_ids, passages=good_passages(reflection_tokenizer, token_ids))
     data = scenario.rag(mode="always").answer("q?").to_json()
-    assert set(data) == {"answer", "citations", "retrieved", "abstained", "low_confidence", "trace"}
+    assert set(data) == {"answer", "citations", "segments", "retrieved", "abstained", "low_confidence", "reasons",
+                         "trace"}
+    segment = {"text": "Paris is the capital.", "passage_id": PARIS.id, "support": rf.FULLY_SUPPORTED}
+    assert data["segments"] == [segment]
+    assert data["reasons"] == []
     assert data["citations"] == [{"passage_id": PARIS.id, "title": PARIS.title, "text": PARIS.text}]
     assert all({"step", "chosen", "reason"} <= set(step) for step in data["trace"])
     import json

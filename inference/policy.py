@@ -1,0 +1,154 @@
+"""The policy: how candidates are ranked, when a verdict makes an answer unsupported, what ships.
+
+    index, entry = rank(candidates, weights)        # the trace's "rank" step
+    ok, reason = judge(candidates[index], config)   # False: re-retrieve, then abstain or flag
+    segments, notes = shipped_segments(candidates[index], config)
+
+Decisions this module makes (each is tested in ``tests/inference/test_runtime*.py``):
+
+* **Ranking**: a candidate missing a verdict (no relevance, support or utility token to read: a truncated
+  or malformed decode) ranks below every candidate that has all three; among equals the combined score
+  decides; a tie keeps the earlier candidate (the retriever's order) and the trace says ``tie``.
+  Scoring a missing component as 0 would let a truncated candidate outrank an honest ``[Utility:1]``.
+* **Unsupported** (re-retrieve, then abstain or flag): the model judged the passage ``[Irrelevant]``
+  (its support verdict is about evidence it rejected), no support verdict at all, ``[No support /
+  Contradictory]`` on any sentence, or a support score below ``support_bound``.
+* **Shipped text**: the candidate's sentences; ``[Partially supported]`` ones kept, rewritten with
+  ``partial_template`` or dropped (``on_partial``). A sentence cites the passage it was generated from:
+  the retrieved passage, kept by ``[Continue to Use Evidence]``; a ``[No Retrieval]`` sentence cites
+  nothing. A flagged candidate whose passage the model judged irrelevant cites nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selfrag import reflection as rf
+from selfrag.trajectory import Passage, parse_trajectory
+
+from .answer import AnswerSegment, Candidate
+from .config import InferenceConfig
+
+
+def rank_key(candidate: Candidate) -> tuple[bool, float]:
+    """Sort key (higher is better): complete candidates first, then the combined score."""
+    score = candidate.score
+    if score is None:
+        return (False, 0.0)
+    return (not score.missing, score.total)
+
+
+def rank(
+    candidates: Sequence[Candidate], indices: Sequence[int], weights: Mapping[str, float]
+) -> tuple[int, dict[str, Any]]:
+    """The best of ``candidates[indices]`` and the trace entry that explains the choice."""
+    best = indices[0]
+    for index in indices[1:]:
+        if rank_key(candidates[index]) > rank_key(candidates[best]):
+            best = index
+    tied = [i for i in indices if rank_key(candidates[i]) == rank_key(candidates[best])]
+    complete, total = rank_key(candidates[best])
+    reason = f"highest combined score {total:.4f} of {len(indices)} candidates"
+    if not complete:
+        reason += "; every candidate misses a verdict, so none is complete"
+    elif any(not rank_key(candidates[i])[0] for i in indices):
+        reason += "; candidates missing a verdict rank below complete ones"
+    entry: dict[str, Any] = {
+        "step": "rank",
+        "weights": dict(weights),
+        "candidates": [candidate_trace(candidates[i]) for i in indices],
+        "chosen": passage_id(candidates[best]),
+        "reason": reason,
+    }
+    if len(tied) > 1:
+        entry["tie"] = [passage_id(candidates[i]) for i in tied]
+        entry["reason"] += f"; a tie of {len(tied)} is broken by retrieval order"
+    return best, entry
+
+
+def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
+    """Whether ``candidate`` is supported enough to ship as is, and why (see the module docstring)."""
+    score = candidate.score
+    if candidate.passage is not None and (score is None or score.relevance_token != rf.RELEVANT):
+        token = None if score is None else score.relevance_token
+        if token == rf.IRRELEVANT:
+            return False, f"the model judged its own passage {rf.IRRELEVANT}; its support verdict rests on nothing"
+        return False, "the best continuation has no relevance verdict"
+    supports = [segment.support for segment in segments_of(candidate) if segment.support]
+    if score is None or score.support_token is None or not supports:
+        return False, "the best continuation has no support verdict, so nothing says the passage supports it"
+    if rf.NO_SUPPORT in supports:
+        return False, f"the model judged the best continuation {rf.NO_SUPPORT}"
+    bound = config.support_bound
+    if bound > 0 and (score.support is None or score.support < bound):
+        return False, f"support score {score.support} is below support_bound {bound}"
+    return True, f"the model judged the best continuation {score.support_token}"
+
+
+def segments_of(candidate: Candidate) -> list[AnswerSegment]:
+    """The candidate's sentences, each with the passage it was generated from and its support verdict."""
+    trajectory = candidate.parsed
+    if trajectory is None:  # built by hand (tests, other runtimes): only then is the text lexed
+        trajectory = parse_trajectory(candidate.trajectory)
+    segments: list[AnswerSegment] = []
+    current: Passage | None = None
+    for segment in trajectory.segments:
+        if segment.passage is not None:
+            current = candidate.passage
+        elif segment.retrieve != rf.CONTINUE_EVIDENCE:
+            current = None  # [No Retrieval] (or nothing): written without evidence
+        if segment.text.strip():
+            segments.append(AnswerSegment(segment.text.strip(), current, segment.support))
+    return segments
+
+
+def shipped_segments(
+    candidate: Candidate, config: InferenceConfig, cite: bool = True
+) -> tuple[list[AnswerSegment], list[str]]:
+    """The sentences that ship (after ``on_partial``) and notes for the trace; ``cite=False`` drops citations."""
+    shipped: list[AnswerSegment] = []
+    notes: list[str] = []
+    for segment in segments_of(candidate):
+        if segment.support == rf.PARTIALLY_SUPPORTED and config.on_partial != "keep":
+            notes.append(f"{config.on_partial} {rf.PARTIALLY_SUPPORTED} sentence {segment.text!r}")
+            if config.on_partial == "drop":
+                continue
+            segment = AnswerSegment(config.partial_template.format(text=segment.text), segment.passage, segment.support)
+        shipped.append(segment if cite else AnswerSegment(segment.text, None, segment.support))
+    return shipped, notes
+
+
+def join_segments(segments: Sequence[AnswerSegment]) -> str:
+    return " ".join(segment.text for segment in segments)
+
+
+def citations(segments: Sequence[AnswerSegment]) -> tuple[Passage, ...]:
+    seen: dict[str, Passage] = {}
+    for segment in segments:
+        if segment.passage is not None:
+            seen.setdefault(segment.passage.id, segment.passage)
+    return tuple(seen.values())
+
+
+def rewrite_query(config: InferenceConfig, question: str, generated: str) -> str:
+    return " ".join(config.rewrite.format(question=question, generated=generated).split())
+
+
+def passage_id(candidate: Candidate) -> str | None:
+    return None if candidate.passage is None else candidate.passage.id
+
+
+def candidate_trace(candidate: Candidate) -> dict[str, Any]:
+    data: dict[str, Any] = {"passage_id": passage_id(candidate)}
+    if candidate.score is not None:
+        data.update(candidate.score.to_json())
+    data["well_formed"] = candidate.well_formed
+    data["complete"] = rank_key(candidate)[0]
+    if candidate.pruned:
+        data["pruned"] = True
+    if candidate.truncated:
+        data["truncated"] = candidate.truncated
+    if candidate.round:
+        data["round"] = candidate.round
+    return data

@@ -1,0 +1,83 @@
+"""Scripted engines for the runtime tests: continuations keyed by the evidence that ends the prompt."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from selfrag import reflection as rf
+from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
+from selfrag.prompting import encode_text, passage_ids
+from selfrag.reflection import ReflectionIds
+from selfrag.retrieval import Hit
+from selfrag.trajectory import Passage
+
+
+class FixedRetriever:
+    """Returns the same passages, in order, for every query; records the queries."""
+
+    def __init__(self, passages: Sequence[Passage]) -> None:
+        self.passages = list(passages)
+        self.queries: list[str] = []
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        self.queries += list(queries)
+        return [[Hit(p, 10.0 - i) for i, p in enumerate(self.passages[:k])] for _ in queries]
+
+
+def logprobs(ids: ReflectionIds, probabilities: Mapping[str, float]) -> dict[int, float]:
+    return {ids.id(token): math.log(p) for token, p in probabilities.items() if p > 0}
+
+
+class Segments:
+    """Builds scripts from ``(token or text, {token: probability})`` steps."""
+
+    def __init__(self, tokenizer, ids: ReflectionIds) -> None:  # type: ignore[no-untyped-def]
+        self.tokenizer, self.ids = tokenizer, ids
+
+    def script(self, *steps: str | tuple[str, Mapping[str, float]]) -> Script:
+        tokens: list[int] = []
+        scores: list[dict[int, float]] = []
+        for step in steps:
+            item, probabilities = (step, {}) if isinstance(step, str) else step
+            if rf.is_reflection_token(item):
+                tokens.append(self.ids.id(item))
+                scores.append(logprobs(self.ids, probabilities or {item: 0.9}))
+            else:
+                body = encode_text(self.tokenizer, item)
+                tokens += body
+                scores += [{} for _ in body]
+        return Script(tuple(tokens), tuple(scores))
+
+
+class KeyedEngine(ScriptedEngine):
+    """Answers a request with the script of the longest registered key that ends its prompt.
+
+    A key is a tuple of ids (a passage's ``[Retrieval]<paragraph>…</paragraph>``, or a prompt). A prompt that
+    continues a script by up to ``resume`` of its own ids (a pruned branch resuming) gets the rest of it.
+    """
+
+    def __init__(self, tokenizer, ids: ReflectionIds, table: Mapping[tuple[int, ...], Script],  # type: ignore[no-untyped-def]
+                 fallback: Callable[[GenerationRequest], Script] | None = None, resume: int = 4) -> None:
+        self.table, self.fallback, self.resume = dict(table), fallback, resume
+        super().__init__(tokenizer, ids, self._find)
+
+    def _find(self, request: GenerationRequest) -> Script:
+        prompt = request.prompt_ids
+        for tail in range(self.resume + 1):
+            end = len(prompt) - tail
+            for key in sorted(self.table, key=len, reverse=True):
+                script = self.table[key]
+                if end >= len(key) and prompt[end - len(key) : end] == key and prompt[end:] == script.token_ids[:tail]:
+                    return Script(script.token_ids[tail:], tuple(script.logprobs[tail:]))
+        if self.fallback is not None:
+            return self.fallback(request)
+        prompt_text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+        raise KeyError(f"no script for prompt ending {prompt_text[-80:]!r}")
+
+
+def passage_key(tokenizer, ids: ReflectionIds, passage: Passage) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    return tuple(passage_ids(tokenizer, ids, passage))

@@ -1,0 +1,290 @@
+"""Short form policy on a scripted engine: the trace contract cases, re-retrieval, pruning, ties, closed sets."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
+
+from selfrag import reflection as rf
+from selfrag.inference import policy
+from selfrag.inference.config import InferenceConfig, PruningConfig
+from selfrag.inference.events import FinalEvent, SegmentEvent
+from selfrag.inference.runtime import SelfRAG
+from selfrag.prompting import encode_prompt
+from selfrag.trajectory import Passage
+
+PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
+LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
+NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
+Q = "What is the capital of France?"
+REL = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
+IRR = {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}
+FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
+PART = {rf.FULLY_SUPPORTED: 0.2, rf.PARTIALLY_SUPPORTED: 0.7, rf.NO_SUPPORT: 0.1}
+NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
+U5 = ("[Utility:5]", {"[Utility:5]": 0.9, "[Utility:1]": 0.1})
+U1 = ("[Utility:1]", {"[Utility:1]": 1.0})
+OFF = PruningConfig(enabled=False)
+
+
+def seg(text: str, relevance=REL, support=FULL, token=None, utility=U5):  # type: ignore[no-untyped-def]
+    """``[Relevant|Irrelevant] text [support] [Utility:k]`` (argmax tokens unless ``token`` is given)."""
+    rel = max(relevance, key=relevance.get)
+    steps: list = [(rel, relevance), text]
+    if support is not None:
+        steps.append((token or max(support, key=support.get), support))
+    if utility is not None:
+        steps.append(utility)
+    return steps
+
+
+@pytest.fixture
+def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
+    segments = Segments(reflection_tokenizer, token_ids)
+
+    def make(table: dict, passages=(PARIS, LYON, NICE), **config):  # type: ignore[no-untyped-def]
+        keyed = {}
+        for key, steps in table.items():
+            ids = tuple(encode_prompt(reflection_tokenizer, Q)) if key == "prompt" else \
+                passage_key(reflection_tokenizer, token_ids, key)
+            keyed[ids] = segments.script(*steps)
+        engine = KeyedEngine(reflection_tokenizer, token_ids, keyed)
+        retriever = FixedRetriever(list(passages))
+        config.setdefault("mode", "always")
+        return SelfRAG(engine, retriever, InferenceConfig(**config)), engine, retriever
+
+    return make
+
+
+def step(answer, name):  # type: ignore[no-untyped-def]
+    return [entry for entry in answer.trace if entry["step"] == name]
+
+
+# -- the four trace-contract cases of the issue --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["abstain", "flag"])
+def test_irrelevant_but_fully_supported_best_is_unsupported(build, action) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("Paris.", relevance=IRR)}, passages=[PARIS], max_rounds=0, on_unsupported=action)
+    answer = rag.answer(Q)
+    support = step(answer, "support")[-1]
+    assert support["chosen"] == action and rf.IRRELEVANT in support["reason"]
+    assert answer.citations == ()  # never cited to the passage the model itself rejected
+    if action == "flag":
+        assert answer.low_confidence and answer.answer == "Paris." and rf.IRRELEVANT in answer.reasons[0]
+        assert answer.segments[0].passage is None
+    else:
+        assert answer.abstained and answer.answer == rag.config.abstain_text
+
+
+def test_no_retrieval_answer_cut_by_a_mid_answer_retrieval_is_flagged(build) -> None:  # type: ignore[no-untyped-def]
+    decision = [(rf.NO_RETRIEVAL, {rf.NO_RETRIEVAL: 0.95, rf.RETRIEVAL: 0.05}), "It is", (rf.RETRIEVAL, {})]
+    rag, engine, _ = build({"prompt": decision}, mode="adaptive")
+    answer = rag.answer(Q)
+    [generate] = step(answer, "generate")
+    assert "truncated" in generate
+    assert not answer.retrieved and answer.answer == "It is"
+    assert answer.low_confidence and answer.reasons[0].startswith("truncated")
+    assert len(engine.calls) == 1
+
+
+@pytest.mark.parametrize("invented", [[(rf.RETRIEVAL, {}), (rf.PARAGRAPH_OPEN, {}), "Fake fact."],
+                                      [(rf.PARAGRAPH_OPEN, {}), "Fake fact."]])
+def test_continuation_that_invents_evidence_stops_before_it(build, token_ids, invented) -> None:  # type: ignore[no-untyped-def]
+    steps = [(rf.RELEVANT, REL), "Paris.", (rf.FULLY_SUPPORTED, FULL), *invented, (rf.PARAGRAPH_CLOSE, {}),
+             (rf.RELEVANT, REL), "Invented.", (rf.FULLY_SUPPORTED, FULL), U5]
+    rag, engine, _ = build({PARIS: steps}, passages=[PARIS], max_rounds=0, pruning=OFF)
+    answer = rag.answer(Q)
+    assert answer.answer == "Paris." and "Fake" not in answer.candidates[0].trajectory
+    assert token_ids.id(rf.PARAGRAPH_OPEN) in engine.calls[0][0].stop_token_ids
+    assert answer.citations == (PARIS,)
+    assert answer.low_confidence and answer.reasons[0].startswith("truncated")
+    assert answer.candidates[0].truncated and not answer.candidates[0].well_formed
+
+
+def test_a_missing_verdict_ranks_below_an_honest_utility_1(build, reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    strong = {rf.RELEVANT: 0.99, rf.IRRELEVANT: 0.01}
+    honest = seg("Honest.", relevance=strong, utility=U1)
+    length = len(Segments(reflection_tokenizer, token_ids).script(*honest).token_ids)
+    rag, _, _ = build({PARIS: seg("Cut", relevance=strong, utility=None) + [" and more text" * 10], LYON: honest},
+                      top_k=2, max_tokens=length, pruning=OFF)
+    answer = rag.answer(Q)
+    [rank] = step(answer, "rank")
+    paris, lyon = rank["candidates"]
+    assert paris["score"] > lyon["score"]  # the sum alone would pick the cut-off candidate
+    assert paris["missing"] == ["utility"] and not paris["complete"] and lyon["complete"]
+    assert rank["chosen"] == LYON.id and answer.answer == "Honest."
+
+
+# -- ranking details --------------------------------------------------------------------------------------
+
+
+def test_a_tie_keeps_retrieval_order_and_is_traced(build) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("Same."), LYON: seg("Same.")}, top_k=2)
+    answer = rag.answer(Q)
+    [rank] = step(answer, "rank")
+    assert rank["tie"] == [PARIS.id, LYON.id] and rank["chosen"] == PARIS.id and "tie" in rank["reason"]
+    assert answer.citations == (PARIS,)
+
+
+def test_a_reflection_token_absent_from_the_logprobs_counts_as_probability_zero(build) -> None:  # type: ignore[no-untyped-def]
+    only_relevant = {rf.RELEVANT: 0.3}  # [Irrelevant] not reported (outside the backend's top-k)
+    no_support_probs = [(rf.RELEVANT, only_relevant), "Paris.", (rf.FULLY_SUPPORTED, {rf.RELEVANT: 0.5}), U5]
+    rag, _, _ = build({PARIS: no_support_probs}, passages=[PARIS], max_rounds=0, on_unsupported="flag")
+    answer = rag.answer(Q)
+    [candidate] = step(answer, "rank")[0]["candidates"]
+    assert candidate["components"]["relevance"] == pytest.approx(1.0)
+    assert candidate["components"]["support"] is None and candidate["missing"] == ["support"]
+    assert candidate["tokens"]["support"] == rf.FULLY_SUPPORTED
+    assert not answer.low_confidence  # the generated token is the verdict; the missing score only lowers rank
+
+
+# -- re-retrieval ------------------------------------------------------------------------------------------
+
+
+def test_re_retrieve_then_success(build) -> None:  # type: ignore[no-untyped-def]
+    rag, engine, retriever = build({PARIS: seg("Berlin.", support=NONE), LYON: seg("Paris.")}, top_k=1)
+    answer = rag.answer(Q)
+    assert retriever.queries == [Q, f"{Q} Berlin."]  # the question plus what the model generated
+    assert [e["chosen"] for e in step(answer, "support")] == ["re-retrieve", "accept"]
+    assert [e["chosen"] for e in step(answer, "retrieve")] == [[PARIS.id], [LYON.id]]  # only untried passages
+    assert answer.answer == "Paris." and answer.citations == (LYON,) and not answer.low_confidence
+    assert [c.round for c in answer.candidates] == [0, 1]
+    assert answer.engine_calls == len(engine.calls) == 4  # (relevance step + rest) per round
+
+
+@pytest.mark.parametrize("action", ["abstain", "flag"])
+def test_re_retrieve_then_give_up(build, action) -> None:  # type: ignore[no-untyped-def]
+    rag, _, retriever = build({PARIS: seg("Berlin.", support=NONE), LYON: seg("Rome.", support=NONE, utility=U1)},
+                              top_k=1, max_rounds=1, on_unsupported=action)
+    answer = rag.answer(Q)
+    assert len(retriever.queries) == 2
+    assert [e["chosen"] for e in step(answer, "support")] == ["re-retrieve", "rounds exhausted", action]
+    assert step(answer, "support")[-1]["passage_id"] == PARIS.id  # the one used, named in the trace
+    if action == "abstain":
+        assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
+    else:
+        assert answer.low_confidence and answer.answer == "Berlin."  # the best of every round
+        assert answer.reasons == (f"flagged: the model judged the best continuation {rf.NO_SUPPORT}",)
+
+
+def test_re_retrieve_stops_when_nothing_new_is_found(build) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("Berlin.", support=NONE)}, passages=[PARIS], top_k=1, on_unsupported="flag")
+    answer = rag.answer(Q)
+    assert step(answer, "retrieve")[-1]["reason"] == "the rewritten query found no passage not tried yet"
+    assert answer.low_confidence and "no new passage" in answer.reasons[0]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("keep", "Paris."), ("rewrite", "Paris. (only partly supported by "
+                                                 "the source)"), ("drop", "The sources do not say.")])
+def test_partially_supported_sentence(build, mode, expected) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("Paris.", support=PART)}, passages=[PARIS], on_partial=mode)
+    answer = rag.answer(Q)
+    assert answer.answer == expected
+    assert answer.abstained is (mode == "drop")
+
+
+# -- pruning -----------------------------------------------------------------------------------------------
+
+
+def test_pruning_stops_weak_branches_after_their_relevance_token(build) -> None:  # type: ignore[no-untyped-def]
+    table = {PARIS: seg("Paris.", relevance={rf.RELEVANT: 0.95, rf.IRRELEVANT: 0.05}),
+             LYON: seg("Lyon.", relevance={rf.RELEVANT: 0.3, rf.IRRELEVANT: 0.7}),  # 0.65 behind the best
+             NICE: seg("Nice.", relevance={rf.RELEVANT: 0.05, rf.IRRELEVANT: 0.95})}  # below the bound
+    rag, engine, _ = build(table, top_k=3)
+    answer = rag.answer(Q)
+    assert [len(batch) for batch in engine.calls] == [3, 1]
+    assert [r.max_tokens for r in engine.calls[0]] == [1, 1, 1]
+    [prune] = step(answer, "prune")
+    assert prune["chosen"] == [LYON.id, NICE.id]
+    assert [c.pruned for c in answer.candidates] == [False, True, True]
+    assert answer.answer == "Paris."
+    full = build(table, top_k=3, pruning=OFF)[0].answer(Q)
+    assert answer.generated_tokens < full.generated_tokens and not step(full, "prune")
+
+
+def test_pruning_bound_is_configurable(build) -> None:  # type: ignore[no-untyped-def]
+    table = {PARIS: seg("Paris."), LYON: seg("Lyon.", relevance={rf.RELEVANT: 0.6, rf.IRRELEVANT: 0.4})}
+    rag, _, _ = build(table, top_k=2, pruning=PruningConfig(relevance_bound=0.7, margin=1.0))
+    assert step(rag.answer(Q), "prune")[0]["chosen"] == [LYON.id]
+    rag, _, _ = build(table, top_k=2, pruning=PruningConfig(relevance_bound=0.5, margin=1.0))
+    assert step(rag.answer(Q), "prune")[0]["chosen"] == []
+
+
+# -- closed set ---------------------------------------------------------------------------------------------
+
+
+def test_closed_set_sums_scores_per_normalised_answer(build) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("True."), LYON: seg("false", relevance={rf.RELEVANT: 0.95, rf.IRRELEVANT: 0.05}),
+                       NICE: seg("TRUE", support=PART)}, top_k=3, pruning=OFF)
+    answer = rag.answer(Q, choices=["true", "false"])
+    [vote] = step(answer, "vote")
+    ranked = [c["score"] for c in vote["candidates"]]
+    assert ranked[1] > ranked[0] > ranked[2]  # "false" is the single best candidate ...
+    assert vote["totals"]["true"] == pytest.approx(ranked[0] + ranked[2])  # ... but "true" has more in sum
+    assert answer.answer == "true" and vote["chosen"] == PARIS.id
+
+
+# -- streaming and the contract as a property ------------------------------------------------------------------
+
+
+def test_short_form_stream_never_sends_the_rejected_round(build) -> None:  # type: ignore[no-untyped-def]
+    rag, _, _ = build({PARIS: seg("Berlin.", support=NONE), LYON: seg("Paris.")}, top_k=1)
+    events = list(rag.stream(Q))
+    texts = [e.text for e in events if isinstance(e, SegmentEvent)]
+    assert texts == ["Paris."] and isinstance(events[-1], FinalEvent)
+
+
+VERDICTS = st.fixed_dictionaries({
+    "relevance": st.sampled_from([REL, IRR]),
+    "support": st.sampled_from([FULL, PART, NONE, None]),
+    "utility": st.sampled_from([U5, U1, None]),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(verdicts=st.lists(VERDICTS, min_size=3, max_size=3), action=st.sampled_from(["abstain", "flag"]),
+       rounds=st.integers(0, 1), partial=st.sampled_from(["keep", "rewrite", "drop"]), pruning=st.booleans())
+def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, pruning) -> None:  # type: ignore[no-untyped-def]
+    passages = (PARIS, LYON, NICE)
+    table = {p: seg(f"{p.title} says {i}.", **v) for i, (p, v) in enumerate(zip(passages, verdicts, strict=True))}
+    rag, _, _ = build(table, top_k=1 if rounds else 3, max_rounds=rounds, on_unsupported=action, on_partial=partial,
+                      pruning=PruningConfig(enabled=pruning))
+    events = list(rag.stream(Q))
+    answer = events[-1].answer
+    assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == answer.answer
+    last = step(answer, "support")[-1]
+    chosen = answer.candidates[answer.chosen]
+    assert last["passage_id"] == chosen.passage.id
+    supported, _ = policy.judge(chosen, rag.config)
+    assert last["chosen"] == ("accept" if supported else action)
+    if last["chosen"] == "abstain" or not answer.segments:
+        assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
+        return
+    assert not answer.abstained
+    assert answer.low_confidence is (not supported or chosen.truncated is not None) or bool(step(answer, "partial"))
+    assert answer.low_confidence is bool(answer.reasons)
+    cited = {p.id for p in answer.citations}
+    if chosen.score.relevance_token == rf.IRRELEVANT:
+        assert cited == set()
+    else:
+        assert cited <= {chosen.passage.id}
+    for segment in answer.segments:
+        if segment.support == rf.PARTIALLY_SUPPORTED:
+            assert partial != "drop"
+    if not supported:
+        assert last["reason"] in " ".join(answer.reasons)
+
+
+def test_ask_formatting_marks_cited_sentences_and_reasons(build) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.ask import format_answer
+
+    rag, _, _ = build({PARIS: seg("Berlin.", support=NONE)}, passages=[PARIS], max_rounds=0, on_unsupported="flag")
+    text = format_answer(rag.answer(Q))
+    lines = text.splitlines()
+    assert lines[0] == "Berlin. [1]   [low_confidence]"
+    assert lines[1] == f"  why: flagged: the model judged the best continuation {rf.NO_SUPPORT}"
+    assert lines[2] == f"  [1] {PARIS.id} ({PARIS.title})"
+    assert "support: flag" in text
