@@ -54,9 +54,11 @@ class World:
                           (logprobs(ids, dict(zip(rf.tokens_of(rf.Group.SUPPORT), probabilities, strict=True))),))
         if not request.score_token_ids:  # plain prompt
             return Script((*encode_text(tok, "Paris is the capital."), eos))
-        if request.max_tokens == 1:  # teacher-forced reflection step: a flat guess for every group
-            return Script((ids.id(rf.RELEVANT),), ({i: math.log(0.5) for i in ids.all_ids},))
-        if request.prompt_ids[-1] == ids.id(rf.PARAGRAPH_CLOSE):  # a continuation after a passage
+        relevance_ids = set(ids.ids(rf.Group.RELEVANCE))
+        after_relevance = request.prompt_ids[-1] in relevance_ids and ids.id(rf.PARAGRAPH_CLOSE) in request.prompt_ids
+        if request.max_tokens == 1 and request.prompt_ids[-1] != ids.id(rf.PARAGRAPH_CLOSE) and not after_relevance:
+            return Script((ids.id(rf.RELEVANT),), ({i: math.log(0.5) for i in ids.all_ids},))  # a flat guess
+        if request.prompt_ids[-1] == ids.id(rf.PARAGRAPH_CLOSE) or after_relevance:  # a continuation of a passage
             good = not self._has(request, self.silk)
             relevance = 0.9 if good else 0.2
             tokens = [ids.id(rf.RELEVANT if good else rf.IRRELEVANT), *encode_text(tok, "Paris."),
@@ -66,7 +68,8 @@ class World:
             scores += [{} for _ in range(len(tokens) - 3)]
             scores.append(logprobs(ids, dict(zip(rf.tokens_of(rf.Group.SUPPORT), support, strict=True))))
             scores.append(logprobs(ids, {"[Utility:5]": 0.9, "[Utility:4]": 0.1}))
-            return Script(tuple(tokens), tuple(scores))
+            skip = 1 if after_relevance else 0  # the runtime decoded the relevance token on its own first
+            return Script(tuple(tokens[skip:]), tuple(scores[skip:]))
         # the decision: always retrieve
         return Script((ids.id(rf.RETRIEVAL),), (logprobs(ids, {rf.RETRIEVAL: 0.9, rf.NO_RETRIEVAL: 0.1}),))
 

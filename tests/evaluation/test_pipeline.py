@@ -46,8 +46,9 @@ def test_reflection_predictions(world_engine: ScriptedEngine) -> None:
     assert [(r["id"], r["type"]) for r in rows] == [("a", "relevance"), ("a", "utility"), ("b", "relevance"),
                                                    ("c", "retrieve")]
     result = agreement(rows)
-    assert result["relevance"]["items"] == 2 and result["relevance"]["auroc"] == 0.5  # flat scores: chance
-    assert result["relevance"]["accuracy"] == 0.5  # predicted [Relevant] (first of a tie) for both
+    assert result["relevance"]["items"] == 2 and result["relevance"]["auroc"] == 1.0  # 0.9 for Paris, 0.2 for Lyon
+    assert result["relevance"]["accuracy"] == 1.0
+    assert result["relevance"]["confusion"]["matrix"] == [[1, 0, 0], [0, 1, 0]]
     assert result["retrieve"]["confusion"]["labels"] == list(rf.tokens_of(rf.Group.RETRIEVE))
 
 
@@ -71,7 +72,7 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     single = results["modes"]["single_pass"]
     # single pass: the Paris passage wins for the answerable question; the Lyon-only one is unsupported -> abstain
     assert single["match"] == 1.0 and single["abstain_rate_unanswerable"] == 1.0 and single["false_abstain_rate"] == 0
-    assert single["unsupported_claim_rate"] == 0.0 and single["engine_calls_per_query"] == 2
+    assert single["unsupported_claim_rate"] == 0.0 and single["engine_calls_per_query"] == 3  # decide, relevance, rest
     plain = results["modes"]["plain_rag"]
     # plain RAG says "Paris is the capital." to both; judged against Lyon only, the second is unsupported
     assert plain["match"] == 1.0 and plain["abstain_rate_unanswerable"] == 0.0
