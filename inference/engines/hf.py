@@ -71,6 +71,7 @@ class HFEngine:
         self.model.eval()
         self.token_ids = meta.token_ids
         self.prompt_template = meta.prompt_template
+        self.calibration = meta.calibration  # the runtime's defaults measured by selfrag calibrate (None: none)
         self.name = f"hf:{served.directory.name}"
         self.device = device
         self.batch_size = batch_size

@@ -1,4 +1,5 @@
-"""The quickstart's whole story on the tiny fixture model: data -> training steps -> answers -> report, resumable."""
+"""The quickstart's whole story on the tiny fixture model: data -> CPU recipe training -> calibration -> the
+four-mode evaluation; a rerun keeps what did not change and redoes what a changed setting affects."""
 
 from __future__ import annotations
 
@@ -9,31 +10,67 @@ from selfrag.app.quickstart import QuickstartConfig, run
 from selfrag.config import from_dict
 
 
-def test_quickstart_end_to_end_and_resume(tiny_base_dir: Path, tmp_path: Path) -> None:
-    config = from_dict(
+def _config(tiny_base_dir: Path, out: Path, max_steps: int) -> QuickstartConfig:
+    return from_dict(
         QuickstartConfig,
         {
-            "output_dir": tmp_path / "qs",
+            "output_dir": out,
             "model": str(tiny_base_dir),
-            "max_steps": 2,
+            "max_steps": max_steps,
             "test_questions": 4,
+            "dev_questions": 3,
             "show": 2,
             "min_well_formed": 0,
             "train": {"training": {"batch_size": 2, "max_length": 512, "save_steps": 1}},
-            "inference": {"max_tokens": 8},
+            "inference": {"max_tokens": 6},
         },
     )
-    report = run(config)
-    out = tmp_path / "qs"
-    assert json.loads((out / "report.json").read_text())["questions"] == report["questions"]
-    assert sum(report["questions"].values()) == 4
-    assert 0.0 <= report["well_formed"]["all_outputs"] <= 1.0
-    assert (out / "model" / "selfrag.json").is_file() and (out / "data" / "records.jsonl").is_file()
-    answers = (out / "answers.jsonl").read_text().splitlines()
-    assert len(answers) == 4
 
-    # Run again: nothing is redone or duplicated.
-    records_before = (out / "data" / "records.jsonl").read_text()
-    run(config)
-    assert (out / "answers.jsonl").read_text().splitlines() == answers
-    assert (out / "data" / "records.jsonl").read_text() == records_before
+
+def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    report = run(_config(tiny_base_dir, out, max_steps=2))
+
+    # trained with the CPU recipe's settings (lr, LoRA rank) and the given steps
+    resolved = (out / "model" / "config.yaml").read_text()
+    assert "learning_rate: 0.001" in resolved and "r: 16" in resolved and "max_steps: 2" in resolved
+    calibration = json.loads((out / "model" / "selfrag.json").read_text())["calibration"]
+    assert 0 <= calibration["threshold"] <= 1 and calibration["dev_examples"] == 3
+    results = json.loads((out / "eval" / "results.json").read_text())
+    assert report["eval"]["modes"] == results["modes"]
+    assert {"no_retrieval", "plain_rag", "single_pass"} <= set(results["modes"])
+    assert results["modes"]["single_pass"]["examples"] == 4
+    assert (out / "eval" / "quality.png").is_file() and (out / "eval" / "table.md").is_file()
+    records = (out / "eval" / "records" / "single_pass.jsonl").read_text()
+    stages = json.loads((out / "stages.json").read_text())
+    assert all(stages[name]["finished"] for name in ("train", "calibrate", "eval"))
+
+    # the same settings again: nothing is recomputed
+    run(_config(tiny_base_dir, out, max_steps=2))
+    assert (out / "eval" / "records" / "single_pass.jsonl").read_text() == records
+    assert json.loads((out / "stages.json").read_text()) == stages
+
+
+
+def test_changed_settings_redo_their_stage_and_later_ones(tmp_path: Path) -> None:
+    """What a rerun with epochs=2 does: the train fingerprint changes, its outputs are cleared, and calibration
+    and evaluation (whose fingerprints include it) are redone too; the data stage is kept."""
+    from selfrag.app.quickstart import Stages, fingerprint
+
+    model, data = tmp_path / "model", tmp_path / "data"
+    stages = Stages(tmp_path / "stages.json")
+    data_fp = stages.check("data", [{"split": "train"}], [data])
+    data.mkdir()
+    train_fp = stages.check("train", [data_fp, {"epochs": 1}], [model])
+    model.mkdir()  # the stage ran
+    stages.done("train")
+    assert stages.finished("train") and train_fp == fingerprint([data_fp, {"epochs": 1}])
+
+    again = Stages(tmp_path / "stages.json")
+    assert again.check("train", [data_fp, {"epochs": 1}], [model]) == train_fp
+    assert again.finished("train") and model.exists()  # unchanged: kept
+
+    changed = again.check("train", [data_fp, {"epochs": 2}], [model])
+    assert changed != train_fp and not again.finished("train") and not model.exists()  # cleared, to be redone
+    assert again.check("data", [{"split": "train"}], [data]) == data_fp and data.exists()
+    assert fingerprint([changed, {"k": 3}]) != fingerprint([train_fp, {"k": 3}])  # later stages change with it

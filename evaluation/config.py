@@ -1,0 +1,132 @@
+"""Settings of ``selfrag eval`` and ``selfrag calibrate``.
+
+    selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
+    selfrag calibrate --config configs/eval/demo.yaml model=selfrag-quickstart/model data=runs/dev.jsonl
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from selfrag.config import help_field
+
+MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
+MODE_TITLES = {
+    "no_retrieval": "no retrieval",
+    "plain_rag": "plain RAG",
+    "prompted": "prompted-critic Self-RAG",
+    "single_pass": "single-pass Self-RAG",
+}
+JUDGES = ("critic", "llm", "overlap", "none")
+
+
+@dataclass
+class JudgeConfig:
+    """Who decides whether a sentence of an answer is supported by the passages it came from."""
+
+    kind: Literal["critic", "llm", "overlap", "none"] = help_field(
+        "critic: the trained model's own IsSUP token after the passage and the sentence; llm: a model through an "
+        "engine asked yes/no (judge.model); overlap: content-word overlap >= judge.threshold (no model); none: skip",
+        "critic",
+    )
+    model: str | None = help_field(
+        "the judge's model for kind=llm (a directory or built-in name); null: the base model", None
+    )
+    threshold: float = help_field(
+        "critic: a sentence is supported when its support score (p(Full)+0.5 p(Partial))/sum is at least this; "
+        "overlap: the share of the sentence's content words found in the passage",
+        0.5,
+    )
+
+    def validate(self) -> list[str]:
+        problems = []
+        if self.kind not in JUDGES:
+            problems.append(f"kind must be one of {list(JUDGES)}, got {self.kind!r}")
+        if not 0 <= self.threshold <= 1:
+            problems.append(f"threshold must be in [0, 1], got {self.threshold}")
+        return problems
+
+
+@dataclass
+class EvalConfig:
+    """Settings of one evaluation run (``selfrag eval --config FILE key=value ...``)."""
+
+    data: Path = help_field(
+        "evaluation JSONL: QA {question, answers, ctxs?}, closed set {question, choices, answerKey} or claims "
+        "{claim, label} (see selfrag.evaluation.data)"
+    )
+    model: str = help_field("the trained Self-RAG model directory (single-pass mode, and the critic judge)")
+    output_dir: Path = help_field("where results.json, table.md, plots and per-example records go")
+    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it per file", "auto")
+    split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
+    corpus: Path | None = help_field(
+        "corpus JSONL (id, title, text) or folder, searched with BM25 for examples without ctxs", None
+    )
+    labels: Path | None = help_field(
+        "reflection labels JSONL {question, passage, answer, labels} for token agreement; null: skip", None
+    )
+    base_model: str | None = help_field(
+        "the model of the no-retrieval, plain RAG and prompted-critic modes; null: the base model named in the "
+        "trained model's selfrag.json (the same base)",
+        None,
+    )
+    modes: list[str] = help_field(f"modes to compare, any of {list(MODES)}", default_factory=lambda: list(MODES))
+    limit: int | None = help_field("evaluate only the first N examples; null: all", None)
+    top_k: int = help_field("passages per question in every retrieving mode", 3)
+    max_tokens: int = help_field("most new tokens per decode, in every mode", 64)
+    batch_size: int = help_field(
+        "questions answered per engine call; 1 measures true per-question latency (p50/p95), more is faster", 1
+    )
+    inference: dict[str, Any] = help_field(
+        "extra InferenceConfig keys for the Self-RAG modes, e.g. {threshold: 0.3, on_unsupported: flag}",
+        default_factory=dict,
+    )
+    judge: JudgeConfig = help_field("the unsupported-claim judge", default_factory=JudgeConfig)
+    show: int = help_field("answers printed with their decisions at the end", 3)
+    plots: bool = help_field("write PNG plots (matplotlib)", True)
+
+    def validate(self) -> list[str]:
+        problems = []
+        unknown = [mode for mode in self.modes if mode not in MODES]
+        if unknown or not self.modes:
+            problems.append(f"modes must be a non-empty list of {list(MODES)}, got {self.modes}")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"limit must be >= 1 or null, got {self.limit}")
+        for name in ("top_k", "max_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if "top_k" in self.inference or "max_tokens" in self.inference:
+            problems.append("set top_k and max_tokens at the top level (they apply to every mode), not in inference")
+        return problems
+
+
+@dataclass
+class CalibrateConfig:
+    """Settings of ``selfrag calibrate``: measure the retrieval threshold and support bound on a dev split."""
+
+    data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
+    model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
+    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it", "auto")
+    split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
+    corpus: Path | None = help_field("corpus for examples without ctxs", None)
+    target_false_abstain: float = help_field(
+        "the largest support bound is chosen whose false-abstain rate on answerable dev questions is at most this",
+        0.1,
+    )
+    top_k: int = help_field("passages per question, as at run time", 3)
+    max_tokens: int = help_field("most new tokens per decode", 64)
+    limit: int | None = help_field("use only the first N dev examples; null: all", None)
+    write: bool = help_field("write the values into the model's selfrag.json (false: only report them)", True)
+    output_dir: Path | None = help_field("where calibration.json and the per-example records go; null: the model", None)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 0 <= self.target_false_abstain <= 1:
+            problems.append(f"target_false_abstain must be in [0, 1], got {self.target_false_abstain}; e.g. 0.1")
+        if self.top_k < 1 or self.max_tokens < 1:
+            problems.append(f"top_k and max_tokens must be at least 1, got {self.top_k} and {self.max_tokens}")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"limit must be >= 1 or null, got {self.limit}")
+        return problems

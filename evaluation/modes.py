@@ -1,0 +1,199 @@
+"""The four modes, each answering :class:`~selfrag.evaluation.data.Example` s into per-example records.
+
+* ``no_retrieval``: the base model, the question alone, one decode;
+* ``plain_rag``: the base model, one decode over the same top-k passages with a plain prompt;
+* ``prompted``: prompted-critic Self-RAG on the base model (``selfrag.inference.critic.PromptedSelfRAG``);
+* ``single_pass``: the trained model's own reflection tokens (``selfrag.inference.runtime.SelfRAG``).
+
+Every record holds the answer, its decisions and its cost: engine calls, prompt and generated tokens, seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from selfrag.errors import SelfragError
+from selfrag.inference.engines.base import GenerationRequest
+from selfrag.prompting import encode_prompt
+from selfrag.retrieval import Hit, Retriever
+from selfrag.trajectory import Passage
+
+from .data import Example
+from .engines import CountingEngine
+from .metrics import normalize
+
+logger = logging.getLogger(__name__)
+
+PLAIN_RAG_PROMPT = (
+    "Passages:\n{passages}\n\nAnswer the question from the passages in one short sentence. If they do not "
+    "contain the answer, reply: {abstain}\n\nQuestion: {question}"
+)
+ABSTAIN_PHRASES = ("the sources do not say", "i don't know", "i do not know", "not mentioned", "does not say",
+                   "do not contain", "no information", "cannot answer", "can't answer", "not provided")
+
+
+class ModeUnavailable(SelfragError, ValueError):
+    """A mode cannot run in this installation (e.g. the prompted critic is not built)."""
+
+
+class ExampleRetriever:
+    """Returns an example's own ``ctxs`` (in their order) for its question; otherwise searches the corpus."""
+
+    def __init__(self, examples: Sequence[Example], corpus: Retriever | None) -> None:
+        self.by_question = {example.prompt: example.ctxs for example in examples if example.ctxs}
+        self.by_question.update({example.question: example.ctxs for example in examples if example.ctxs})
+        self.corpus = corpus
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        results: list[list[Hit] | None] = [None] * len(queries)
+        missing = []
+        for index, query in enumerate(queries):
+            ctxs = self.by_question.get(query)
+            if ctxs:
+                results[index] = [Hit(passage, float(len(ctxs) - rank)) for rank, passage in enumerate(ctxs[:k])]
+            else:
+                missing.append(index)
+        if missing and self.corpus is not None:
+            found = self.corpus.search_many([queries[i] for i in missing], k)
+            for index, hits in zip(missing, found, strict=True):
+                results[index] = hits
+        return [hits or [] for hits in results]
+
+
+def is_abstention(text: str, abstain_text: str) -> bool:
+    normalized = normalize(text)
+    return any(normalize(phrase) in normalized for phrase in (abstain_text, *ABSTAIN_PHRASES)) or not normalized
+
+
+def _base_record(example: Example) -> dict[str, Any]:
+    return {
+        "id": example.id,
+        "question": example.question,
+        "kind": example.kind,
+        "gold_answers": list(example.answers),
+        "choices": [list(choice) for choice in example.choices],
+        "answer_key": example.answer_key,
+        "answerable": example.answerable,
+        "needs_retrieval": example.needs_retrieval,
+    }
+
+
+Runner = Callable[[Sequence[Example]], list[dict[str, Any]]]
+
+
+def plain_runner(
+    engine: CountingEngine, retriever: Retriever | None, top_k: int, max_tokens: int, abstain_text: str, rag: bool
+) -> Runner:
+    """No retrieval (``rag=False``) or plain RAG: one decode per question, a plain prompt."""
+
+    def run(batch: Sequence[Example]) -> list[dict[str, Any]]:
+        hits = retriever.search_many([e.prompt for e in batch], top_k) if rag and retriever else [[] for _ in batch]
+        prompts = [_plain_prompt(example, [hit.passage for hit in found], abstain_text, rag) for example, found in
+                   zip(batch, hits, strict=True)]
+        requests = [
+            GenerationRequest(prompt_ids=tuple(encode_prompt(engine.tokenizer, p, engine.prompt_template)),
+                              max_tokens=max_tokens)
+            for p in prompts
+        ]
+        generations = engine.generate(requests)
+        records = []
+        for example, found, generation in zip(batch, hits, generations, strict=True):
+            text = engine.tokenizer.decode(list(generation.token_ids), skip_special_tokens=True).strip()
+            records.append({
+                **_base_record(example),
+                "answer": text,
+                "abstained": is_abstention(text, abstain_text),
+                "retrieved": bool(rag and found),
+                "retrieval_rounds": 1 if rag and found else 0,
+                "passages": [hit.passage.to_json() for hit in found],
+                "cited": [hit.passage.to_json() for hit in found],  # plain RAG cites nothing: judge on all it read
+                "trace": [],
+            })
+        return records
+
+    return run
+
+
+def _plain_prompt(example: Example, passages: Sequence[Passage], abstain_text: str, rag: bool) -> str:
+    if not rag:
+        return f"{example.prompt}\nAnswer in one short sentence."
+    listed = "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in
+                       enumerate(passages, 1))
+    return PLAIN_RAG_PROMPT.format(passages=listed, abstain=abstain_text, question=example.prompt)
+
+
+def selfrag_runner(runtime: Any) -> Runner:
+    """Prompted-critic or single-pass Self-RAG: anything with ``answer_many(questions) -> [Answer]``."""
+
+    def run(batch: Sequence[Example]) -> list[dict[str, Any]]:
+        answers = runtime.answer_many([example.prompt for example in batch])
+        records = []
+        for example, answer in zip(batch, answers, strict=True):
+            trace = [dict(step) for step in answer.trace]
+            records.append({
+                **_base_record(example),
+                "answer": answer.answer,
+                "abstained": answer.abstained,
+                "low_confidence": answer.low_confidence,
+                "retrieved": answer.retrieved,
+                "retrieval_rounds": sum(step.get("step") == "retrieve" for step in trace),
+                "passages": [c.passage.to_json() for c in answer.candidates if c.passage is not None],
+                "cited": [p.to_json() for p in answer.citations],
+                "p_retrieve": _p_retrieve(trace),
+                "well_formed": [candidate.well_formed for candidate in answer.candidates],
+                "trace": trace,
+                "trajectory": answer.trajectory,
+            })
+        return records
+
+    return run
+
+
+def _p_retrieve(trace: Sequence[dict[str, Any]]) -> float | None:
+    for step in trace:
+        if step.get("step") == "decide" and step.get("probabilities"):
+            value = step["probabilities"].get("p_retrieve")
+            return None if value is None else float(value)
+    return None
+
+
+def prompted_runtime(engine: Any, retriever: Retriever | None, config: Any) -> Any:
+    """The runtime branch's prompted-critic mode; :class:`ModeUnavailable` where this installation lacks it."""
+    try:
+        from selfrag.inference.critic import PromptedSelfRAG  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise ModeUnavailable(
+            "prompted-critic Self-RAG (selfrag.inference.critic.PromptedSelfRAG) is not in this installation; "
+            "drop 'prompted' from modes"
+        ) from None
+    return PromptedSelfRAG(engine, retriever, config)
+
+
+def answer_all(
+    runner: Runner, engine: CountingEngine, examples: Sequence[Example], batch_size: int, progress: Any
+) -> list[dict[str, Any]]:
+    """Answer in batches; each record gets its share of the batch's engine calls, tokens and seconds."""
+    records: list[dict[str, Any]] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        engine.reset()
+        began = time.monotonic()
+        answered = runner(batch)
+        seconds = time.monotonic() - began
+        usage = engine.reset()
+        for record in answered:
+            record.update({
+                "engine_calls": usage.calls,  # calls are shared by the batch: each question waits for all of them
+                "prompt_tokens": usage.prompt_tokens / len(batch),
+                "generated_tokens": usage.generated_tokens / len(batch),
+                "seconds": seconds / len(batch) if len(batch) > 1 else seconds,
+            })
+        records += answered
+        progress.update(len(batch))
+    return records

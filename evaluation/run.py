@@ -1,0 +1,195 @@
+"""``selfrag eval``: the four modes on the same data and base model, with every metric, a table and plots.
+
+    selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
+
+Writes into ``output_dir``: ``results.json`` (every figure), ``table.md``, ``quality.png`` and ``cost.png``,
+``records/<mode>.jsonl`` (one line per example: answer, decisions, claims and their verdicts, cost),
+``reflection.jsonl`` (per-label predictions) and the resolved ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selfrag.config import from_dict, write_resolved
+from selfrag.errors import ConfigError
+from selfrag.jsonl import write_jsonl_atomic
+
+from . import metrics, report
+from .config import MODE_TITLES, EvalConfig
+from .data import Example, load_examples, load_reflection_labels, split_sentences
+from .engines import CountingEngine, base_model_of, load_plain, load_trained
+from .judge import Claim, CriticJudge, Judge, LLMJudge, OverlapJudge
+from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
+
+logger = logging.getLogger(__name__)
+
+RETRIEVING = ("plain_rag", "prompted", "single_pass")
+
+
+@dataclass
+class EvalResult:
+    output_dir: Path
+    summaries: dict[str, dict[str, Any]]
+    reflection: dict[str, Any]
+    unavailable: dict[str, str]
+    table: str
+    answers: str
+    plots: list[Path] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [self.answers, self.table]
+        if self.reflection:
+            parts.append(report.reflection_table(self.reflection))
+        parts.append(f"results, records and plots in {self.output_dir}")
+        return "\n".join(part for part in parts if part)
+
+
+class _Engines:
+    """Loads each model once, on first use."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        self.config = config
+        self._trained: CountingEngine | None = None
+        self._plain: dict[str, CountingEngine] = {}
+
+    def trained(self) -> CountingEngine:
+        if self._trained is None:
+            self._trained = CountingEngine(load_trained(self.config.model))
+        return self._trained
+
+    def plain(self, model: str | None = None) -> CountingEngine:
+        name = model or self.config.base_model or base_model_of(self.config.model)
+        if name not in self._plain:
+            self._plain[name] = CountingEngine(load_plain(name))
+        return self._plain[name]
+
+
+def run(config: EvalConfig) -> EvalResult:
+    from tqdm.auto import tqdm
+
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.retrievers import build_bm25
+
+    started = time.monotonic()
+    examples = load_examples(config.data, config.format, config.limit, config.split)
+    labels = load_reflection_labels(config.labels) if config.labels else []
+    _check_passages(config, examples)
+    inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
+    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    out = config.output_dir
+    write_resolved(config, out)
+    engines = _Engines(config)
+
+    records: dict[str, list[dict[str, Any]]] = {}
+    unavailable: dict[str, str] = {}
+    for mode in config.modes:
+        try:
+            engine, runner = _mode(mode, engines, retriever, inference, config)
+        except ModeUnavailable as error:
+            logger.warning("%s: %s", mode, error)
+            unavailable[mode] = str(error)
+            continue
+        with tqdm(total=len(examples), desc=MODE_TITLES[mode]) as bar:
+            records[mode] = answer_all(runner, engine, examples, config.batch_size, bar)
+
+    judge = _judge(config, engines)
+    for mode, rows in records.items():
+        _judge_claims(judge, rows)
+        write_jsonl_atomic(out / "records" / f"{mode}.jsonl", rows)
+
+    reflection: dict[str, Any] = {}
+    if labels:
+        from .reflection import agreement, predict
+
+        predictions = predict(engines.trained(), labels)
+        write_jsonl_atomic(out / "reflection.jsonl", predictions)
+        reflection = agreement(predictions)
+
+    summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
+    table = report.markdown_table(summaries, unavailable) if summaries else "(no mode ran)\n"
+    plots = report.write_plots(summaries, out) if config.plots and summaries else []
+    (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
+    results = {
+        "data": str(config.data),
+        "model": config.model,
+        "base_model": config.base_model or (base_model_of(config.model) if _needs_base(config) else None),
+        "judge": config.judge.kind,
+        "modes": summaries,
+        "unavailable": unavailable,
+        "reflection": reflection,
+        "hardware": _hardware(),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    answers = report.show_answers(records, config.show)
+    return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
+
+
+def _needs_base(config: EvalConfig) -> bool:
+    return any(mode in config.modes for mode in ("no_retrieval", "plain_rag", "prompted"))
+
+
+def _check_passages(config: EvalConfig, examples: list[Example]) -> None:
+    without = [example.id for example in examples if not example.ctxs]
+    if without and config.corpus is None and any(mode in config.modes for mode in RETRIEVING):
+        raise ConfigError([
+            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
+            "or add ctxs to the data, or use modes=[no_retrieval]"
+        ])
+
+
+def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: Any, config: EvalConfig) -> Any:
+    from selfrag.inference.runtime import SelfRAG
+
+    if mode in ("no_retrieval", "plain_rag"):
+        engine = engines.plain()
+        rag = mode == "plain_rag"
+        return engine, plain_runner(engine, retriever, config.top_k, config.max_tokens, inference.abstain_text, rag)
+    if mode == "prompted":
+        engine = engines.plain()
+        return engine, selfrag_runner(prompted_runtime(engine, retriever, inference))
+    engine = engines.trained()
+    return engine, selfrag_runner(SelfRAG(engine, retriever, inference))
+
+
+def _judge(config: EvalConfig, engines: _Engines) -> Judge | None:
+    kind = config.judge.kind
+    if kind == "none":
+        return None
+    if kind == "overlap":
+        return OverlapJudge(config.judge.threshold)
+    if kind == "llm":
+        return LLMJudge(engines.plain(config.judge.model))
+    return CriticJudge(engines.trained(), config.judge.threshold)
+
+
+def _judge_claims(judge: Judge | None, rows: list[dict[str, Any]]) -> None:
+    """Split each answer into sentences and judge each against the passages the answer came from."""
+    from selfrag.trajectory import Passage
+
+    claims: list[Claim] = []
+    owners: list[dict[str, Any]] = []
+    for row in rows:
+        row["claims"] = []
+        if row["abstained"] or judge is None:
+            continue
+        passages = tuple(Passage(p["id"], p["title"], p["text"]) for p in row["cited"])
+        for sentence in split_sentences(row["answer"]):
+            claims.append(Claim(row["question"], sentence, passages))
+            owners.append(row)
+    verdicts = judge.judge(claims) if judge is not None and claims else []
+    for claim, owner, verdict in zip(claims, owners, verdicts, strict=True):
+        owner["claims"].append({"sentence": claim.sentence, "supported": verdict})
+
+
+def _hardware() -> dict[str, Any]:
+    return {"machine": platform.machine(), "processor": platform.processor() or None, "cpus": os.cpu_count(),
+            "python": platform.python_version()}

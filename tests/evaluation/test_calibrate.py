@@ -1,0 +1,96 @@
+"""Calibration: the choice on hand-made dev rows, selfrag.json, and the runtime using the calibrated values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag import reflection as rf
+from selfrag.artifacts import ModelMeta, load_meta, save_meta, write_calibration
+from selfrag.evaluation.calibrate import choose, choose_threshold, simulate
+from selfrag.inference.config import DEFAULT_THRESHOLD, InferenceConfig
+from selfrag.inference.engines import ScriptedEngine
+from selfrag.inference.runtime import SelfRAG
+from selfrag.reflection import ReflectionIds
+
+
+def row(
+    p: float | None, needs: bool | None, answerable: bool, token: str | None, support: float | None
+) -> dict[str, Any]:
+    return {"p_retrieve": p, "needs_retrieval": needs, "answerable": answerable, "support_token": token,
+            "support": support}
+
+
+def test_threshold_separates_the_gold_decisions() -> None:
+    rows = [row(0.9, True, True, None, None), row(0.6, True, True, None, None),
+            row(0.3, False, True, None, None), row(0.1, False, True, None, None)]
+    threshold, reason = choose_threshold(rows)
+    assert threshold is not None and 0.3 <= threshold < 0.6  # any value in [0.3, 0.6) is perfect; the middle one
+    assert threshold == 0.45 and "balanced accuracy 100.0%" in reason
+    assert choose_threshold([row(0.9, None, True, None, None)])[0] is None  # no gold labels: keep the default
+
+
+def test_support_bound_is_the_largest_within_the_target() -> None:
+    full, none = rf.FULLY_SUPPORTED, rf.NO_SUPPORT
+    rows = [row(0.9, True, True, full, 0.9), row(0.9, True, True, full, 0.8), row(0.9, True, True, full, 0.7),
+            row(0.9, True, True, full, 0.6), row(0.9, True, True, full, 0.5), row(0.9, True, True, full, 0.45),
+            row(0.9, True, True, full, 0.42), row(0.9, True, True, full, 0.41), row(0.9, True, True, full, 0.40),
+            row(0.9, True, True, full, 0.35),  # 10 answerable: a 10% target allows one false abstain
+            row(0.9, True, False, full, 0.3), row(0.9, True, False, none, 0.1), row(0.9, True, False, full, 0.38)]
+    calibration = choose(rows, target=0.1)
+    # bound 0.40 abstains only on the 0.35 answerable one (10%); 0.45 would abstain on four
+    assert calibration["support_bound"] == 0.4
+    measured = calibration["measured"]
+    assert measured["target_met"] and measured["false_abstain_rate"] == pytest.approx(0.1)
+    assert measured["abstain_rate_unanswerable"] == 1.0
+    assert calibration["threshold"] == DEFAULT_THRESHOLD  # every row needs retrieval: no negatives to separate
+
+
+def test_target_out_of_reach_is_said() -> None:
+    rows = [row(0.9, True, True, rf.NO_SUPPORT, 0.1), row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9)]
+    calibration = choose(rows, target=0.1)
+    assert calibration["support_bound"] == 0.0 and not calibration["measured"]["target_met"]
+    assert "on_unsupported=flag" in calibration["measured"]["note"]
+
+
+def test_simulate_matches_the_runtime_rule() -> None:
+    rows = [row(0.1, False, True, rf.NO_SUPPORT, 0.1), row(0.5, True, True, rf.FULLY_SUPPORTED, 0.3)]
+    assert simulate(rows, threshold=0.2, bound=0.0) == [(False, False), (True, False)]
+    assert simulate(rows, threshold=0.2, bound=0.5) == [(False, False), (True, True)]
+
+
+def test_calibration_in_selfrag_json_reaches_the_runtime(
+    tmp_path: Path, reflection_tokenizer: Any, token_ids: ReflectionIds, world_engine: ScriptedEngine
+) -> None:
+    save_meta(tmp_path, ModelMeta(token_ids, "add", "auto", "base", "adapter"))
+    assert load_meta(tmp_path).calibration is None  # type: ignore[union-attr]
+    write_calibration(tmp_path, {"threshold": 0.95, "support_bound": 0.3})
+    meta = load_meta(tmp_path)
+    assert meta is not None and meta.calibration == {"threshold": 0.95, "support_bound": 0.3}
+    assert json.loads((tmp_path / "selfrag.json").read_text())["base_model"] == "base"  # other keys kept
+
+    world_engine.calibration = meta.calibration  # type: ignore[attr-defined]  # what HFEngine sets from selfrag.json
+    runtime = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
+    assert (runtime.config.threshold, runtime.config.support_bound) == (0.95, 0.3)
+    explicit = SelfRAG(world_engine, None, InferenceConfig(mode="never", threshold=0.5, support_bound=0.1))
+    assert (explicit.config.threshold, explicit.config.support_bound) == (0.5, 0.1)  # the user's values win
+    off = SelfRAG(world_engine, None, InferenceConfig(mode="never", use_calibration=False))
+    assert (off.config.threshold, off.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
+    del world_engine.calibration  # type: ignore[attr-defined]
+    plain = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
+    assert (plain.config.threshold, plain.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
+
+
+def test_calibrated_threshold_changes_the_decision(world_engine: ScriptedEngine) -> None:
+    from selfrag.evaluation.modes import ExampleRetriever
+
+    retriever = ExampleRetriever([], None)  # finds nothing; only the decision matters here
+    world_engine.calibration = {"threshold": 0.95}  # type: ignore[attr-defined]
+    answer = SelfRAG(world_engine, retriever, InferenceConfig()).answer("Capital of France?")
+    assert not answer.retrieved and "threshold 0.95" in answer.trace[0]["reason"]  # p_retrieve 0.9 <= 0.95
+    world_engine.calibration = {"threshold": 0.5}  # type: ignore[attr-defined]
+    answer = SelfRAG(world_engine, retriever, InferenceConfig()).answer("Capital of France?")
+    assert "p_retrieve 0.9000 > threshold 0.5" in answer.trace[0]["reason"]
