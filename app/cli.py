@@ -4,6 +4,7 @@
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
+    selfrag serve --model runs/model --corpus data_gen/demo/corpus.jsonl --port 8000
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line, no traceback, exit code 2.
@@ -25,7 +26,6 @@ from selfrag.errors import SelfragError
 logger = logging.getLogger("selfrag")
 
 PLANNED = {
-    "serve": "the OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)",
     "eval": "evaluation across no-retrieval, plain RAG, prompted and single-pass Self-RAG",
 }
 
@@ -56,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--corpus", required=True, type=Path, help="corpus JSONL (id, title, text) or a folder")
     ask.add_argument("--json", action="store_true", help="print the answer as JSON")
     _add_config_arguments(ask)
+
+    serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
+    serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
+    serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
+    serve.add_argument("--engine", help="decoding backend (config key: engine; default hf)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default 8000)")
+    _add_config_arguments(serve)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -152,6 +160,14 @@ def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from selfrag.inference.server.config import ServeConfig
+    from selfrag.inference.server.run import run
+
+    flags = {name: getattr(args, name) for name in ("model", "corpus", "engine", "host", "port")}
+    return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -165,6 +181,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": _export,
     "ask": _ask,
     "quickstart": _quickstart,
+    "serve": _serve,
 }
 
 
