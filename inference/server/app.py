@@ -117,7 +117,26 @@ def create_app(
     app.add_middleware(BodyLimitAndMetrics, limit=config.max_request_bytes, metrics=metrics)
     _add_error_handlers(app)
     _add_routes(app, state)
+    if state.api_key is None:
+        _drop_security_from_schema(app)
     return app
+
+
+def _drop_security_from_schema(app: FastAPI) -> None:
+    """Without a configured key the schema must not claim one is required (clients and fuzzers believe it)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.get("components", {}).pop("securitySchemes", None)
+            for path in schema.get("paths", {}).values():
+                for operation in path.values():
+                    operation.pop("security", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _load(state: ServerState, loader: Callable[[], Backend], on_failure: Callable[[BaseException], None] | None

@@ -244,6 +244,9 @@ def test_api_key_required_when_set(engine: ScriptedBackendEngine) -> None:
         assert good.choices[0].message.content == CAPITAL_ANSWER
         assert httpx.get(f"{live.url}/health").status_code == 200  # probes need no key
         assert "s3cret-key" not in httpx.get(f"{live.url}/metrics").text
+        schema = httpx.get(f"{live.url}/openapi.json").json()
+        assert "HTTPBearer" in schema["components"]["securitySchemes"]
+        assert schema["paths"]["/v1/chat/completions"]["post"]["security"] == [{"HTTPBearer": []}]
     finally:
         live.stop()
 
@@ -368,9 +371,10 @@ def test_graceful_shutdown_finishes_in_flight_requests(engine: ScriptedBackendEn
 
 
 def test_health_is_ready_only_after_loading(engine: ScriptedBackendEngine) -> None:
+    from server_harness import FixedRetriever, serve_config
+
     from selfrag.inference.server.app import create_app
     from selfrag.inference.server.backend import Backend
-    from server_harness import FixedRetriever, serve_config
 
     loaded = threading.Event()
 
@@ -394,8 +398,9 @@ def test_health_is_ready_only_after_loading(engine: ScriptedBackendEngine) -> No
 
 
 def test_failed_load_reports_failed(engine: ScriptedBackendEngine) -> None:
-    from selfrag.inference.server.app import create_app
     from server_harness import serve_config
+
+    from selfrag.inference.server.app import create_app
 
     failures: list[BaseException] = []
 
@@ -445,4 +450,4 @@ def test_openapi_schema_is_served(server: LiveServer) -> None:
         request_fields
     extension = set(components["SelfragExtension"]["properties"])
     assert {"citations", "retrieved", "abstained", "low_confidence", "low_confidence_reason", "trace"} <= extension
-    assert "HTTPBearer" in schema["components"]["securitySchemes"]
+    assert "securitySchemes" not in schema["components"]  # no key configured: the schema claims none
