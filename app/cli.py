@@ -6,6 +6,7 @@
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
     selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
+    selfrag serve --model runs/model --corpus data_gen/demo/corpus.jsonl --port 8000
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -33,9 +34,7 @@ from selfrag.errors import SelfragError, UsageError
 
 logger = logging.getLogger("selfrag")
 
-PLANNED = {
-    "serve": "the OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)",
-}
+PLANNED: dict[str, str] = {}  # commands announced but not built yet
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(evaluate)
     calibrate = commands.add_parser("calibrate", help="measure the retrieval threshold and support bound (dev split)")
     _add_config_arguments(calibrate)
+
+    serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
+    serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
+    serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
+    serve.add_argument("--engine", help="decoding backend (config key: engine; default hf)")
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default 8000)")
+    _add_config_arguments(serve)
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -316,6 +323,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from selfrag.inference.server.config import ServeConfig
+    from selfrag.inference.server.run import run
+
+    flags = {name: getattr(args, name) for name in ("model", "corpus", "engine", "host", "port")}
+    return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -333,6 +348,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "eval": _eval,
     "calibrate": _calibrate,
     "quickstart": _quickstart,
+    "serve": _serve,
 }
 
 

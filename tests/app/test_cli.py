@@ -55,7 +55,7 @@ def test_unknown_config_key(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_planned_commands_say_so(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_cli(capsys, "serve")
+    code, err = run_cli(capsys, "eval")
     assert code == 2 and "not available yet" in err
 
 

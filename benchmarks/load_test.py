@@ -1,0 +1,222 @@
+"""Load test of ``selfrag serve``: concurrent streaming clients on loopback, with and without request batching.
+
+    .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --clients 32 --seconds 60
+
+For each setting (``max_batch=1``: one request per engine call, the baseline; then ``max_batch=--batch``) it
+starts the real ``selfrag serve`` command in a subprocess on a free 127.0.0.1 port, waits for ``/health``,
+runs ``--clients`` asyncio clients that each stream chat completions back to back (demo questions) for
+``--seconds``, then cancels what is still in flight and stops the server (SIGTERM). Reports completed
+requests, throughput, p50/p95 latency to the last byte and to the first content delta, errors (anything but
+a complete stream; 429s are counted apart and retried after 0.2 s) and the server's resident memory (RSS)
+when ready and after the load. Loopback only: the script never contacts another host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from selfrag.corpus import load_queries
+from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    first_delta: list[float] = field(default_factory=list)
+    rejected_429: int = 0
+    errors: list[str] = field(default_factory=list)
+    cancelled: int = 0
+    abstained: int = 0
+    retrieved: int = 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_server(args: argparse.Namespace, max_batch: int, port: int) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
+        "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.clients * 2}", "batch_wait_ms=20",
+        f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
+        f"engine_options={{batch_size: {args.engine_batch}}}", "model_name=bench",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SELFRAG_API_KEY": ""}
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                if (await client.get(f"{url}/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.5)
+    raise RuntimeError("the server did not become ready")
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, question: str, tally: Tally) -> None:
+    body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": question}]}
+    started = time.monotonic()
+    first: float | None = None
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        if response.status_code == 429:
+            tally.rejected_429 += 1
+            await asyncio.sleep(0.2)
+            return
+        if response.status_code != 200:
+            tally.errors.append(f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+            return
+        done, final = False, None
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                break
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                tally.errors.append(f"in-stream error: {chunk['error']['message']}")
+                return
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
+                first = time.monotonic() - started
+            if chunk.get("selfrag", {}).get("type") == "final":
+                final = chunk["selfrag"]
+    if not done or final is None:
+        tally.errors.append("stream ended without a final chunk and [DONE]")
+        return
+    tally.latencies.append(time.monotonic() - started)
+    tally.first_delta.append(first if first is not None else tally.latencies[-1])
+    tally.abstained += final["abstained"]
+    tally.retrieved += final["retrieved"]
+
+
+async def client_loop(url: str, questions: list[str], offset: int, stop_at: float, tally: Tally) -> None:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+        index = offset
+        while time.monotonic() < stop_at:
+            await one_stream(client, url, questions[index % len(questions)], tally)
+            index += 1
+
+
+async def run_load(url: str, questions: list[str], clients: int, seconds: float) -> tuple[Tally, float]:
+    tally = Tally()
+    started = time.monotonic()
+    tasks = [asyncio.create_task(client_loop(url, questions, i * 7, started + seconds, tally)) for i in range(clients)]
+    await asyncio.wait(tasks, timeout=seconds)
+    elapsed = time.monotonic() - started
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+            tally.cancelled += 1
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return tally, elapsed
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def measure(args: argparse.Namespace, max_batch: int, questions: list[str]) -> dict[str, float]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_server(args, max_batch, port)
+    try:
+        asyncio.run(wait_ready(url, process))
+        rss_ready = rss_mib(process.pid)
+        tally, elapsed = asyncio.run(run_load(url, questions, args.clients, args.seconds))
+        rss_after = rss_mib(process.pid)
+        metrics = httpx.get(f"{url}/metrics").text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+    batch_sum, batch_count = float(samples["selfrag_batch_size_sum"]), float(samples["selfrag_batch_size_count"])
+    result = {
+        "max_batch": max_batch, "completed": len(tally.latencies), "seconds": elapsed,
+        "throughput_rps": len(tally.latencies) / elapsed,
+        "p50_s": percentile(tally.latencies, 50), "p95_s": percentile(tally.latencies, 95),
+        "first_delta_p50_s": percentile(tally.first_delta, 50),
+        "errors": len(tally.errors), "rejected_429": tally.rejected_429, "cancelled_at_end": tally.cancelled,
+        "mean_batch": batch_sum / batch_count if batch_count else 0.0,
+        "rss_ready_mib": rss_ready, "rss_after_mib": rss_after,
+        "retrieved": tally.retrieved, "abstained": tally.abstained,
+    }
+    if tally.errors:
+        print(f"  first errors (max_batch={max_batch}): {tally.errors[:3]}", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a model directory trained by selfrag")
+    parser.add_argument("--corpus", type=Path, default=DEMO_CORPUS)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--batch", type=int, default=32, help="max_batch of the batched run")
+    parser.add_argument("--engine-batch", type=int, default=32, help="the hf engine's decode batch size")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--top-k", type=int, default=2)
+    parser.add_argument("--only", choices=["batched", "unbatched"], help="run one setting only")
+    args = parser.parse_args()
+    questions = [query.question for query in load_queries(DEMO_QUERIES)]
+    settings = {"unbatched": 1, "batched": args.batch}
+    results = {}
+    for name, max_batch in settings.items():
+        if args.only and name != args.only:
+            continue
+        print(f"{name}: max_batch={max_batch}, {args.clients} streaming clients for {args.seconds:.0f} s ...",
+              flush=True)
+        results[name] = measure(args, max_batch, questions)
+        print(json.dumps(results[name], indent=None), flush=True)
+    header = ("setting", "completed", "req/s", "p50 s", "p95 s", "first delta p50 s", "errors", "429s",
+              "mean batch", "RSS ready MiB", "RSS after MiB")
+    print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for name, r in results.items():
+        print(f"| {name} (max_batch={r['max_batch']}) | {r['completed']} | {r['throughput_rps']:.3f} "
+              f"| {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_delta_p50_s']:.1f} "
+              f"| {r['errors']} | {r['rejected_429']} "
+              f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} |")
+    if len(results) == 2 and results["unbatched"]["throughput_rps"] > 0:
+        ratio = results["batched"]["throughput_rps"] / results["unbatched"]["throughput_rps"]
+        print(f"\nthroughput, batched / unbatched: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+"""The FastAPI application: OpenAI-compatible routes, the ``selfrag`` extension, limits, auth and metrics.
+
+    app = create_app(config, loader=lambda: load_backend(config), api_key=os.environ.get("SELFRAG_API_KEY"))
+
+Routes: ``POST /v1/chat/completions`` (JSON or server-sent events), ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (Prometheus), ``GET /openapi.json``. Every error is OpenAI's body
+``{"error": {"message", "type", "param", "code"}}`` with a 4xx status naming the field; no traceback is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from selfrag.inference.answer import Answer
+from selfrag.inference.config import InferenceConfig
+
+from .backend import Backend
+from .batcher import BatchWorker, Job, QueueFull
+from .config import ServeConfig
+from .format import ChunkWriter, answer_events, completion
+from .guard import BodyLimitAndMetrics
+from .metrics import ServerMetrics
+from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Health, ModelList
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE_S = 10.0
+SETTINGS = ("mode", "top_k", "threshold", "on_unsupported", "support_bound")
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what}
+    for code, what in {
+        400: "a field is invalid; error.param names it", 401: "missing or wrong API key",
+        404: "unknown model", 413: "request body too large", 429: "the queue is full; retry later",
+        503: "the model or index is still loading", 504: "no answer within timeout_s",
+    }.items()
+}
+
+
+class ApiError(Exception):
+    """An error sent to the client as OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+@dataclasses.dataclass
+class ServerState:
+    """What the routes share: settings, the backend once loaded, the worker and the metrics."""
+
+    config: ServeConfig
+    model_name: str
+    api_key: str | None
+    metrics: ServerMetrics
+    worker: BatchWorker
+    backend: Backend | None = None
+    status: str = "loading"
+    detail: str | None = None
+
+    def ready_backend(self) -> Backend:
+        if self.backend is None:
+            raise ApiError(503, f"the model is {self.status}; wait until GET /health says ready", "server_error",
+                           code="model_not_ready")
+        return self.backend
+
+
+def create_app(
+    config: ServeConfig,
+    loader: Backend | Callable[[], Backend],
+    api_key: str | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """The application; ``loader`` is a loaded backend or a function that loads one (run in a thread)."""
+    metrics = ServerMetrics()
+    name = config.model_name or (loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/")
+                                 .rsplit("/", 1)[-1])
+    state = ServerState(config, name, api_key or None, metrics, BatchWorker(
+        lambda settings, questions: state.ready_backend().answer_many(settings, questions),
+        config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
+    ))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.worker.start()
+        loading = None if isinstance(loader, Backend) else asyncio.create_task(_load(state, loader, on_load_failure))
+        if isinstance(loader, Backend):
+            state.backend, state.status = loader, "ready"
+        yield
+        if loading is not None and not loading.done():
+            loading.cancel()
+        await state.worker.stop()  # uvicorn has already let in-flight requests finish
+
+    app = FastAPI(title="selfrag", version="1", lifespan=lifespan,
+                  description="OpenAI-compatible Self-RAG server: answers carry citations, flags and the trace.")
+    app.state.selfrag = state
+    app.add_middleware(BodyLimitAndMetrics, limit=config.max_request_bytes, metrics=metrics)
+    _add_error_handlers(app)
+    _add_routes(app, state)
+    if state.api_key is None:
+        _drop_security_from_schema(app)
+    return app
+
+
+def _drop_security_from_schema(app: FastAPI) -> None:
+    """Without a configured key the schema must not claim one is required (clients and fuzzers believe it)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.get("components", {}).pop("securitySchemes", None)
+            for path in schema.get("paths", {}).values():
+                for operation in path.values():
+                    operation.pop("security", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+async def _load(state: ServerState, loader: Callable[[], Backend], on_failure: Callable[[BaseException], None] | None
+                ) -> None:
+    started = time.monotonic()
+    try:
+        state.backend = await asyncio.to_thread(loader)
+    except Exception as error:
+        state.status, state.detail = "failed", str(error)
+        logger.error("loading failed: %s", error)
+        if on_failure is not None:
+            on_failure(error)
+        return
+    state.status = "ready"
+    logger.info("ready: %s loaded in %.1f s", state.model_name, time.monotonic() - started)
+
+
+# -- routes ---------------------------------------------------------------------------------------------
+
+
+_BEARER = HTTPBearer(auto_error=False, description="required when the server was started with an API key")
+
+
+async def _check_key(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> None:
+    """Constant-time comparison with the configured key; no key configured: every request passes."""
+    key = request.app.state.selfrag.api_key
+    if key is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
+        raise ApiError(401, "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
+                       code="invalid_api_key")
+
+
+def _add_routes(app: FastAPI, state: ServerState) -> None:
+    @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(_check_key)],
+             responses={401: _ERRORS[401]})
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
+                                            "owned_by": "selfrag"}]}
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=[Depends(_check_key)],
+              responses={**_ERRORS, 200: {"content": {"text/event-stream": {}},
+                                          "description": "a completion, or with stream=true server-sent events"}})
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+        return await _chat(state, body, request)
+
+    @app.get("/health", response_model=Health, responses={503: {"model": Health, "description": "not ready"}})
+    async def health() -> JSONResponse:
+        data = Health(status=state.status, model=state.model_name, queue_depth=state.worker.depth,  # type: ignore[arg-type]
+                      detail=state.detail)
+        return JSONResponse(data.model_dump(), status_code=200 if state.status == "ready" else 503)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
+    backend = state.ready_backend()
+    if body.model != state.model_name:
+        raise ApiError(404, f"model {body.model!r} is not served here; use {state.model_name!r} (GET /v1/models)",
+                       param="model", code="model_not_found")
+    question = _question(body, state.config)
+    settings = _settings(body, state.config)
+    prompt_tokens = backend.prompt_tokens(question)
+    try:
+        job = state.worker.submit(question, settings)
+    except QueueFull as error:
+        state.metrics.rejected.labels("queue_full").inc()
+        raise ApiError(429, f"the server is busy: {error}; retry later", "rate_limit_error",
+                       code="rate_limit_exceeded") from None
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(_stream(state, job, prompt_tokens, include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        answer = await _await_answer(state, job, request)
+    except _Disconnected:
+        return Response(status_code=499)
+    state.metrics.observe_answer(answer)
+    return JSONResponse(completion(answer, state.model_name, prompt_tokens))
+
+
+class _Disconnected(Exception):
+    pass
+
+
+async def _await_answer(state: ServerState, job: Job, request: Request | None, poll_s: float = 0.25) -> Answer:
+    """The job's answer; 504 past timeout_s; frees the slot when ``request``'s client goes away."""
+    deadline = job.enqueued + state.config.timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            state.worker.cancel(job)
+            state.metrics.rejected.labels("timeout").inc()
+            raise ApiError(504, f"no answer within timeout_s={state.config.timeout_s} s; retry, or ask the operator "
+                           "to raise timeout_s", "timeout", code="timeout")
+        done, _ = await asyncio.wait({job.future}, timeout=min(poll_s, remaining))
+        if done:
+            break
+        if request is not None and await request.is_disconnected():
+            state.worker.cancel(job)
+            state.metrics.rejected.labels("disconnected").inc()
+            raise _Disconnected
+    try:
+        answer = job.future.result()
+    except Exception as error:
+        raise ApiError(500, f"the engine failed on this request: {type(error).__name__}", "server_error") from None
+    state.metrics.queue_wait.observe(time.monotonic() - job.enqueued)
+    return answer
+
+
+async def _stream(state: ServerState, job: Job, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events; a disconnect cancels this generator, which frees the job's slot."""
+    writer = ChunkWriter(state.model_name)
+    try:
+        yield _sse(writer.role())
+        waiter = asyncio.ensure_future(_await_answer(state, job, None))
+        while not waiter.done():
+            done, _ = await asyncio.wait({waiter}, timeout=KEEPALIVE_S)
+            if not done:
+                yield ": keep-alive\n\n"  # SSE comment: clients skip it; a gone client fails the write
+        try:
+            answer = waiter.result()
+        except ApiError as error:
+            yield _sse(error.body())
+            yield "data: [DONE]\n\n"
+            return
+        state.metrics.observe_answer(answer)
+        for event in answer_events(answer):
+            yield _sse(writer.event(event))
+        if include_usage:
+            yield _sse(writer.usage(answer, prompt_tokens))
+        yield "data: [DONE]\n\n"
+    except (asyncio.CancelledError, GeneratorExit):
+        if not job.future.done():
+            state.worker.cancel(job)
+            state.metrics.rejected.labels("disconnected").inc()
+        raise
+
+
+def _sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, allow_nan=False)}\n\n"
+
+
+# -- request -> question and settings -------------------------------------------------------------------
+
+
+def _question(body: ChatCompletionRequest, config: ServeConfig) -> str:
+    if len(body.messages) > config.max_messages:
+        raise ApiError(400, f"messages has {len(body.messages)} entries; at most {config.max_messages} are accepted",
+                       param="messages")
+    index = len(body.messages) - 1
+    last = body.messages[index]
+    if last.role != "user":
+        raise ApiError(400, f"the last message must come from the user (it holds the question), got role "
+                       f"{last.role!r}", param=f"messages.{index}.role")
+    content = last.content
+    if isinstance(content, list):
+        for part_index, part in enumerate(content):
+            if part.type != "text" or part.text is None:
+                raise ApiError(400, f"only text content parts are supported, got type {part.type!r}",
+                               param=f"messages.{index}.content.{part_index}")
+        content = "\n".join(part.text or "" for part in content)
+    question = (content or "").strip()
+    if not question:
+        raise ApiError(400, "the last user message is empty; put the question in it", param=f"messages.{index}.content")
+    if len(question) > config.max_question_chars:
+        raise ApiError(400, f"the question has {len(question)} characters; at most {config.max_question_chars}",
+                       param=f"messages.{index}.content")
+    return question
+
+
+def _settings(body: ChatCompletionRequest, config: ServeConfig) -> InferenceConfig:
+    overrides: dict[str, Any] = {name: getattr(body, name) for name in SETTINGS if getattr(body, name) is not None}
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = getattr(body, name)
+        if value is not None:
+            if value > config.max_tokens_limit:
+                raise ApiError(400, f"{name} must be at most {config.max_tokens_limit}, got {value}", param=name)
+            overrides["max_tokens"] = value
+            break
+    if overrides.get("top_k") is not None and overrides["top_k"] > config.max_top_k:
+        raise ApiError(400, f"top_k must be at most {config.max_top_k}, got {overrides['top_k']}", param="top_k")
+    settings = dataclasses.replace(config.inference, **overrides)
+    problems = settings.validate()
+    if problems:
+        raise ApiError(400, "; ".join(problems), param=problems[0].split(" ", 1)[0])
+    return settings
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        return error.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = []
+        for item in error.errors():
+            location = [str(part) for part in item.get("loc", ()) if part != "body"]
+            problems.append((".".join(location), str(item.get("msg", "invalid value"))))
+        param = problems[0][0] if problems else None
+        message = "; ".join(f"{field}: {msg}" if field else msg for field, msg in problems) or "invalid request body"
+        return ApiError(400, message, param=param or None).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        return ApiError(error.status_code, str(error.detail), kind).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        logger.exception("unexpected error on %s %s", request.method, request.url.path)
+        return ApiError(500, "internal error; the server log has the details", "server_error").response()

@@ -1,0 +1,51 @@
+"""What the server answers with: one engine and one retriever, shared by every request.
+
+    backend = load_backend(config)          # the BM25 index first (corpus errors before the model loads)
+    answers = backend.answer_many(settings, ["Who wrote Hamlet?"])
+
+Per-request settings build a :class:`~selfrag.inference.runtime.SelfRAG` over the shared engine and retriever
+(cheap: no model or index is copied).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from selfrag.inference.answer import Answer
+from selfrag.inference.config import InferenceConfig
+from selfrag.inference.engines import ENGINES, Engine
+from selfrag.inference.retrievers import build_bm25
+from selfrag.inference.runtime import SelfRAG
+from selfrag.models import resolve_model
+from selfrag.prompting import encode_prompt
+from selfrag.retrieval import Retriever
+
+from .config import ServeConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Backend:
+    engine: Engine
+    retriever: Retriever | None
+    model_name: str
+
+    def answer_many(self, settings: InferenceConfig, questions: Sequence[str]) -> list[Answer]:
+        return SelfRAG(self.engine, self.retriever, settings).answer_many(list(questions))
+
+    def prompt_tokens(self, question: str) -> int:
+        return len(encode_prompt(self.engine.tokenizer, question, self.engine.prompt_template))
+
+
+def load_backend(config: ServeConfig) -> Backend:
+    """Index the corpus, then load the model with the configured engine (the one slow step)."""
+    logger.info("indexing %s with BM25", config.corpus)
+    retriever = build_bm25(config.corpus)
+    model_dir = resolve_model(config.model)
+    logger.info("loading %s with the %s engine", model_dir, config.engine)
+    engine = ENGINES[config.engine](model_dir=model_dir, **config.engine_options)
+    return Backend(engine, retriever, config.model_name or Path(str(config.model).rstrip("/")).name)

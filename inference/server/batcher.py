@@ -1,0 +1,178 @@
+"""The bounded queue and the batching worker: concurrent requests share one ``answer_many`` engine call.
+
+    worker = BatchWorker(backend.answer_many, max_queue=64, max_batch=16, batch_wait_s=0.01)
+    await worker.start()
+    job = worker.submit("Who wrote Hamlet?", settings)   # raises QueueFull when max_queue jobs wait
+    answer = await job.future
+
+One asyncio task takes the first waiting job, waits up to ``batch_wait_s`` for more (up to ``max_batch``),
+groups them by their runtime settings and runs one ``answer_many`` per group in a single worker thread (the
+engine is not shared between threads). A job whose client went away is removed from the queue at once, so
+its slot is free for the next request; a job already in the engine is answered and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from selfrag.config import to_dict
+from selfrag.inference.answer import Answer
+from selfrag.inference.config import InferenceConfig
+
+from .metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+AnswerMany = Callable[[InferenceConfig, Sequence[str]], list[Answer]]
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` waiting jobs; the request is answered 429."""
+
+
+@dataclass(eq=False)
+class Job:
+    question: str
+    settings: InferenceConfig
+    future: asyncio.Future[Answer]
+    enqueued: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+
+class BatchWorker:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        answer_many: AnswerMany,
+        max_queue: int,
+        max_batch: int,
+        batch_wait_s: float,
+        metrics: ServerMetrics | None = None,
+    ) -> None:
+        self._answer_many = answer_many
+        self.max_queue, self.max_batch, self.batch_wait_s = max_queue, max_batch, batch_wait_s
+        self.metrics = metrics
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfrag-engine")
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.in_flight = 0
+
+    @property
+    def depth(self) -> int:
+        return len(self._waiting)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="selfrag-batcher")
+
+    async def stop(self) -> None:
+        """Answer what is still queued, then stop the worker and its thread."""
+        self._stopping = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        self._executor.shutdown(wait=True)
+
+    def submit(self, question: str, settings: InferenceConfig) -> Job:
+        if self._stopping:
+            raise QueueFull("the server is shutting down")
+        if len(self._waiting) >= self.max_queue:
+            raise QueueFull(f"{len(self._waiting)} requests are already waiting (max_queue={self.max_queue})")
+        job = Job(question, settings, asyncio.get_running_loop().create_future())
+        self._waiting.append(job)
+        self._update_gauges()
+        self._wakeup.set()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """The client is gone or timed out: free its queue slot now (or drop its answer if it is being decoded)."""
+        job.cancelled = True
+        try:
+            self._waiting.remove(job)
+        except ValueError:
+            pass
+        if not job.future.done():
+            job.future.cancel()
+        self._update_gauges()
+
+    # -- the worker ---------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._waiting:
+                if self._stopping:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._gather()
+            batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
+            self._update_gauges()
+            for group in _by_settings(batch):
+                await self._run(group)
+
+    async def _gather(self) -> None:
+        """Wait up to batch_wait_s (from the oldest job's arrival) for a fuller batch."""
+        deadline = self._waiting[0].enqueued + self.batch_wait_s
+        while len(self._waiting) < self.max_batch and not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+            if not self._waiting:
+                return
+
+    async def _run(self, jobs: list[Job]) -> None:
+        jobs = [job for job in jobs if not job.cancelled]
+        if not jobs:
+            return
+        self.in_flight = len(jobs)
+        self._update_gauges()
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            answers = await loop.run_in_executor(
+                self._executor, self._answer_many, jobs[0].settings, [job.question for job in jobs]
+            )
+        except Exception as error:  # an engine failure fails this batch's requests, not the server
+            logger.exception("engine call failed for a batch of %d", len(jobs))
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(error)
+            return
+        finally:
+            self.in_flight = 0
+            self._update_gauges()
+        if self.metrics is not None:
+            self.metrics.batch_size.observe(len(jobs))
+            self.metrics.engine_seconds.observe(time.monotonic() - started)
+        for job, answer in zip(jobs, answers, strict=True):
+            if not job.future.done():
+                job.future.set_result(answer)
+
+    def _update_gauges(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(len(self._waiting))
+            self.metrics.in_flight.set(self.in_flight)
+
+
+def _by_settings(jobs: list[Job]) -> list[list[Job]]:
+    """Jobs grouped by equal runtime settings (one engine call each), in arrival order of each group's first."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        if not job.cancelled:
+            groups.setdefault(json.dumps(to_dict(job.settings), sort_keys=True), []).append(job)
+    return list(groups.values())

@@ -1,0 +1,80 @@
+"""Settings of ``selfrag serve`` (the OpenAI-compatible server).
+
+    config = load_config(ServeConfig, "configs/serve/default.yaml", ["model=runs/model", "corpus=corpus.jsonl"])
+
+Every field is documented; :meth:`ServeConfig.validate` names the field, the value and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from selfrag.config import help_field
+from selfrag.inference.config import InferenceConfig
+
+ENGINES = ("hf",)
+
+
+@dataclass
+class ServeConfig:
+    """What the server loads, where it listens, and the limits it enforces."""
+
+    model: str = help_field("a model directory trained by selfrag (merged model or LoRA adapter with selfrag.json)")
+    corpus: Path = help_field("corpus JSONL (id, title, text) or a folder of .txt/.md/.pdf, indexed with BM25")
+    engine: str = help_field("decoding backend: hf (transformers, the CPU default)", "hf")
+    engine_options: dict = help_field(
+        "keyword options of the engine, e.g. {dtype: float32, batch_size: 8} for hf", default_factory=dict
+    )
+    host: str = help_field("address to bind; 127.0.0.1 keeps the server local, 0.0.0.0 exposes it", "127.0.0.1")
+    port: int = help_field("TCP port", 8000)
+    model_name: str = help_field(
+        "the model id clients send and GET /v1/models lists; empty: the model directory's name", ""
+    )
+    api_key_env: str = help_field(
+        "name of the environment variable holding the API key; when it is set and non-empty, /v1/* requires "
+        "'Authorization: Bearer <key>' (the key itself is never written to a config or a log)",
+        "SELFRAG_API_KEY",
+    )
+    max_queue: int = help_field("requests waiting for the engine at most; one more is answered 429", 64)
+    max_batch: int = help_field(
+        "most requests grouped into one engine call (answer_many); 1 serves them one at a time", 16
+    )
+    batch_wait_ms: float = help_field(
+        "how long the batching worker waits for more requests after the first one arrives", 10.0
+    )
+    timeout_s: float = help_field("per-request limit in seconds (queue wait + answer); past it: 504", 120.0)
+    max_request_bytes: int = help_field("largest request body accepted; larger: 413", 65536)
+    max_messages: int = help_field("most chat messages in one request", 64)
+    max_question_chars: int = help_field("longest question (the last user message) in characters", 4000)
+    max_tokens_limit: int = help_field("largest max_tokens a request may ask for (per decode)", 512)
+    max_top_k: int = help_field("largest top_k a request may ask for (each passage is one decode)", 20)
+    graceful_shutdown_s: float = help_field("on shutdown, how long in-flight requests may still take", 30.0)
+    inference: InferenceConfig = help_field(
+        "default runtime settings; a request may override mode, top_k, threshold, on_unsupported, support_bound "
+        "and max_tokens",
+        default_factory=InferenceConfig,
+    )
+
+    def validate(self) -> list[str]:
+        """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
+        problems = []
+        if self.engine not in ENGINES:
+            problems.append(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        if not 0 < self.port < 65536:
+            problems.append(f"port must be in 1..65535, got {self.port}")
+        for name in ("max_queue", "max_batch", "max_request_bytes", "max_messages", "max_question_chars",
+                     "max_tokens_limit", "max_top_k"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("timeout_s", "graceful_shutdown_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be positive seconds, got {getattr(self, name)}")
+        if self.batch_wait_ms < 0:
+            problems.append(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}; use 0 to never wait")
+        if self.inference.max_tokens > self.max_tokens_limit:
+            problems.append(
+                f"inference.max_tokens ({self.inference.max_tokens}) is above max_tokens_limit "
+                f"({self.max_tokens_limit}); raise max_tokens_limit or lower inference.max_tokens"
+            )
+        return problems

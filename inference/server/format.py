@@ -1,0 +1,162 @@
+"""Answers and stream events in OpenAI's shapes, plus the ``selfrag`` extension.
+
+A non-streamed answer is one ``chat.completion`` with ``selfrag`` beside ``choices``. A stream is a list of
+``chat.completion.chunk`` objects, in the order of :mod:`selfrag.inference.events`: a role chunk; an extension
+chunk (``choices: []``, ``selfrag.type`` ``trace`` or ``citation``) per decision and cited passage; a content
+delta per accepted segment; a final chunk with ``finish_reason`` and the whole extension (``selfrag.type``
+``final``); optionally a usage chunk. Extension chunks keep the chunk shape so every OpenAI client parses them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from selfrag.inference.answer import Answer
+from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
+from selfrag.trajectory import Passage
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def answer_events(answer: Answer) -> Iterator[StreamEvent]:
+    """The events of a finished answer, in the runtime's stream order (trace, citations, segments, final).
+
+    The batching worker answers many questions with one ``answer_many`` call; this replays each answer as the
+    runtime's ``stream()`` would, so streamed and non-streamed answers agree by construction.
+    """
+    for entry in answer.trace:
+        yield TraceEvent(dict(entry))
+    for passage in answer.citations:
+        yield CitationEvent(passage)
+    for text, passage in segments(answer):
+        yield SegmentEvent(text, passage)
+    yield FinalEvent(answer)
+
+
+def segments(answer: Answer) -> list[tuple[str, Passage | None]]:
+    """Accepted answer text with the passage each piece came from (the short form has one piece)."""
+    explicit = getattr(answer, "segments", None)  # a runtime that tracks segments per passage
+    if explicit:
+        return [(segment.text, getattr(segment, "passage", None)) for segment in explicit]
+    if not answer.answer:
+        return []
+    passage = answer.citations[0] if answer.citations and not answer.abstained else None
+    return [(answer.answer, passage)]
+
+
+def extension(answer: Answer) -> dict[str, Any]:
+    """The ``selfrag`` object: citations with the sentences they support, flags with reasons, the trace."""
+    sentences: dict[str, list[str]] = {}
+    for text, passage in segments(answer):
+        if passage is not None:
+            sentences.setdefault(passage.id, []).append(text)
+    reason = _policy_reason(answer)
+    return {
+        "citations": [
+            {**citation(passage), "sentences": sentences.get(passage.id, [])} for passage in answer.citations
+        ],
+        "retrieved": answer.retrieved,
+        "abstained": answer.abstained,
+        "abstain_reason": reason if answer.abstained else None,
+        "low_confidence": answer.low_confidence,
+        "low_confidence_reason": reason if answer.low_confidence else None,
+        "trace": [clean(dict(step)) for step in answer.trace],
+        "engine_calls": answer.engine_calls,
+        "generated_tokens": answer.generated_tokens,
+    }
+
+
+def citation(passage: Passage) -> dict[str, Any]:
+    return {"passage_id": passage.id, "title": passage.title, "text": passage.text}
+
+
+def finish_reason(answer: Answer) -> str:
+    chosen = answer.candidates[answer.chosen] if answer.chosen is not None and answer.candidates else None
+    return "length" if chosen is not None and chosen.finish_reason == "length" and not answer.abstained else "stop"
+
+
+def completion(answer: Answer, model: str, prompt_tokens: int) -> dict[str, Any]:
+    return {
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": answer.answer},
+            "finish_reason": finish_reason(answer),
+            "logprobs": None,
+        }],
+        "usage": usage(answer, prompt_tokens),
+        "selfrag": extension(answer),
+    }
+
+
+def usage(answer: Answer, prompt_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": answer.generated_tokens,
+        "total_tokens": prompt_tokens + answer.generated_tokens,
+    }
+
+
+class ChunkWriter:
+    """Builds the chunks of one stream (same id, created and model on every chunk)."""
+
+    def __init__(self, model: str) -> None:
+        self.id, self.created, self.model = completion_id(), int(time.time()), model
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": choices, **extra,
+        }
+
+    def role(self) -> dict[str, Any]:
+        return self.chunk([_delta({"role": "assistant", "content": ""})])
+
+    def event(self, event: StreamEvent) -> dict[str, Any]:
+        if isinstance(event, TraceEvent):
+            return self.chunk([], selfrag={"type": "trace", "step": clean(event.entry)})
+        if isinstance(event, CitationEvent):
+            return self.chunk([], selfrag={"type": "citation", "citation": citation(event.passage)})
+        if isinstance(event, SegmentEvent):
+            passage_id = event.passage.id if event.passage is not None else None
+            return self.chunk([_delta({"content": event.text})], selfrag={"type": "segment", "passage_id": passage_id})
+        answer = event.answer
+        return self.chunk([_delta({}, finish_reason(answer))], selfrag={"type": "final", **extension(answer)})
+
+    def usage(self, answer: Answer, prompt_tokens: int) -> dict[str, Any]:
+        return self.chunk([], usage=usage(answer, prompt_tokens))
+
+
+def _delta(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+
+
+def _policy_reason(answer: Answer) -> str | None:
+    """Why the answer was abstained or flagged: the reason of the last policy step that was not 'accept'."""
+    for step in reversed(answer.trace):
+        if step.get("chosen") in ("abstain", "flag"):
+            reason = step.get("reason")
+            return str(reason) if reason is not None else None
+    return None
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None (strict JSON has no NaN/Infinity), tuples lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): clean(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(item) for item in value]
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)

@@ -1,0 +1,91 @@
+"""ASGI middleware: refuse oversized bodies (413) before any parsing, and count every request in the metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .metrics import ServerMetrics
+
+
+class BodyLimitAndMetrics:
+    """Reads the body up to ``limit`` bytes (413 past it), replays it to the app, and records status and latency.
+
+    The metrics label is the matched route's template (``/v1/chat/completions``) or ``unmatched``, so random
+    paths cannot blow up the label set.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, metrics: ServerMetrics) -> None:
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 500
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                await _too_large(send_and_record, self.limit)
+                return
+            await self.app(scope, _replay(body, receive), send_and_record)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(time.monotonic() - started)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when it is (or says it is) larger than the limit."""
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away; the app sees an empty body and then the disconnect
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    payload: dict[str, Any] = {"error": {
+        "message": f"the request body is larger than max_request_bytes={limit}; send a shorter request",
+        "type": "invalid_request_error", "param": None, "code": "request_too_large",
+    }}
+    data = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})

@@ -1,0 +1,64 @@
+"""Serve a trained model: ``selfrag serve`` calls :func:`run`.
+
+    selfrag serve --model runs/quickstart/model --corpus data_gen/demo/corpus.jsonl --port 8000
+    SELFRAG_API_KEY=secret selfrag serve --config configs/serve/default.yaml model=DIR corpus=FILE max_batch=8
+
+The port opens at once; ``GET /health`` says ``loading`` (503) until the index and the model are loaded, then
+``ready``. SIGINT/SIGTERM stop accepting connections and let in-flight requests finish (``graceful_shutdown_s``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+
+from selfrag.errors import InputError, SelfragError
+from selfrag.models import resolve_model
+
+from .app import create_app
+from .backend import load_backend
+from .config import ServeConfig
+
+logger = logging.getLogger(__name__)
+
+
+def run(config: ServeConfig) -> int:
+    """Serve until interrupted; a model or corpus that fails to load stops the server with its error."""
+    import uvicorn
+
+    if not config.corpus.exists():
+        raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
+    resolve_model(config.model)  # a wrong --model fails here, before the port opens
+    api_key = os.environ.get(config.api_key_env) or None
+    if api_key is None and not _is_loopback(config.host):
+        logger.warning("serving on %s without an API key; set %s to require one", config.host, config.api_key_env)
+    failure: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def stop(error: BaseException) -> None:
+        failure.append(error)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(config, lambda: load_backend(config), api_key=api_key, on_load_failure=stop)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=config.host, port=config.port, timeout_graceful_shutdown=int(config.graceful_shutdown_s),
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(), lifespan="on",
+    ))
+    logger.info("serving on http://%s:%d (API key %s)", config.host, config.port,
+                "required" if api_key else "not required")
+    server.run()
+    if failure:
+        error = failure[0]
+        raise error if isinstance(error, SelfragError) else InputError(f"loading failed: {error}")
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

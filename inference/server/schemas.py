@@ -1,0 +1,142 @@
+"""Request and response models of the OpenAI-compatible API; they also make the served OpenAPI schema.
+
+Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
+servers do. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
+``mode``, ``top_k``, ``threshold``, ``on_unsupported``, ``support_bound``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ContentPart(_Lenient):
+    """One part of a multi-part message; only ``text`` parts are understood."""
+
+    type: str = Field(description="part type; only 'text' is supported")
+    text: str | None = Field(default=None, description="the text of a 'text' part")
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = Field(default=None, description="text, or a list of text parts")
+    name: str | None = None
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = Field(default=False, description="send a last chunk with token usage before [DONE]")
+
+
+class ChatCompletionRequest(_Lenient):
+    """POST /v1/chat/completions. The question is the last message, which must come from the user."""
+
+    model: str = Field(description="the served model id (GET /v1/models)")
+    messages: list[ChatMessage] = Field(min_length=1, description="the conversation; the last is the question")
+    stream: bool | None = Field(default=False, description="send server-sent events, one delta per accepted segment")
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1, description="most new tokens per decode")
+    max_completion_tokens: int | None = Field(default=None, ge=1, description="alias of max_tokens (newer clients)")
+    n: int | None = Field(default=1, ge=1, le=1, description="only one choice is supported")
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="accepted for compatibility; Self-RAG decodes greedily"
+    )
+    mode: Literal["adaptive", "always", "never"] | None = Field(
+        default=None, description="Self-RAG: adaptive (the model decides), always or never retrieve"
+    )
+    top_k: int | None = Field(default=None, ge=1, description="Self-RAG: passages retrieved and decoded")
+    threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Self-RAG: adaptive mode retrieves when p_retrieve exceeds this"
+    )
+    on_unsupported: Literal["abstain", "flag"] | None = Field(
+        default=None, description="Self-RAG: abstain, or flag (low_confidence) an unsupported answer"
+    )
+    support_bound: float | None = Field(
+        default=None, ge=0, le=1, description="Self-RAG: a support score below this counts as unsupported"
+    )
+
+
+class Citation(BaseModel):
+    passage_id: str
+    title: str
+    text: str = Field(description="the passage text")
+    sentences: list[str] = Field(description="the answer text generated from (and supported by) this passage")
+
+
+class SelfragExtension(BaseModel):
+    """What Self-RAG adds to every answer: the evidence, the flags and every decision behind them."""
+
+    citations: list[Citation]
+    retrieved: bool
+    abstained: bool
+    abstain_reason: str | None = None
+    low_confidence: bool
+    low_confidence_reason: str | None = None
+    trace: list[dict[str, Any]] = Field(description="every decision with its probabilities and reason")
+    engine_calls: int
+    generated_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    selfrag: SelfragExtension
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "selfrag"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body: ``param`` names the offending request field."""
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: Literal["ready", "loading", "failed"]
+    model: str | None = None
+    queue_depth: int = 0
+    detail: str | None = None
