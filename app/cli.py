@@ -246,7 +246,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from selfrag.errors import InputError
     from selfrag.inference.ask import ask_many, format_answer, read_questions
     from selfrag.inference.config import InferenceConfig
 
@@ -260,8 +259,6 @@ def _ask(args: argparse.Namespace) -> int:
     else:
         question, args.overrides = split_question(args.words, args.question)
     config = _config(InferenceConfig, args)
-    if args.corpus is None and args.index is None:
-        raise InputError("give --corpus FILE (JSONL or a folder) or --index DIR (built by `selfrag index`)")
     questions = [question] if args.questions is None else read_questions(args.questions, sys.stdin)
     answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index)
     for question, answer in zip(questions, answers, strict=True):

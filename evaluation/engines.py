@@ -50,6 +50,8 @@ def load_plain(model: str) -> Engine:
     engine.name = f"hf-plain:{directory.name}"
     engine.device = "cpu"
     engine.batch_size = 8
+    engine.legacy_decode = False
+    engine.calibration = None
     engine.eos_ids = hf._eos_ids(engine.tokenizer, engine.model)
     engine.pad_id = hf._pad_id(engine.tokenizer, engine.eos_ids)
     engine._generator = torch.Generator(device="cpu").manual_seed(0)

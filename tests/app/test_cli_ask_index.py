@@ -74,7 +74,7 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        ([], "give one question, or --questions"),
+        ([], "no question given"),
         (["q?", "--questions", "-"], "give one question, or --questions"),
         (["--questions", "missing.txt"], "does not exist"),
     ],

@@ -23,11 +23,12 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Replace the model call of `selfrag ask` and record what it was given."""
     seen: dict[str, Any] = {}
 
-    def fake_ask(model: str, corpus: Path, question: str, config: InferenceConfig) -> Any:
-        seen.update(model=model, corpus=corpus, question=question, config=config)
+    def fake_ask_many(model: str, questions: list[str], config: InferenceConfig, corpus: Path | None = None,
+                      index: Path | None = None) -> Any:
+        seen.update(model=model, corpus=corpus, question=questions[0], config=config)
         raise SystemExit(0)
 
-    monkeypatch.setattr("selfrag.inference.ask.ask", fake_ask)
+    monkeypatch.setattr("selfrag.inference.ask.ask_many", fake_ask_many)
     return seen
 
 
@@ -99,7 +100,7 @@ def test_each_problem_is_one_line_once(capsys: pytest.CaptureFixture[str], asked
 @pytest.mark.parametrize(
     ("command", "first"),
     [
-        ("ask", "mode (Literal, 'adaptive'):"),
+        ("ask", "form (Literal, 'short'):"),
         ("generate", "corpus (Path, required):"),
         ("train", "model (str, required):"),
         ("quickstart", "output_dir (Path, PosixPath('selfrag-quickstart')):"),
@@ -148,10 +149,10 @@ def test_offline_hub_id_is_one_line(
 def test_os_error_from_a_library_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unreachable(*args: object) -> None:
+    def unreachable(*args: object, **kwargs: object) -> None:
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\n" + "details\n" * 97)
 
-    monkeypatch.setattr("selfrag.inference.ask.ask", unreachable)
+    monkeypatch.setattr("selfrag.inference.ask.ask_many", unreachable)
     assert main([*ASK, "Q?"]) == 2
     assert stderr_lines(capsys) == [
         "selfrag ask: error: We couldn't connect to 'https://huggingface.co' to load the files. "

@@ -20,6 +20,7 @@ from selfrag import reflection as rf
 from selfrag.inference.engines import Generation, GenerationRequest, Script, ScriptedEngine
 from selfrag.inference.server.app import create_app
 from selfrag.inference.server.backend import Backend
+from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.server.config import ServeConfig
 from selfrag.prompting import encode_text
 from selfrag.reflection import Group, ReflectionIds
@@ -112,7 +113,9 @@ class ScriptedBackendEngine(ScriptedEngine):
 
 
 def serve_config(**overrides: Any) -> ServeConfig:
-    values: dict[str, Any] = {"model": MODEL, "corpus": "unused.jsonl", "model_name": MODEL, "batch_wait_ms": 5.0}
+    # One round, no pruning: these scripts answer whole continuations (both have their own runtime tests).
+    values: dict[str, Any] = {"model": MODEL, "corpus": "unused.jsonl", "model_name": MODEL, "batch_wait_ms": 5.0,
+                              "inference": InferenceConfig(max_rounds=0, pruning=PruningConfig(enabled=False))}
     values.update(overrides)
     return ServeConfig(**values)
 

@@ -126,7 +126,7 @@ def test_abstained_answer(server: LiveServer) -> None:
     assert completion.choices[0].message.content == InferenceConfig().abstain_text
     assert extension["abstained"] is True and extension["low_confidence"] is False
     assert extension["citations"] == []
-    support = next(step for step in extension["trace"] if step["step"] == "support")
+    support = [step for step in extension["trace"] if step["step"] == "support"][-1]  # the final verdict
     assert support["chosen"] == "abstain" and support["verdict"] == "[No support / Contradictory]"
     assert extension["abstain_reason"] == support["reason"]
     chunks = stream(server, MAYOR)
@@ -139,7 +139,7 @@ def test_flagged_answer_when_the_request_asks_to_flag(server: LiveServer) -> Non
     extension = completion.model_extra["selfrag"]
     assert completion.choices[0].message.content == MAYOR_ANSWER
     assert extension["low_confidence"] is True and extension["abstained"] is False
-    support = next(step for step in extension["trace"] if step["step"] == "support")
+    support = [step for step in extension["trace"] if step["step"] == "support"][-1]  # the final verdict
     assert support["chosen"] == "flag" and extension["low_confidence_reason"] == support["reason"]
     assert len(extension["citations"]) == 1 and extension["citations"][0]["sentences"] == [MAYOR_ANSWER]
     final = stream(server, MAYOR, on_unsupported="flag")[-2].model_extra["selfrag"]
