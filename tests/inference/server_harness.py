@@ -17,10 +17,10 @@ from typing import Any
 import uvicorn
 
 from selfrag import reflection as rf
+from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.engines import Generation, GenerationRequest, Script, ScriptedEngine
 from selfrag.inference.server.app import create_app
 from selfrag.inference.server.backend import Backend
-from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.server.config import ServeConfig
 from selfrag.prompting import encode_text
 from selfrag.reflection import Group, ReflectionIds
