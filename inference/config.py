@@ -153,7 +153,7 @@ class InferenceConfig:
         """A copy whose threshold/support_bound, where left at their defaults, are the model's calibrated values."""
         if not self.use_calibration or not calibration:
             return self
-        changes: dict[str, float] = {}
+        changes: dict[str, Any] = {}
         if self.threshold == DEFAULT_THRESHOLD and isinstance(calibration.get("threshold"), int | float):
             changes["threshold"] = float(calibration["threshold"])
         if self.support_bound == DEFAULT_SUPPORT_BOUND and isinstance(calibration.get("support_bound"), int | float):

@@ -136,7 +136,7 @@ def score_examples(
             all_logits = model(input_ids=ids, attention_mask=mask).logits.float()
             for row_number, (index, example) in enumerate(zip(order[start : start + batch_size], batch, strict=True)):
                 logits = all_logits[row_number]
-                positions = reflection_positions(example, token_ids)
+                positions = reflection_positions(dict(example), token_ids)
                 row: dict[str, Any] = {"id": example["id"], "kind": example.get("kind"), "s_rel": None, "s_sup": None}
                 if positions[Group.RELEVANCE]:
                     p = torch.softmax(logits[positions[Group.RELEVANCE][0] - 1, rel], dim=-1)

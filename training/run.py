@@ -393,7 +393,7 @@ def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0
         def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]
             if row_lr_multiplier == 1.0 or self.optimizer is not None:
                 return super().create_optimizer(model)
-            named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+            named = [(n, p) for n, p in (model or self.model).named_parameters() if p.requires_grad]  # type: ignore[union-attr]
             rows = [p for n, p in named if "trainable_tokens_delta" in n]
             others = [p for n, p in named if "trainable_tokens_delta" not in n]
             args = self.args

@@ -48,8 +48,11 @@ ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "vllm": _vllm, "openai":
 
 
 class _EngineSettings(Protocol):
-    engine: str
-    engine_options: EngineOptions
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def engine_options(self) -> EngineOptions: ...
 
 
 def engine_arguments(name: str, options: EngineOptions) -> dict[str, Any]:

@@ -34,8 +34,8 @@ def answer_events(answer: Answer) -> Iterator[StreamEvent]:
         yield TraceEvent(dict(entry))
     for passage in answer.citations:
         yield CitationEvent(passage)
-    for text, passage in segments(answer):
-        yield SegmentEvent(text, passage)
+    for text, segment_passage in segments(answer):
+        yield SegmentEvent(text, segment_passage)
     yield FinalEvent(answer)
 
 
