@@ -39,7 +39,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 
 from . import policy
 from .answer import Answer, AnswerSegment, Candidate
-from .engines.base import Generation, GenerationRequest
+from .engines.base import Generation, GenerationRequest, concat_generations
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import relevance_score, retrieve_probability, score_continuation
 
@@ -323,7 +323,7 @@ class LongForm:
         more = self._decode([self.prompt + contexts[i] + first[i].token_ids for i in rest])
         generations = {i: first[i] for i in keep}
         for i, generation in zip(rest, more, strict=True):
-            generations[i] = _concat(first[i], generation)
+            generations[i] = concat_generations(first[i], generation)
         children = []
         for i, generation in sorted(generations.items()):
             child = beam.child(contexts[i])
@@ -436,13 +436,3 @@ def _last_text(beam: _Beam) -> str:
 def _describe(beam: _Beam) -> dict[str, Any]:
     return {"score": beam.score, "segments": len(beam.segments), "evidence": list(beam.evidence), "done": beam.done}
 
-
-def _concat(first: Generation, rest: Generation) -> Generation:
-    return Generation(
-        token_ids=first.token_ids + rest.token_ids,
-        text=first.text + rest.text,
-        score_logprobs=first.score_logprobs + rest.score_logprobs,
-        finish_reason=rest.finish_reason,
-        prompt_tokens=first.prompt_tokens,
-        seconds=first.seconds + rest.seconds,
-    )

@@ -40,7 +40,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 from . import closedset, policy
 from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
-from .engines.base import Engine, Generation, GenerationRequest
+from .engines.base import Engine, Generation, GenerationRequest, concat_generations
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import relevance_score, retrieve_probability, score_continuation
 
@@ -330,7 +330,7 @@ class SelfRAG:
             )
             generations = list(first)
             for i, generation in zip(rest, more, strict=True):
-                generations[i] = _concat(first[i], generation)
+                generations[i] = concat_generations(first[i], generation)
         for (work, hit, _), generation, was_pruned in zip(branches, generations, pruned, strict=True):
             prefix = tuple(passage_ids(tokenizer, ids, hit.passage))
             candidate = self._candidate(hit.passage, prefix, generation)
@@ -540,16 +540,6 @@ def join_or_choice(work: _Work, segments: Sequence[AnswerSegment]) -> str:
         return text
     return closedset.match(text, work.choices) or text
 
-
-def _concat(first: Generation, rest: Generation) -> Generation:
-    return Generation(
-        token_ids=first.token_ids + rest.token_ids,
-        text=first.text + rest.text,
-        score_logprobs=first.score_logprobs + rest.score_logprobs,
-        finish_reason=rest.finish_reason,
-        prompt_tokens=first.prompt_tokens,
-        seconds=first.seconds + rest.seconds,
-    )
 
 
 def _probability(logprob: float | None) -> float | None:

@@ -89,6 +89,18 @@ class Engine(Protocol):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
 
 
+def concat_generations(first: Generation, rest: Generation) -> Generation:
+    """One generation from a decode and its continuation (e.g. a pruning step and the rest of its branch)."""
+    return Generation(
+        token_ids=first.token_ids + rest.token_ids,
+        text=first.text + rest.text,
+        score_logprobs=first.score_logprobs + rest.score_logprobs,
+        finish_reason=rest.finish_reason,
+        prompt_tokens=first.prompt_tokens,
+        seconds=first.seconds + rest.seconds,
+    )
+
+
 def finish_reason_of(token_id: int, stop_ids: Sequence[int], eos_ids: Sequence[int]) -> FinishReason | None:
     """Why decoding ends after ``token_id`` (None: it goes on). A stop id wins over eos."""
     if token_id in stop_ids:
