@@ -17,31 +17,24 @@ import torch
 
 from selfrag.reflection import ReflectionIds
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
+from selfrag.training.judgement import score_examples
 
 
 @torch.no_grad()
 def reflection_accuracy(model: Any, examples: Sequence[dict[str, Any]], token_ids: ReflectionIds) -> dict[str, Any]:
-    """Accuracy per reflection type over ``examples`` (each with ``input_ids`` and ``labels``)."""
-    was_training = model.training
-    model.eval()
+    """Accuracy per reflection type over ``examples`` (each with ``input_ids`` and ``labels``).
+
+    Scored in length-sorted batches with logits only at the reflection positions
+    (:func:`selfrag.training.judgement.score_examples`), not one full forward per example.
+    """
     correct = {group: 0 for group in SCORED_GROUPS}
     counts = {group: 0 for group in SCORED_GROUPS}
-    device = next(model.parameters()).device
-    try:
-        for example in examples:
-            positions = reflection_positions(example, token_ids)
-            if not any(positions.values()):
-                continue
-            input_ids = torch.tensor([example["input_ids"]], device=device)
-            logits = model(input_ids=input_ids).logits[0].float()  # (seq, vocab)
-            for group, group_positions in positions.items():
-                ids = torch.tensor(token_ids.ids(group), device=device)
-                for position in group_positions:
-                    predicted = ids[logits[position - 1, ids].argmax()].item()
-                    correct[group] += int(predicted == example["labels"][position])
-                    counts[group] += 1
-    finally:
-        model.train(was_training)
+    scored = [example for example in examples if any(reflection_positions(example, token_ids).values())]
+    for row in score_examples(model, scored, token_ids):
+        for group in SCORED_GROUPS:
+            for label, predicted in row["pairs"].get(group.value, []):
+                correct[group] += int(predicted == label)
+                counts[group] += 1
     result: dict[str, Any] = {
         group.value: (correct[group] / counts[group] if counts[group] else None) for group in SCORED_GROUPS
     }

@@ -133,23 +133,34 @@ def score_examples(
             for row_number, example in enumerate(batch):
                 ids[row_number, : len(example["input_ids"])] = torch.tensor(example["input_ids"])
                 mask[row_number, : len(example["input_ids"])] = 1
-            all_logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            # Logits only at the positions that predict a reflection token (not batch x length x vocab).
+            positions = [reflection_positions(dict(example), token_ids) for example in batch]
+            keep = torch.zeros((len(batch), width), dtype=torch.bool, device=device)
+            for row_number, example_positions in enumerate(positions):
+                for group_positions in example_positions.values():
+                    keep[row_number, [position - 1 for position in group_positions]] = True
+            kept = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits.float()
+            # before[row][position]: the logits that predict the token at ``position`` of that row
+            before: list[dict[int, torch.Tensor]] = [{} for _ in batch]
+            for k, (r, c) in enumerate(keep.nonzero().tolist()):
+                before[r][c + 1] = kept[k]
             for row_number, (index, example) in enumerate(zip(order[start : start + batch_size], batch, strict=True)):
-                logits = all_logits[row_number]
-                positions = reflection_positions(dict(example), token_ids)
-                row: dict[str, Any] = {"id": example["id"], "kind": example.get("kind"), "s_rel": None, "s_sup": None}
-                if positions[Group.RELEVANCE]:
-                    p = torch.softmax(logits[positions[Group.RELEVANCE][0] - 1, rel], dim=-1)
+                example_positions = positions[row_number]
+                logits_before = before[row_number].__getitem__
+                row: dict[str, Any] = {"id": example.get("id"), "kind": example.get("kind"), "s_rel": None}
+                row["s_sup"] = None
+                if example_positions[Group.RELEVANCE]:
+                    p = torch.softmax(logits_before(example_positions[Group.RELEVANCE][0])[rel], dim=-1)
                     row["s_rel"] = float(p[0])
-                if positions[Group.SUPPORT]:
-                    p = torch.softmax(logits[positions[Group.SUPPORT][0] - 1, sup], dim=-1)
+                if example_positions[Group.SUPPORT]:
+                    p = torch.softmax(logits_before(example_positions[Group.SUPPORT][0])[sup], dim=-1)
                     row["s_sup"] = float(p[full] + 0.5 * p[partial])
                 row["pairs"] = {
                     group.value: [
-                        (int(example["labels"][position]), int(ids_t[logits[position - 1, ids_t].argmax()]))
+                        (int(example["labels"][position]), int(ids_t[logits_before(position)[ids_t].argmax()]))
                         for position in group_positions
                     ]
-                    for group, group_positions in positions.items()
+                    for group, group_positions in example_positions.items()
                     for ids_t in (group_ids[group],)
                 }
                 rows[index] = row

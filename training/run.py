@@ -353,7 +353,10 @@ def loss_weight_table(weights: dict[str, float], token_ids: ReflectionIds, vocab
 
 
 def weighted_loss(logits: Any, labels: Any, table: Any) -> Any:
-    """Weighted mean next-token cross-entropy: sum(w * ce) / sum(w) over the labelled positions."""
+    """Weighted mean next-token cross-entropy: sum(w * ce) / sum(w) over the labelled positions.
+
+    ``logits`` covers every position (``batch x length x vocab``); see :func:`masked_loss` for the cheap path.
+    """
     shift_logits = logits[:, :-1, :].float()
     shift_labels = labels[:, 1:]
     mask = shift_labels != -100
@@ -363,6 +366,32 @@ def weighted_loss(logits: Any, labels: Any, table: Any) -> Any:
     ).view_as(safe)
     weights = table.to(logits.device)[safe] * mask
     return (ce * weights).sum() / weights.sum().clamp_min(1e-8)
+
+
+def predicting_positions(labels: Any) -> Any:
+    """A ``batch x length`` bool mask of the positions whose next token is labelled (what the loss reads)."""
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:, :-1] = labels[:, 1:] != -100
+    return keep
+
+
+def masked_loss(model: Any, inputs: dict[str, Any], table: Any) -> tuple[Any, Any]:
+    """The loss of :func:`weighted_loss` with logits computed only where a label is read.
+
+    The model projects onto the vocabulary only the hidden states of :func:`predicting_positions`
+    (transformers' ``logits_to_keep`` with a bool mask): in Self-RAG records most positions are the masked
+    prompt and passage, so this skips most of the ``length x vocab`` head and its backward. ``table`` None
+    is the plain mean over the labelled positions of the micro-batch. Returns ``(loss, outputs)``.
+    """
+    labels = inputs["labels"]
+    keep = predicting_positions(labels)
+    outputs = model(**{key: value for key, value in inputs.items() if key != "labels"}, logits_to_keep=keep)
+    targets = labels[:, 1:][labels[:, 1:] != -100]
+    ce = torch.nn.functional.cross_entropy(outputs.logits.float(), targets, reduction="none")
+    if table is None:
+        return ce.mean() if ce.numel() else ce.sum(), outputs
+    weights = table.to(ce.device)[targets]
+    return (ce * weights).sum() / weights.sum().clamp_min(1e-8), outputs
 
 
 def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0, **kwargs: Any) -> Any:
@@ -378,16 +407,14 @@ def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0
     ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this multiple of the
     learning rate, in their own optimizer parameter group.
     """
-    from transformers import Trainer
     from trl import SFTTrainer
 
     class PlainLossSFTTrainer(SFTTrainer):
+        # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
+        loss_is_scaled_for_ga = False
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-            if loss_weights is None:
-                return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
-            labels = inputs["labels"]
-            outputs = model(**{key: value for key, value in inputs.items() if key != "labels"})
-            loss = weighted_loss(outputs.logits, labels, loss_weights)
+            loss, outputs = masked_loss(model, inputs, loss_weights)
             return (loss, outputs) if return_outputs else loss
 
         def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]

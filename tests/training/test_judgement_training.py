@@ -19,7 +19,7 @@ from selfrag.reflection import Group
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import IGNORE, encode_record, reflection_positions
 from selfrag.training.judgement import auroc, auroc_interval, judge
-from selfrag.training.run import loss_weight_table, weighted_loss
+from selfrag.training.run import loss_weight_table, masked_loss, weighted_loss
 from selfrag.training.tokens import MEANING, prepare_tokens
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -55,6 +55,39 @@ def test_loss_weight_scales_the_gradient_of_its_positions(prepared) -> None:  # 
     assert loss_weight_table({"relevance": 1.0}, token_ids, vocab) is None
 
 
+@pytest.mark.parametrize("weights", [{}, {"relevance": 5.0, "text": 0.25}])
+def test_masked_loss_equals_the_full_logits_loss(prepared, weights) -> None:  # type: ignore[no-untyped-def]
+    """Logits only where a label is read give the same loss and the same gradients as the full head."""
+    model, tokenizer, token_ids, _ = prepared
+    vocab = model.get_input_embeddings().weight.shape[0]
+    torch.manual_seed(1)
+    ids = torch.randint(0, len(tokenizer) - 20, (3, 12))
+    ids[:, 6] = token_ids.id(rf.RELEVANT)
+    labels = torch.full_like(ids, IGNORE)
+    labels[0, 5:9] = ids[0, 5:9]
+    labels[1, 6] = ids[1, 6]
+    labels[2, 3:12] = ids[2, 3:12]  # to the end: the last position predicts nothing
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    table = loss_weight_table(weights, token_ids, vocab)
+
+    def run(masked: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        if masked:
+            loss, _ = masked_loss(model, {"input_ids": ids, "attention_mask": mask, "labels": labels}, table)
+        else:
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            loss = weighted_loss(logits, labels, table if table is not None else torch.ones(vocab))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    (full_loss, full_grads), (kept_loss, kept_grads) = run(False), run(True)
+    assert torch.isclose(full_loss, kept_loss, rtol=1e-5)
+    assert len(full_grads) == len(kept_grads) > 0
+    for full, kept in zip(full_grads, kept_grads, strict=True):
+        assert torch.allclose(full, kept, rtol=1e-4, atol=1e-6)
+
+
 def test_loss_weight_keys_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(
@@ -81,17 +114,22 @@ def test_words_init_starts_relevant_and_irrelevant_apart(tiny_tokenizer, tiny_mo
 
 
 def synthetic_records(count: int, seed: int) -> list[Record]:
-    """Relevant exactly when the passage names the question's colour; otherwise a different colour."""
+    """Relevant exactly when the passage is about the asked thing (the town's flag), not its river.
+
+    The question is the same shape either way, and the colour is drawn independently of the label, so only the
+    passage's subject tells the labels apart: a model that ignores the passage stays at the class prior.
+    """
     colours = ["red", "blue", "green", "black", "white", "gold"]
+    towns = ["Arlo", "Bree", "Cole", "Dunn", "Eske", "Fane", "Gath", "Hale"]
     rng = random.Random(seed)
     records = []
     for number in range(count):
-        colour = rng.choice(colours)
+        town, colour = rng.choice(towns), rng.choice(colours)
         relevant = number % 2 == 0
-        named = colour if relevant else rng.choice([c for c in colours if c != colour])
-        passage = Passage(f"p{seed}-{number}", "Flags", f"The flag of the town is {named}.")
+        subject = "flag" if relevant else "river"
+        passage = Passage(f"p{seed}-{number}", town, f"The {subject} of {town} is {colour}.")
         segment = Segment(
-            "It is so." if relevant else "No.",
+            f"It is {colour}." if relevant else "No.",
             gold(rf.RETRIEVAL),
             passage,
             gold(rf.RELEVANT if relevant else rf.IRRELEVANT),
@@ -100,7 +138,8 @@ def synthetic_records(count: int, seed: int) -> list[Record]:
         utility = gold(rf.UTILITY_TOKENS[4 if relevant else 0])
         kind = "gold" if relevant else "easy"
         records.append(
-            Record(f"s{seed}-{number}", f"Is the flag {colour}?", (segment,), utility, meta={"kind": kind})
+            Record(f"s{seed}-{number}", f"What colour is the flag of {town}?", (segment,), utility,
+                   meta={"kind": kind})
         )
     return records
 
@@ -124,11 +163,6 @@ def learned(tiny_base_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # t
     return config, run(config), folder
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN FAILING: the 2-layer/32-dim fixture model does not yet learn the colour match in 160 steps "
-    "(AUROC ~0.46); the task or the fixture model's size needs tuning -- see the study report",
-)
 def test_a_tiny_model_learns_a_judgement_that_depends_on_the_passage(learned) -> None:  # type: ignore[no-untyped-def]
     config, result, folder = learned
     report = (folder / "out" / "judgement.json").read_text()
@@ -151,13 +185,13 @@ def test_the_trainer_sees_every_reflection_label(
     from selfrag.training.run import run
 
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
-    real = train_run.weighted_loss
+    real = train_run.masked_loss
 
-    def spy(logits: Any, labels: Any, table: Any) -> Any:
-        captured.append((labels.detach().clone(), table.clone()))
-        return real(logits, labels, table)
+    def spy(model: Any, inputs: Any, table: Any) -> Any:
+        captured.append((inputs["labels"].detach().clone(), table.clone()))
+        return real(model, inputs, table)
 
-    monkeypatch.setattr(train_run, "weighted_loss", spy)
+    monkeypatch.setattr(train_run, "masked_loss", spy)
     records = synthetic_records(16, seed=3)
     path = tmp_path / "records.jsonl"
     write_jsonl_atomic(path, [r.to_json() for r in records])
