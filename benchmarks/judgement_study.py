@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -24,6 +25,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "study"
+LOGS = REPO / "runs" / "study-logs"
+#: Arms timed on a CPU shared with seven other sessions (2-4x slower than alone), before logits were kept only
+#: where a label is read (commit 608149b, ~2x faster steps).
+SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, old loss)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -43,30 +48,41 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
          "training.row_lr_multiplier=10", "training.max_steps=150", "judgement_items=100"],
     ),
-    "C-reflonly-rel10-words-row10": (
-        "B, reflection positions only (text weight 0), IsREL weight 10, 100 steps",
+    "C-reflonly-rel10": (
+        "B, reflection positions only (text weight 0), IsREL weight 10",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
-         "training.loss_weights.text=0", "training.row_lr_multiplier=10", "training.max_steps=100",
-         "judgement_items=60"],
+         "training.loss_weights.text=0", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "judgement_items=100"],
+    ),
+    "D-text0.1-rel10": (
+        "C with the answer text at weight 0.1 (the model still learns the answer's format)",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.1", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "judgement_items=100"],
+    ),
+    "E-reflonly-bf16": (
+        "C in bf16 autocast (CPU with AVX512-BF16): the same recipe, faster steps",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "trl.bf16=true", "trl.use_cpu=true", "judgement_items=100"],
+    ),
+    "F-h2-text0.1-bf16": (
+        "D in bf16 on data with two hard negatives per question (hard_negatives=2)",
+        ["records=runs/data-train-h2/records.jsonl", "tokens.init=words", "training.loss_weights.relevance=10",
+         "training.loss_weights.support=5", "training.loss_weights.text=0.1", "training.row_lr_multiplier=10",
+         "training.max_steps=150", "trl.bf16=true", "trl.use_cpu=true", "judgement_items=100"],
     ),
 }
-#: The quickstart budget on 2 idle cores: ~170 trained tokens/s (DESIGN.md), <= 10 min of training.
-TOKENS_PER_SECOND = 170
-#: Mean ids per training example of runs/data-train (SmolLM2 chat template; measured over every 10th record).
-MEAN_EXAMPLE_TOKENS = 119.5
-BATCH_SIZE = 4
-
-
 def run_arm(name: str) -> None:
     _, overrides = ARMS[name]
     out = RUNS / name
     command = [sys.executable, "-m", "selfrag.app.cli", "train", "--config", "configs/train/smollm2-135m-cpu.yaml",
                f"output_dir={out}", *COMMON, *overrides]
-    out.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)  # not in the output: train refuses a non-empty new output_dir
     start = time.time()
-    with (out / "log.txt").open("w") as log:
+    with (LOGS / f"{name}.txt").open("w") as log:
         subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
-    with (out / "log.txt").open("a") as log:
+    with (LOGS / f"{name}.txt").open("a") as log:
         log.write(f"wall_s {int(time.time() - start)}\n")
 
 
@@ -84,10 +100,9 @@ def acc(entry: dict | None) -> str:
 
 def table() -> str:
     rows = [
-        "| arm | steps | tokens (~min on 2 idle cores) | wall min (shared CPU) | rel. AUROC easy [95% CI] | "
-        "rel. AUROC hard [95% CI] | sup. AUROC [95% CI] | rel. acc gold/easy | rel. acc gold/hard | "
-        "sup. acc right/wrong | n per class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | steps | train s (2 cores) | rel. AUROC easy [95% CI] | rel. AUROC hard [95% CI] | sup. AUROC [95% CI] "
+        "| rel. acc gold/easy | rel. acc gold/hard | sup. acc right/wrong | n per class |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
@@ -96,16 +111,16 @@ def table() -> str:
             continue
         report = json.loads(judgement_path.read_text())
         config = (out / "config.yaml").read_text() if (out / "config.yaml").is_file() else ""
-        log = (out / "log.txt").read_text() if (out / "log.txt").is_file() else ""
+        logs = [path for path in (LOGS / f"{out.name}.txt", out / "log.txt") if path.is_file()]
+        found = re.search(r"'train_runtime': '([0-9.]+)'", logs[0].read_text()) if logs else None
+        runtime = float(found.group(1)) if found else None
         steps = next((line.split()[-1] for line in config.splitlines() if line.strip().startswith("max_steps:")), "?")
-        wall = next((int(line.split()[1]) for line in log.splitlines() if line.startswith("wall_s")), None)
-        tokens = int(int(steps) * BATCH_SIZE * MEAN_EXAMPLE_TOKENS) if steps.isdigit() else None
         rel, sup = report["relevance"], report["support"]
         n = rel.get("easy", {}).get("n_pos", "?")
+        seconds = ("?" if runtime is None else str(round(runtime))) + SHARED.get(out.name, "")
         rows.append(
-            f"| {out.name} | {steps} | {tokens or '?'} (~{(tokens or 0) / TOKENS_PER_SECOND / 60:.0f}) | "
-            f"{'?' if wall is None else round(wall / 60)} | {fmt(rel.get('easy'))} | {fmt(rel.get('hard'))} | "
-            f"{fmt(sup)} | {acc(rel.get('easy'))} | {acc(rel.get('hard'))} | {acc(sup)} | {n} |"
+            f"| {out.name} | {steps} | {seconds} | {fmt(rel.get('easy'))} | {fmt(rel.get('hard'))} | {fmt(sup)} | "
+            f"{acc(rel.get('easy'))} | {acc(rel.get('hard'))} | {acc(sup)} | {n} |"
         )
         description = ARMS.get(out.name, ("",))[0]
         if description:

@@ -45,6 +45,8 @@ PEFT_OWNED: dict[str, str] = {
 
 #: Keys of ``training.loss_weights``: the four reflection types, the passage markup, and everything else.
 LOSS_WEIGHT_KEYS = ("retrieve", "relevance", "support", "utility", "markup", "text")
+#: Keys of ``training.balance``: the reflection types.
+BALANCE_KEYS = LOSS_WEIGHT_KEYS[:4]
 
 
 @dataclasses.dataclass
@@ -123,6 +125,13 @@ class TrainingOptions:
         "text tokens and {text: 0} trains the reflection positions only.",
         default_factory=dict,
     )
+    balance: list[str] = help_field(
+        "Reflection types whose tokens are class-balanced in the loss: each token of the type is weighted by "
+        "1 / (its share of the type's labels in the training records x the number of tokens seen), so every "
+        "verdict counts as much as the others, times the type's loss_weights entry. E.g. [relevance] when "
+        "[Irrelevant] outnumbers [Relevant] (extra hard negatives): an unbalanced IsREL learns the majority first.",
+        default_factory=list,
+    )
     row_lr_multiplier: float = help_field(
         "Learning rate of the reflection-token rows (PEFT trainable tokens) as a multiple of learning_rate; "
         "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant].",
@@ -149,11 +158,16 @@ class TrainingOptions:
             if key not in LOSS_WEIGHT_KEYS:
                 close = difflib.get_close_matches(str(key), LOSS_WEIGHT_KEYS, n=1)
                 hint = f"; did you mean {close[0]}?" if close else f"; use one of {list(LOSS_WEIGHT_KEYS)}"
-                problems.append(f"training.loss_weights has unknown key {key!r}{hint}")
+                problems.append(f"loss_weights has unknown key {key!r}{hint}")
             elif not isinstance(weight, int | float) or weight < 0:
-                problems.append(f"training.loss_weights.{key} must be a number >= 0, got {weight!r}")
+                problems.append(f"loss_weights.{key} must be a number >= 0, got {weight!r}")
         if self.loss_weights and not any(self.loss_weights.get(key, 1.0) > 0 for key in LOSS_WEIGHT_KEYS):
-            problems.append("training.loss_weights are all 0: nothing would be trained; give some kind a weight > 0")
+            problems.append("loss_weights are all 0: nothing would be trained; give some kind a weight > 0")
+        for key in self.balance:
+            if key not in BALANCE_KEYS:
+                close = difflib.get_close_matches(str(key), BALANCE_KEYS, n=1)
+                hint = f"; did you mean {close[0]}?" if close else f"; use some of {list(BALANCE_KEYS)}"
+                problems.append(f"balance has unknown type {key!r}{hint}")
         if self.row_lr_multiplier <= 0:
             problems.append(
                 f"row_lr_multiplier must be > 0, got {self.row_lr_multiplier}; 1 trains the rows at learning_rate"

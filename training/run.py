@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.errors import ConfigError, InputError
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
-from selfrag.reflection import ReflectionIds
+from selfrag.reflection import Group, ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import encode_records, read_records, split_records
@@ -121,7 +121,10 @@ def run(config: TrainConfig) -> TrainResult:
             train_dataset=train_set.to_dataset(),
             processing_class=tokenizer,
             callbacks=callbacks or None,
-            loss_weights=loss_weight_table(config.training.loss_weights, token_ids, len(tokenizer)),
+            loss_weights=loss_weight_table(
+                config.training.loss_weights, token_ids, len(tokenizer), config.training.balance,
+                label_counts(train_set.examples) if config.training.balance else None,
+            ),
             row_lr_multiplier=config.training.row_lr_multiplier,
         )
     check_sharding(trainer, prepared.strategy)
@@ -337,19 +340,43 @@ def judgement_set(config: TrainConfig, tokenizer: Any, token_ids: ReflectionIds,
     return examples
 
 
-def loss_weight_table(weights: dict[str, float], token_ids: ReflectionIds, vocab_size: int) -> Any:
+def loss_weight_table(
+    weights: dict[str, float],
+    token_ids: ReflectionIds,
+    vocab_size: int,
+    balance: Sequence[str] = (),
+    label_counts: Mapping[int, int] | None = None,
+) -> Any:
     """A per-id weight vector (``text`` weight for ordinary ids, the group's weight for reflection/markup ids).
 
-    None when every weight is 1 (the plain mean loss).
+    ``balance``: reflection types whose ids are also weighted by ``n / (k * count(id))`` (``label_counts``:
+    how often each id is a label in the training set; ``n`` the type's labels, ``k`` its ids that occur), so
+    each verdict weighs as much in total as the others. None when every weight is 1 (the plain mean loss).
     """
-    if not weights or all(float(value) == 1.0 for value in weights.values()):
+    balanced: dict[int, float] = {}
+    for name in balance:
+        ids = [i for i in token_ids.ids(Group(name)) if (label_counts or {}).get(i, 0) > 0]
+        total = sum((label_counts or {})[i] for i in ids)
+        balanced.update({i: total / (len(ids) * (label_counts or {})[i]) for i in ids})
+    if not balanced and (not weights or all(float(value) == 1.0 for value in weights.values())):
         return None
     size = max(vocab_size, max(token_ids.all_ids) + 1)
     table = torch.full((size,), float(weights.get("text", 1.0)))
     for token_id in token_ids.all_ids:
         group = token_ids.group_of_id(token_id)
         table[token_id] = float(weights.get(group.value if group is not None else "markup", 1.0))
+        table[token_id] *= balanced.get(token_id, 1.0)
     return table
+
+
+def label_counts(examples: Sequence[Mapping[str, Any]]) -> dict[int, int]:
+    """How often each id is a (trained) label across ``examples``."""
+    counts: dict[int, int] = {}
+    for example in examples:
+        for label in example["labels"]:
+            if label != -100:
+                counts[label] = counts.get(label, 0) + 1
+    return counts
 
 
 def weighted_loss(logits: Any, labels: Any, table: Any) -> Any:

@@ -88,6 +88,23 @@ def test_masked_loss_equals_the_full_logits_loss(prepared, weights) -> None:  # 
         assert torch.allclose(full, kept, rtol=1e-4, atol=1e-6)
 
 
+def test_balance_gives_each_verdict_of_a_type_the_same_total_weight(prepared) -> None:  # type: ignore[no-untyped-def]
+    _, tokenizer, token_ids, _ = prepared
+    rel, irr = token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)
+    full = token_ids.id(rf.FULLY_SUPPORTED)
+    counts = {rel: 100, irr: 300, full: 50, 7: 1000}
+    table = loss_weight_table({"relevance": 2.0}, token_ids, len(tokenizer), ["relevance"], counts)
+    # 100 x w_rel == 300 x w_irr, and the type's mean weight per label stays its loss weight (2)
+    assert torch.isclose(100 * table[rel], 300 * table[irr])
+    assert torch.isclose((100 * table[rel] + 300 * table[irr]) / 400, torch.tensor(2.0))
+    assert table[full] == 1.0 and table[7] == 1.0  # other types and text untouched
+    # without balance the two relevance tokens weigh the same
+    plain = loss_weight_table({"relevance": 2.0}, token_ids, len(tokenizer))
+    assert plain[rel] == plain[irr] == 2.0
+    # balance alone (all weights 1) still makes a table
+    assert loss_weight_table({}, token_ids, len(tokenizer), ["relevance"], counts) is not None
+
+
 def test_loss_weight_keys_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(
