@@ -89,12 +89,15 @@ def run(config: TrainConfig) -> TrainResult:
     # --- Honest rerun: same settings and records resume, different ones are refused --------------
     state = check_rerun(output_dir, train_fingerprint(config), config.overwrite)
 
+    # --- Records first: a bad file fails in a second, before any model loads ------------------------
+    records = read_records(config.records)
+    eval_records = read_records(config.eval_records) if config.eval_records is not None else []
+
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
     prepared = prepare_model(config)
     model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
 
-    # --- Records: read, split by stable id hash, encode with the paragraph mask -----------------
-    records = read_records(config.records)
+    # --- Records: split by stable id hash, encode with the paragraph mask ---------------------------
     train_records, held_out_records = split_records(records, config.training.eval_fraction, config.training.seed)
     max_length = config.training.max_length
     train_set = encode_records(train_records, tokenizer, token_ids, template, max_length)
@@ -104,7 +107,7 @@ def run(config: TrainConfig) -> TrainResult:
             f"no training record fits training.max_length={max_length} ({train_set.skipped} too long); raise it"
         )
     logger.info("%d training and %d held-out examples", len(train_set.examples), len(held_out_set.examples))
-    judgement_examples = judgement_set(config, tokenizer, token_ids, template)
+    judgement_examples = judgement_set(config, tokenizer, token_ids, template, eval_records)
 
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
@@ -323,11 +326,16 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
     return options
 
 
-def judgement_set(config: TrainConfig, tokenizer: Any, token_ids: ReflectionIds, template: str) -> list[dict[str, Any]]:
-    """The encoded ``eval_records`` with their kind and question id (empty when none are configured)."""
+def judgement_set(
+    config: TrainConfig, tokenizer: Any, token_ids: ReflectionIds, template: str, records: Sequence[Any] | None = None
+) -> list[dict[str, Any]]:
+    """The encoded ``eval_records`` (``records`` when already read) with their kind and question id.
+
+    Empty when none are configured.
+    """
     if config.eval_records is None:
         return []
-    records = read_records(config.eval_records)
+    records = read_records(config.eval_records) if records is None else records
     kinds = {
         record.id: (str(record.meta.get("kind")), str(record.meta.get("query_id", record.id))) for record in records
     }

@@ -186,3 +186,24 @@ def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path
     result.model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["records", "eval_records"])
+def test_a_bad_records_file_fails_before_the_model_loads(
+    tmp_path: Path, records_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    import selfrag.training.run as train_run
+    from selfrag.errors import SelfragError
+
+    def no_model(config: TrainConfig) -> Any:
+        raise AssertionError("the model was loaded before the records were read")
+
+    monkeypatch.setattr(train_run, "prepare_model", no_model)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"id": "a", "instruction": "Q\xff"}\n')
+    paths = {"records": records_path, "eval_records": records_path, which: bad}
+    config = load_config(TrainConfig, model="m", records=str(paths["records"]), output_dir=str(tmp_path / "out"),
+                         eval_records=str(paths["eval_records"]))
+    with pytest.raises(SelfragError) as error:
+        train_run.run(config)
+    assert f"{bad}:1" in str(error.value)
