@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selfrag.artifacts import META_FILE
-from selfrag.config import from_dict, help_field, read_yaml, to_dict, write_resolved
+from selfrag.config import from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
@@ -71,6 +71,14 @@ class QuickstartConfig:
             problems.append(f"min_well_formed must be in [0, 1], got {self.min_well_formed}; use 0 to turn it off")
         if not 0 <= self.target_false_abstain <= 1:
             problems.append(f"target_false_abstain must be in [0, 1], got {self.target_false_abstain}")
+        # The extras are checked now, when the quickstart config loads, not minutes later at their stage.
+        from selfrag.evaluation.config import EvalConfig
+        from selfrag.inference.config import InferenceConfig
+        from selfrag.training.config import TrainConfig
+
+        problems += nested_problems(TrainConfig, self.train, "train.", model="m", records="r.jsonl", output_dir="o")
+        problems += nested_problems(InferenceConfig, self.inference, "inference.")
+        problems += nested_problems(EvalConfig, self.eval, "eval.", data="d.jsonl", model="m", output_dir="o")
         return problems
 
 

@@ -126,7 +126,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     return typing.cast(T, result)
 
 
-def nested_problems(cls: type, data: Any, prefix: str, **base: Any) -> list[str]:
+def nested_problems(cls: type, data: Any, prefix: str, /, **base: Any) -> list[str]:
     """Problems of ``data`` read as ``cls`` keys under ``prefix`` (e.g. the quickstart's ``train`` dict), so a
     wrong nested value fails when the outer config loads; ``base`` fills the keys the outer command sets itself."""
     if not isinstance(data, Mapping):

@@ -74,3 +74,22 @@ def test_changed_settings_redo_their_stage_and_later_ones(tmp_path: Path) -> Non
     assert changed != train_fp and not again.finished("train") and not model.exists()  # cleared, to be redone
     assert again.check("data", [{"split": "train"}], [data]) == data_fp and data.exists()
     assert fingerprint([changed, {"k": 3}]) != fingerprint([train_fp, {"k": 3}])  # later stages change with it
+
+
+def test_nested_extras_are_checked_when_the_config_loads(tmp_path: Path) -> None:
+    """A wrong value inside train/inference/eval fails at once, each once, not minutes later at its stage."""
+    import pytest
+
+    from selfrag.errors import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        from_dict(QuickstartConfig, {
+            "output_dir": tmp_path, "train": {"lora": {"r": "x"}}, "inference": {"top_k": "abc"},
+            "eval": {"batch_size": "q"},
+        })
+    lines = str(error.value).splitlines()
+    for line in ("train.lora.r must be an integer, got 'x'; e.g. train.lora.r=16",
+                 "inference.top_k must be an integer, got 'abc'; e.g. inference.top_k=3",
+                 "eval.batch_size must be an integer, got 'q'; e.g. eval.batch_size=1"):
+        assert sum(line in text for text in lines) == 1, (line, lines)
+    assert not (tmp_path / "data").exists()  # nothing ran
