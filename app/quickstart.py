@@ -26,6 +26,7 @@ from selfrag.artifacts import META_FILE
 from selfrag.config import from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
+from selfrag.fsutil import write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 
@@ -189,7 +190,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     well_formed = well_formed_share(out / "eval" / "records" / "single_pass.jsonl")
     report = {"eval": results, "held_out_reflection_accuracy": accuracy, "well_formed": well_formed,
               "total_seconds": round(time.monotonic() - started, 1)}
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "report.json", report)
     print(f"\nplots: {out / 'eval' / 'quality.png'}  {out / 'eval' / 'cost.png'}")
     print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
           f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
@@ -283,7 +284,7 @@ class Stages:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.state, indent=2) + "\n", encoding="utf-8")
+        write_json(self.path, self.state)
 
 
 # -- held-out questions and the report ---------------------------------------------------------------------

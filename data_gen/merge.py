@@ -10,7 +10,6 @@ journal, sorted by id), plus the union of the teacher-call caches. Gold runs mer
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from selfrag.config import help_field
 from selfrag.data_gen.config import parse_shard
 from selfrag.data_gen.outputs import JOURNAL_FILE, read_journal, write_outputs
 from selfrag.errors import ConfigError, InputError
+from selfrag.fsutil import write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 
 CONFIG_FILE = "config.yaml"
@@ -136,5 +136,5 @@ def _merge_gold(shards: list[Path], output: Path) -> dict[str, Any]:
             rows[row["id"]] = row
     write_jsonl_atomic(output / RECORDS_FILE, (rows[key] for key in sorted(rows)))
     stats = record_stats(output / RECORDS_FILE)
-    (output / STATS_FILE).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(output / STATS_FILE, stats)
     return stats

@@ -14,12 +14,12 @@ write the same bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line, write_jsonl_atomic
 
 JOURNAL_FILE = "journal.jsonl"
@@ -84,7 +84,7 @@ def write_outputs(
         rows.sort(key=lambda row: (str(row.get("id", row.get("query_id"))), str(row.get("reason", ""))))
         write_jsonl_atomic(output / name, rows)
     stats = compute_stats(entries, files, prices)
-    (output / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(output / "stats.json", stats)
     (output / "stats.md").write_text(stats_markdown(stats), encoding="utf-8")
     return stats
 

@@ -12,7 +12,6 @@ refuses and names each difference (``restart=true`` starts over, keeping the cac
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
@@ -34,6 +33,7 @@ from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
 from selfrag.errors import ConfigError
+from selfrag.fsutil import write_json
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -115,7 +115,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         "teacher_calls_from_cache": teacher.cache_hits,
         "seconds": round(time.monotonic() - started, 3),
     }
-    (output / RUN_FILE).write_text(json.dumps(run_info, indent=2) + "\n", encoding="utf-8")
+    write_json(output / RUN_FILE, run_info)
     return {**stats, "run": run_info}
 
 

@@ -14,7 +14,6 @@ records already written are kept and never written twice.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 from collections import Counter
@@ -32,6 +31,7 @@ from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.distractors import Evidence, NegativeMix, find_evidence
 from selfrag.data_gen.gold import GoldLabeler
 from selfrag.errors import ConfigError, InputError
+from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.trajectory import Passage
@@ -155,7 +155,7 @@ def run(config: GenerateConfig) -> GenerateResult:
         "skipped": dict(skipped),
     }
     stats_path = output / STATS_FILE
-    stats_path.write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(stats_path, stats)
     logger.info("wrote %d records (%d in all) to %s", counts["records_written"], stats["records"], records_path)
     return GenerateResult(output, records_path, stats_path, counts["records_written"], stats)
 

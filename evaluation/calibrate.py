@@ -15,7 +15,6 @@ config leaves ``threshold``/``support_bound`` unset.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
+from selfrag.fsutil import write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.models import resolve_model
@@ -102,7 +102,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     model_dir = Path(resolve_model(config.model))
     out = config.output_dir or model_dir
     write_jsonl_atomic(out / "calibration-records.jsonl", rows)
-    (out / "calibration.json").write_text(json.dumps(calibration, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "calibration.json", calibration)
     path = write_calibration(model_dir, calibration) if config.write else None
     return CalibrationResult(calibration, path)
 

@@ -9,7 +9,6 @@ Writes into ``output_dir``: ``results.json`` (every figure), ``table.md``, ``qua
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -20,6 +19,7 @@ from typing import Any
 
 from selfrag.config import from_dict, write_resolved
 from selfrag.errors import ConfigError
+from selfrag.fsutil import write_json
 from selfrag.jsonl import write_jsonl_atomic
 
 from . import metrics, report
@@ -128,7 +128,7 @@ def run(config: EvalConfig) -> EvalResult:
         "hardware": _hardware(),
         "seconds": round(time.monotonic() - started, 1),
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "results.json", results)
     answers = report.show_answers(records, config.show)
     return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
 

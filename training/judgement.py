@@ -25,7 +25,6 @@ scored on the same items.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from selfrag import reflection as rf
+from selfrag.fsutil import write_json
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
 
@@ -233,7 +233,7 @@ def headline(report: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 def write_report(path: Path, report: Mapping[str, Any]) -> Path:
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(path, report)
     return path
 
 

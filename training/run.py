@@ -11,7 +11,6 @@ list of differences unless ``overwrite=true``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import torch
 from selfrag.artifacts import ModelMeta, save_meta
 from selfrag.config import to_dict, write_resolved
 from selfrag.errors import ConfigError, InputError
+from selfrag.fsutil import write_json
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
 from selfrag.reflection import Group, ReflectionIds
@@ -539,5 +539,5 @@ def write_metrics(result: TrainResult) -> Path:
         "resumed_from": result.resumed_from,
         "reflection_accuracy_at_checkpoints": result.accuracy_during,
     }
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_json(path, data)
     return path
