@@ -28,7 +28,8 @@ RUNS = REPO / "runs" / "study"
 LOGS = REPO / "runs" / "study-logs"
 #: Arms timed on a CPU shared with seven other sessions (2-4x slower than alone), before logits were kept only
 #: where a label is read (commit 608149b, ~2x faster steps).
-SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, old loss)"}
+SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, old loss)",
+          "C-reflonly-rel10": " (old loss)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -60,17 +61,29 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.loss_weights.text=0.1", "training.row_lr_multiplier=10", "training.max_steps=150",
          "judgement_items=100"],
     ),
-    "E-reflonly-bf16": (
-        "C in bf16 autocast (CPU with AVX512-BF16): the same recipe, faster steps",
-        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
-         "training.loss_weights.text=0", "training.row_lr_multiplier=10", "training.max_steps=150",
-         "trl.bf16=true", "trl.use_cpu=true", "judgement_items=100"],
-    ),
-    "F-h2-text0.1-bf16": (
-        "D in bf16 on data with two hard negatives per question (hard_negatives=2)",
+    "F-h2-text0.1": (
+        "D on data with two hard negatives per question (hard_negatives=2: [Irrelevant] is 2/3 of IsREL)",
         ["records=runs/data-train-h2/records.jsonl", "tokens.init=words", "training.loss_weights.relevance=10",
          "training.loss_weights.support=5", "training.loss_weights.text=0.1", "training.row_lr_multiplier=10",
-         "training.max_steps=150", "trl.bf16=true", "trl.use_cpu=true", "judgement_items=100"],
+         "training.max_steps=150", "judgement_items=100"],
+    ),
+    "I-text0.1-balanced": (
+        "D with IsREL class-balanced (training.balance=[relevance])",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.1", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "training.balance=[relevance]", "judgement_items=100"],
+    ),
+    "J-h2-text0.1-balanced": (
+        "F with IsREL class-balanced",
+        ["records=runs/data-train-h2/records.jsonl", "tokens.init=words", "training.loss_weights.relevance=10",
+         "training.loss_weights.support=5", "training.loss_weights.text=0.1", "training.row_lr_multiplier=10",
+         "training.max_steps=150", "training.balance=[relevance]", "judgement_items=100"],
+    ),
+    "H-text0.1-lr2e-3": (
+        "D at learning rate 2e-3",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.1", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "training.learning_rate=2e-3", "judgement_items=100"],
     ),
 }
 def run_arm(name: str) -> None:
@@ -125,7 +138,26 @@ def table() -> str:
         description = ARMS.get(out.name, ("",))[0]
         if description:
             notes.append(f"- **{out.name}**: {description}.")
-    return "\n".join(rows + [""] + notes) + "\n"
+    return "\n".join(rows + [""] + notes + [""] + curves()) + "\n"
+
+
+def curves() -> list[str]:
+    """Relevance easy / hard and support AUROC at each logged step (a third of the items per class)."""
+    rows = ["Curves (AUROC easy / hard / support at each logged step, a third of the items per class):", "",
+            "| arm | step 50 | step 100 | step 150 |", "|---|---|---|---|"]
+    for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
+        metrics_path = out / "metrics.json"
+        if not metrics_path.is_file():
+            continue
+        history = json.loads(metrics_path.read_text()).get("reflection_accuracy_at_checkpoints") or []
+        cells = {}
+        for entry in history:
+            j = entry.get("judgement")
+            if j:
+                cells[entry["step"]] = f"{j['rel_auroc_easy']:.2f} / {j['rel_auroc_hard']:.2f} / {j['sup_auroc']:.2f}"
+        if cells:
+            rows.append(f"| {out.name} | " + " | ".join(cells.get(step, "") for step in (50, 100, 150)) + " |")
+    return rows
 
 
 def main() -> None:
