@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
+DATA_RECIPE = Path("configs/data_gen/squad-demo.yaml")
 STAGES_FILE = "stages.json"
 MAX_TOKENS = 48  # new tokens per decode in calibration and evaluation (the demo's answers are short)
 
@@ -46,6 +47,10 @@ class QuickstartConfig:
                                   Path("selfrag-quickstart"))
     model: str = help_field("base model: a built-in name, a local directory, or a hub id", DEFAULT_MODEL)
     recipe: Path = help_field("the training recipe (YAML, selfrag train's format)", RECIPE)
+    data_recipe: Path = help_field(
+        "the labelling recipe (YAML, selfrag generate's format: negatives per question, ...); its corpus, queries, "
+        "output and split are the quickstart's", DATA_RECIPE,
+    )
     max_steps: int | None = help_field("training steps (-1: train `epochs` epochs); null: the recipe's", None)
     epochs: float | None = help_field("passes over the training records; null: the recipe's", None)
     test_questions: int = help_field("held-out questions in the evaluation table", 30)
@@ -105,9 +110,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
 
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
-    data_config = from_dict(
-        GenerateConfig, {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, "output": out / "data", "split": "train"}
-    )
+    data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
     data_fp = stages.check("data", [to_dict(data_config), file_digest(DEMO_CORPUS), file_digest(DEMO_QUERIES)],
                            [out / "data", out / "gold-test"])
     data = generate(data_config)
@@ -123,7 +126,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     write_jsonl_atomic(split_dir / "dev.jsonl", [query_to_row(q) for q in dev])
     write_jsonl_atomic(split_dir / "test.jsonl", [query_to_row(q) for q in test])
     gold = generate(from_dict(
-        GenerateConfig, {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, "output": out / "gold-test", "split": "test"}
+        GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "gold-test", "test")
     ))
     test_ids = {q.id for q in test}
     from selfrag.trajectory import Record
@@ -202,6 +205,15 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
             f"{config.min_well_formed:.0%}); train longer (epochs=2) or check {out / 'eval' / 'records'}"
         )
     return report
+
+
+def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output: Path, split: str) -> dict[str, Any]:
+    """The labelling recipe's settings (negatives per question, ...) on the demo data, into ``output``."""
+    recipe = config.data_recipe if config.data_recipe.is_file() else REPO / config.data_recipe
+    if not recipe.is_file():
+        raise ConfigError([f"data_recipe {str(config.data_recipe)!r} not found; run from the repository root or "
+                           "pass data_recipe=..."])
+    return {**read_yaml(recipe), "corpus": corpus, "queries": queries, "output": output, "split": split}
 
 
 def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) -> dict[str, Any]:
