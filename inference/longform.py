@@ -39,7 +39,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 
 from . import policy
 from .answer import Answer, AnswerSegment, Candidate
-from .engines.base import Generation, GenerationRequest, concat_generations
+from .engines.base import Generation, GenerationRequest, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import relevance_score, retrieve_probability, score_continuation
 
@@ -90,6 +90,9 @@ class LongForm:
         self.rag, self.question, self.config = rag, question, rag.config
         self.ids = rag.engine.token_ids
         self.prompt = tuple(encode_prompt(rag.engine.tokenizer, question, rag.engine.prompt_template))
+        from .runtime import check_question
+
+        check_question(question, len(self.prompt), rag.config.max_tokens, context_limit(rag.engine))
         self.counter = _Counter()
         self.trace: list[dict[str, Any]] = []
         self.retrieve_ids = self.ids.ids(Group.RETRIEVE)

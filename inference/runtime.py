@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from selfrag import reflection as rf
-from selfrag.errors import ConfigError
+from selfrag.errors import ConfigError, InputError
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group
 from selfrag.retrieval import Hit, Retriever
@@ -40,7 +40,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 from . import closedset, policy
 from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
-from .engines.base import Engine, Generation, GenerationRequest, concat_generations
+from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit, context_problem
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import relevance_score, retrieve_probability, score_continuation
 
@@ -148,14 +148,13 @@ class SelfRAG:
                 f"choices has {len(choices)} entries for {len(questions)} questions; give one per question"
             )
         template = self.engine.prompt_template
+        limit = context_limit(self.engine)
         works = []
         for index, question in enumerate(questions):
             options = None if choices is None or choices[index] is None else tuple(choices[index] or ())
-            works.append(
-                _Work(
-                    question, tuple(encode_prompt(self.engine.tokenizer, question, template)), options, query=question
-                )
-            )
+            prompt = tuple(encode_prompt(self.engine.tokenizer, question, template))
+            check_question(question, len(prompt), self.config.max_tokens, limit, index if len(questions) > 1 else None)
+            works.append(_Work(question, prompt, options, query=question))
         return works
 
     def _phases(self, works: list[_Work]) -> Iterator[None]:
@@ -544,3 +543,16 @@ def join_or_choice(work: _Work, segments: Sequence[AnswerSegment]) -> str:
 
 def _probability(logprob: float | None) -> float | None:
     return None if logprob is None else math.exp(logprob)
+
+
+def check_question(
+    question: str, prompt_tokens: int, max_tokens: int, limit: int | None, index: int | None = None
+) -> None:
+    """Refuse, before any decoding, a question that is empty or does not fit the model's context."""
+    where = "" if index is None else f"question {index + 1}: "
+    if not question.strip():
+        raise InputError(f"{where}the question is empty; ask something")
+    problem = context_problem(prompt_tokens, max_tokens, limit)
+    if problem:
+        raise InputError(where + problem)
+

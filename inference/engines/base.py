@@ -108,3 +108,25 @@ def finish_reason_of(token_id: int, stop_ids: Sequence[int], eos_ids: Sequence[i
     if token_id in eos_ids:
         return "eos"
     return None
+
+
+def context_limit(engine: Any) -> int | None:
+    """The most prompt + generated tokens ``engine``'s model takes, or None where unknown (a remote server).
+
+    Optional on the protocol: an engine may expose ``max_context`` (the hf engine reads the model config's
+    ``max_position_embeddings``, the vllm engine its ``max_model_len``).
+    """
+    limit = getattr(engine, "max_context", None)
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
+
+
+def context_problem(prompt_tokens: int, max_tokens: int, limit: int | None) -> str | None:
+    """Why a question of ``prompt_tokens`` cannot be answered within ``limit``, or None when it fits."""
+    if limit is None or prompt_tokens + max_tokens <= limit:
+        return None
+    return (
+        f"the question is {prompt_tokens} tokens as a prompt; with max_tokens={max_tokens} it exceeds the model's "
+        f"context of {limit} tokens; shorten the question (at most {max(limit - max_tokens, 0)} prompt tokens) or "
+        "lower max_tokens"
+    )
+

@@ -82,6 +82,12 @@ class HFEngine:
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
+    @property
+    def max_context(self) -> int | None:
+        """Longest prompt + output the model was trained for (``max_position_embeddings``), or None."""
+        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return int(value) if isinstance(value, int) and value > 0 else None
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Decode ``requests``; requests with equal decode settings share batches of ``batch_size``."""
         results: list[Generation | None] = [None] * len(requests)

@@ -109,6 +109,12 @@ class VLLMEngine:
         self.llm = vllm.LLM(**arguments)
         self._vllm = vllm
 
+    @property
+    def max_context(self) -> int | None:
+        """Longest prompt + output vLLM accepts (its resolved ``max_model_len``)."""
+        value = getattr(getattr(self.llm, "model_config", None), "max_model_len", None)
+        return int(value) if value else None
+
     def close(self) -> None:
         """Stop vLLM's engine processes now (they stop at exit anyway)."""
         engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
+from selfrag.inference.engines.base import context_limit, context_problem
 
 from .backend import Backend
 from .batcher import BatchWorker, Job, QueueFull
@@ -205,6 +206,10 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
     question = _question(body, state.config)
     settings = _settings(body, state.config)
     prompt_tokens = backend.prompt_tokens(question)
+    too_long = context_problem(prompt_tokens, settings.max_tokens, context_limit(backend.engine))
+    if too_long:
+        raise ApiError(400, too_long.replace("the question", "the last user message", 1), param="messages",
+                       code="context_length_exceeded")
     try:
         job = state.worker.submit(question, settings)
     except QueueFull as error:

@@ -77,9 +77,19 @@ def overrides(cls: type) -> st.SearchStrategy[list[str]]:
 
 @pytest.fixture
 def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
     import transformers
 
     import selfrag.models
+
+    # Import every module that binds ``resolve_model`` by name first: one imported for the first time while the
+    # patch is on would keep the patched function after this test (and break later tests that load models).
+    for name in ("selfrag.evaluation.calibrate", "selfrag.evaluation.engines", "selfrag.evaluation.run",
+                 "selfrag.training.run", "selfrag.training.export", "selfrag.training.reserved_base",
+                 "selfrag.app.quickstart", "selfrag.inference.server.backend", "selfrag.inference.server.run",
+                 "selfrag.inference.engines.loading", "selfrag.inference.engines.hf", "selfrag.data_gen.teachers"):
+        importlib.import_module(name)
 
     def loaded(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded (or resolved) before the config was accepted")
