@@ -58,7 +58,9 @@ class QuickstartConfig:
     target_false_abstain: float = help_field("calibration target: false abstains on answerable dev questions", 0.1)
     show: int = help_field("answers printed with every mode's answer and the decisions", 3)
     min_well_formed: float = help_field(
-        "exit with an error if fewer of the model's outputs than this parse as well-formed trajectories (0 = off)", 0.95
+        "exit with an error if fewer of the model's completed outputs (branches not pruned after their relevance "
+        "token) than this parse as well-formed trajectories (0 = off); the text after [Irrelevant] is not trained, "
+        "so those branches need not parse", 0.5,
     )
     train: dict[str, Any] = help_field("extra TrainConfig keys over the recipe, e.g. {lora: {r: 8}}",
                                        default_factory=dict)
@@ -325,7 +327,7 @@ def _query_kind(query: Query) -> str:
 
 
 def well_formed_share(path: Path) -> dict[str, Any]:
-    """Share of single-pass candidate outputs that parse as well-formed trajectories."""
+    """Share of single-pass candidate outputs that parse as well-formed trajectories (pruned branches excluded)."""
     if not path.is_file():
         return {"share": None, "outputs": 0}
     flags = [flag for _, row in read_jsonl(path, "records") for flag in row.get("well_formed", [])]

@@ -146,7 +146,8 @@ def selfrag_runner(runtime: Any) -> Runner:
                 "passages": [c.passage.to_json() for c in answer.candidates if c.passage is not None],
                 "cited": [p.to_json() for p in answer.citations],
                 "p_retrieve": _p_retrieve(trace),
-                "well_formed": [candidate.well_formed for candidate in answer.candidates],
+                # decodes the runtime stopped on purpose after their relevance token (pruning) are not outputs
+                "well_formed": [candidate.well_formed for candidate in answer.candidates if not candidate.pruned],
                 "trace": trace,
                 "trajectory": answer.trajectory,
             })
