@@ -79,6 +79,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.loss_weights.support=5", "training.loss_weights.text=0.1", "training.row_lr_multiplier=10",
          "training.max_steps=150", "training.balance=[relevance]", "judgement_items=100"],
     ),
+    "K-text0.1-start5": (
+        "D with the first answer word after a verdict at weight 5 (training.loss_weights.answer_start)",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.1", "training.loss_weights.answer_start=5", "training.row_lr_multiplier=10",
+         "training.max_steps=150", "judgement_items=100"],
+    ),
     "H-text0.1-lr2e-3": (
         "D at learning rate 2e-3",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",

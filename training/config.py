@@ -44,7 +44,7 @@ PEFT_OWNED: dict[str, str] = {
 
 
 #: Keys of ``training.loss_weights``: the four reflection types, the passage markup, and everything else.
-LOSS_WEIGHT_KEYS = ("retrieve", "relevance", "support", "utility", "markup", "text")
+LOSS_WEIGHT_KEYS = ("retrieve", "relevance", "support", "utility", "markup", "text", "answer_start")
 #: Keys of ``training.balance``: the reflection types.
 BALANCE_KEYS = LOSS_WEIGHT_KEYS[:4]
 
@@ -122,7 +122,9 @@ class TrainingOptions:
         "Loss weight per label position, by kind: retrieve, relevance, support, utility (the reflection types), "
         "markup (<paragraph> tokens) and text (answer words, EOS); unset kinds weigh 1. The loss is the weighted "
         "mean over the batch's labelled positions, so {relevance: 4} makes each IsREL position count as four "
-        "text tokens and {text: 0} trains the reflection positions only.",
+        "text tokens and {text: 0} trains the reflection positions only. answer_start: the first answer word "
+        "after a [Relevant]/[Irrelevant]/[No Retrieval] verdict (default: the text weight); with text far below "
+        "the verdicts, a model otherwise learns to follow [Relevant] with a verdict and writes no answer.",
         default_factory=dict,
     )
     balance: list[str] = help_field(

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 
+from selfrag import reflection as rf
 from selfrag.artifacts import ModelMeta, save_meta
 from selfrag.config import to_dict, write_resolved
 from selfrag.errors import ConfigError, InputError
@@ -129,6 +130,7 @@ def run(config: TrainConfig) -> TrainResult:
                 label_counts(train_set.examples) if config.training.balance else None,
             ),
             row_lr_multiplier=config.training.row_lr_multiplier,
+            start=answer_start(config.training.loss_weights, token_ids),
         )
     check_sharding(trainer, prepared.strategy)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -410,26 +412,54 @@ def predicting_positions(labels: Any) -> Any:
     return keep
 
 
-def masked_loss(model: Any, inputs: dict[str, Any], table: Any) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class AnswerStart:
+    """The weight of the first answer word after a verdict: ``after`` ids (the verdicts), ``reflection`` ids
+    (a reflection token after a verdict is not an answer word) and the ``weight``."""
+
+    after: Any
+    reflection: Any
+    weight: float
+
+
+def answer_start(weights: dict[str, float], token_ids: ReflectionIds) -> AnswerStart | None:
+    """:class:`AnswerStart` from ``training.loss_weights.answer_start`` (None when unset)."""
+    if "answer_start" not in weights:
+        return None
+    after = [token_ids.id(token) for token in (rf.RELEVANT, rf.IRRELEVANT, rf.NO_RETRIEVAL)]
+    return AnswerStart(torch.tensor(after), torch.tensor(sorted(token_ids.all_ids)), float(weights["answer_start"]))
+
+
+def masked_loss(
+    model: Any, inputs: dict[str, Any], table: Any, start: AnswerStart | None = None
+) -> tuple[Any, Any]:
     """The loss of :func:`weighted_loss` with logits computed only where a label is read.
 
     The model projects onto the vocabulary only the hidden states of :func:`predicting_positions`
     (transformers' ``logits_to_keep`` with a bool mask): in Self-RAG records most positions are the masked
     prompt and passage, so this skips most of the ``length x vocab`` head and its backward. ``table`` None
-    is the plain mean over the labelled positions of the micro-batch. Returns ``(loss, outputs)``.
+    is the plain mean over the labelled positions of the micro-batch; ``start`` reweights the first answer
+    word after a verdict. Returns ``(loss, outputs)``.
     """
     labels = inputs["labels"]
     keep = predicting_positions(labels)
     outputs = model(**{key: value for key, value in inputs.items() if key != "labels"}, logits_to_keep=keep)
     targets = labels[:, 1:][labels[:, 1:] != -100]
     ce = torch.nn.functional.cross_entropy(outputs.logits.float(), targets, reduction="none")
-    if table is None:
+    if table is None and start is None:
         return ce.mean() if ce.numel() else ce.sum(), outputs
-    weights = table.to(ce.device)[targets]
+    weights = table.to(ce.device)[targets] if table is not None else torch.ones_like(ce)
+    if start is not None:
+        previous = inputs["input_ids"][keep]  # the token read at each predicting position
+        verdict_before = torch.isin(previous, start.after.to(ce.device))
+        first_word = verdict_before & ~torch.isin(targets, start.reflection.to(ce.device))
+        weights = torch.where(first_word, torch.full_like(weights, start.weight), weights)
     return (ce * weights).sum() / weights.sum().clamp_min(1e-8), outputs
 
 
-def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0, **kwargs: Any) -> Any:
+def _plain_loss_trainer(
+    loss_weights: Any = None, row_lr_multiplier: float = 1.0, start: AnswerStart | None = None, **kwargs: Any
+) -> Any:
     """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
 
     TRL 1.16 always patches a fused LM head (``loss_type="nll"`` *is* the fused loss; ``chunked_nll`` is
@@ -449,7 +479,7 @@ def _plain_loss_trainer(loss_weights: Any = None, row_lr_multiplier: float = 1.0
         loss_is_scaled_for_ga = False
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-            loss, outputs = masked_loss(model, inputs, loss_weights)
+            loss, outputs = masked_loss(model, inputs, loss_weights, start)
             return (loss, outputs) if return_outputs else loss
 
         def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]

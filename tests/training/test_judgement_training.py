@@ -19,7 +19,7 @@ from selfrag.reflection import Group
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import IGNORE, encode_record, reflection_positions
 from selfrag.training.judgement import auroc, auroc_interval, judge
-from selfrag.training.run import loss_weight_table, masked_loss, weighted_loss
+from selfrag.training.run import answer_start, loss_weight_table, masked_loss, weighted_loss
 from selfrag.training.tokens import MEANING, prepare_tokens
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -103,6 +103,35 @@ def test_balance_gives_each_verdict_of_a_type_the_same_total_weight(prepared) ->
     assert plain[rel] == plain[irr] == 2.0
     # balance alone (all weights 1) still makes a table
     assert loss_weight_table({}, token_ids, len(tokenizer), ["relevance"], counts) is not None
+
+
+def test_answer_start_weighs_the_first_answer_word_after_a_verdict(prepared) -> None:  # type: ignore[no-untyped-def]
+    """answer_start reweights exactly the first answer word after [Relevant]/[Irrelevant]/[No Retrieval]."""
+    model, tokenizer, token_ids, _ = prepared
+    vocab = model.get_input_embeddings().weight.shape[0]
+    rel, sup = token_ids.id(rf.RELEVANT), token_ids.id(rf.FULLY_SUPPORTED)
+    word = tokenizer.encode("the", add_special_tokens=False)[0]
+    # prompt, [Relevant], word, word, [Fully supported]: positions 2 (reads [Relevant]) predicts the first word
+    ids = torch.tensor([[5, 6, rel, word, word, sup]])
+    labels = torch.tensor([[IGNORE, IGNORE, rel, word, word, sup]])
+    weights = {"text": 0.1, "relevance": 10.0, "answer_start": 3.0}
+    table = loss_weight_table(weights, token_ids, vocab)
+    start = answer_start(weights, token_ids)
+    assert start is not None and answer_start({"text": 0.1}, token_ids) is None
+    captured = {}
+    real = torch.nn.functional.cross_entropy
+
+    def spy(logits, targets, reduction="mean"):  # type: ignore[no-untyped-def]
+        out = real(logits, targets, reduction=reduction)
+        captured["ce"] = out.detach()
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.nn.functional, "cross_entropy", spy)
+        loss, _ = masked_loss(model, {"input_ids": ids, "labels": labels}, table, start)
+    ce = captured["ce"]  # targets: [Relevant], word (first), word, [Fully supported]
+    expected = (10 * ce[0] + 3 * ce[1] + 0.1 * ce[2] + 1 * ce[3]) / (10 + 3 + 0.1 + 1)
+    assert torch.isclose(loss, expected, rtol=1e-5)
 
 
 def test_loss_weight_keys_are_validated(tmp_path: Path) -> None:
