@@ -476,7 +476,7 @@ def _plain_loss_trainer(
 
     class PlainLossSFTTrainer(SFTTrainer):
         # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
-        loss_is_scaled_for_ga = False
+        loss_is_scaled_for_ga = False  # type: ignore[assignment]  # TRL declares it None; transformers bool | None
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
             loss, outputs = masked_loss(model, inputs, loss_weights, start)
