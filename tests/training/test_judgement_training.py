@@ -233,9 +233,9 @@ def test_the_trainer_sees_every_reflection_label(
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
     real = train_run.masked_loss
 
-    def spy(model: Any, inputs: Any, table: Any) -> Any:
+    def spy(model: Any, inputs: Any, table: Any, start: Any = None) -> Any:
         captured.append((inputs["labels"].detach().clone(), table.clone()))
-        return real(model, inputs, table)
+        return real(model, inputs, table, start)
 
     monkeypatch.setattr(train_run, "masked_loss", spy)
     records = synthetic_records(16, seed=3)
