@@ -31,7 +31,7 @@ def make_add_merged(base: str, records: Path, workdir: Path, steps: int = 2) -> 
         lora={"r": 8, "alpha": 16, "dropout": 0.0},
     )
     run(config)
-    return export(workdir / "adapter", workdir / "merged", merge=True)
+    return export(workdir / "adapter", workdir / "merged")
 
 
 def make_reserved_base(base: str, workdir: Path, seed: int = 0) -> Path:
