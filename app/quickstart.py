@@ -180,8 +180,10 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         "inference": {k: v for k, v in config.inference.items() if k not in ("top_k", "max_tokens")},
     }
     eval_config = from_dict(EvalConfig, {**eval_settings, **config.eval})
+    # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
+    # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
     stages.check("eval", [calibration_fp, _portable(to_dict(eval_config)), file_digest(split_dir / "test.jsonl"),
-                          file_digest(split_dir / "test-labels.jsonl")], [out / "eval"])
+                          file_digest(split_dir / "test-labels.jsonl")], [])
     results_file = out / "eval" / "results.json"
     if results_file.is_file() and stages.finished("eval"):
         print((out / "eval" / "table.md").read_text(encoding="utf-8"))

@@ -177,9 +177,18 @@ def prompted_runtime(engine: Any, retriever: Retriever | None, config: Any) -> A
 
 
 def answer_all(
-    runner: Runner, engine: CountingEngine, examples: Sequence[Example], batch_size: int, progress: Any
+    runner: Runner,
+    engine: CountingEngine,
+    examples: Sequence[Example],
+    batch_size: int,
+    progress: Any,
+    on_batch: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Answer in batches; each record gets its share of the batch's engine calls, tokens and seconds."""
+    """Answer in batches; each record gets its share of the batch's engine calls, tokens and seconds.
+
+    ``on_batch`` receives each batch's records as soon as they are complete (``selfrag eval`` keeps them for a
+    resume).
+    """
     records: list[dict[str, Any]] = []
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
@@ -196,5 +205,7 @@ def answer_all(
                 "seconds": seconds / len(batch) if len(batch) > 1 else seconds,
             })
         records += answered
+        if on_batch is not None:
+            on_batch(answered)
         progress.update(len(batch))
     return records

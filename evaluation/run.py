@@ -9,6 +9,7 @@ Writes into ``output_dir``: ``results.json`` (every figure), ``table.md``, ``qua
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfrag.config import from_dict, write_resolved
+from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.jsonl import write_jsonl_atomic
@@ -28,6 +29,7 @@ from .data import Example, load_examples, load_reflection_labels, split_sentence
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
+from .resume import AnswerStore, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -90,15 +92,31 @@ def run(config: EvalConfig) -> EvalResult:
 
     records: dict[str, list[dict[str, Any]]] = {}
     unavailable: dict[str, str] = {}
+    store = AnswerStore(out)
+    for dropped in store.forget_others(config.modes):
+        (out / "records" / f"{dropped}.jsonl").unlink(missing_ok=True)  # not this run's: never left to mix in
+        logger.info("%s: not in modes; its answers from an earlier run were removed", dropped)
+    settings = to_dict(config)
+    inputs = {"data": config.data, "corpus": config.corpus}
+    ids = [example.id for example in examples]
     for mode in config.modes:
+        model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
+        done = store.start(mode, mode_fingerprint(settings, mode, model_identity(model), inputs), ids)
+        if len(done) == len(examples):
+            records[mode] = done
+            store.finish(mode)
+            continue
         try:
             engine, runner = _mode(mode, engines, retriever, inference, config)
         except ModeUnavailable as error:
             logger.warning("%s: %s", mode, error)
             unavailable[mode] = str(error)
             continue
-        with tqdm(total=len(examples), desc=MODE_TITLES[mode]) as bar:
-            records[mode] = answer_all(runner, engine, examples, config.batch_size, bar)
+        with tqdm(total=len(examples), initial=len(done), desc=MODE_TITLES[mode]) as bar:
+            rest = answer_all(runner, engine, examples[len(done):], config.batch_size, bar,
+                              on_batch=functools.partial(store.append, mode))
+        records[mode] = done + rest
+        store.finish(mode)
 
     judge = _judge(config, engines)
     for mode, rows in records.items():

@@ -1,0 +1,141 @@
+"""`selfrag eval` resumes a killed run per batch and re-answers only the modes whose settings, data or model changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag.config import from_dict
+from selfrag.evaluation import run as run_module
+from selfrag.evaluation.config import EvalConfig
+from selfrag.evaluation.resume import RESUME_DIR, AnswerStore
+from selfrag.inference.engines import ScriptedEngine
+
+PARIS = {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."}
+LYON = {"id": "lyon", "title": "Lyon", "text": "Lyon has silk."}
+MODES = ["no_retrieval", "plain_rag", "single_pass"]
+
+
+class Killed(Exception):
+    """Stands for a kill: the run stops in the middle of a mode."""
+
+
+class Engines:
+    """One scripted engine behind both loaders, counting requests per loader; can die after N generate calls."""
+
+    def __init__(self, engine: ScriptedEngine) -> None:
+        self.engine = engine
+        self.die_after: int | None = None
+        self.requests = {"trained": 0, "plain": 0}
+        self.calls = 0
+
+    def loader(self, kind: str) -> Any:
+        outer = self
+
+        class Counted:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(outer.engine, name)
+
+            def generate(self, requests: Any) -> Any:
+                if outer.die_after is not None and outer.calls >= outer.die_after:
+                    raise Killed
+                outer.calls += 1
+                outer.requests[kind] += len(requests)
+                return outer.engine.generate(requests)
+
+        return lambda model: Counted()
+
+
+@pytest.fixture
+def setup(world_engine: ScriptedEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Engines, dict]:
+    data = tmp_path / "data.jsonl"
+    rows = [
+        {"id": f"q{i}", "question": f"What is the capital of France, {i}?", "answers": ["Paris"], "ctxs": [LYON, PARIS]}
+        for i in range(6)
+    ]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "selfrag.json").write_text('{"calibration": null}')
+    engines = Engines(world_engine)
+    monkeypatch.setattr(run_module, "load_trained", engines.loader("trained"))
+    monkeypatch.setattr(run_module, "load_plain", engines.loader("plain"))
+    settings = {
+        "data": data,
+        "model": str(model),
+        "base_model": "b",
+        "output_dir": tmp_path / "out",
+        "modes": MODES,
+        "batch_size": 2,
+        "plots": False,
+        "judge": {"kind": "overlap"},
+    }
+    return engines, settings
+
+
+def answers(out: Path, mode: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "records" / f"{mode}.jsonl").read_text().splitlines()]
+
+
+def test_a_rerun_with_the_same_settings_decodes_nothing(setup: tuple[Engines, dict]) -> None:
+    engines, settings = setup
+    first = run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests["trained"] > 0 and engines.requests["plain"] == 12  # 6 questions x 2 plain modes
+    before = dict(engines.requests)
+    second = run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests == before  # every mode's answers kept
+    assert second.summaries == first.summaries
+
+
+def test_a_changed_model_reanswers_single_pass_only(setup: tuple[Engines, dict]) -> None:
+    engines, settings = setup
+    run_module.run(from_dict(EvalConfig, settings))
+    plain_before, trained_before = engines.requests["plain"], engines.requests["trained"]
+    # a calibration (or a retrained model) rewrites selfrag.json: single-pass answers can change, the base's cannot
+    (Path(settings["model"]) / "selfrag.json").write_text('{"calibration": {"threshold": 0.7}}')
+    run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests["plain"] == plain_before
+    assert engines.requests["trained"] == 2 * trained_before
+
+
+def test_a_changed_setting_reanswers_every_mode_and_dropped_modes_leave_no_records(setup: tuple[Engines, dict]) -> None:
+    engines, settings = setup
+    run_module.run(from_dict(EvalConfig, settings))
+    out = settings["output_dir"]
+    assert (out / "records" / "no_retrieval.jsonl").is_file()
+    plain_before = engines.requests["plain"]
+    result = run_module.run(from_dict(EvalConfig, {**settings, "max_tokens": 32, "modes": ["plain_rag"]}))
+    assert engines.requests["plain"] == plain_before + 6  # plain_rag again (max_tokens changed), nothing else
+    assert set(result.summaries) == {"plain_rag"}
+    assert not (out / "records" / "no_retrieval.jsonl").exists()  # not this run's: removed, never mixed in
+    assert not (out / RESUME_DIR / "single_pass.jsonl").exists()
+
+
+def test_a_killed_run_resumes_without_repeating_or_duplicating(setup: tuple[Engines, dict]) -> None:
+    engines, settings = setup
+    engines.die_after = 4  # no_retrieval: 3 batches; plain_rag: the 1st batch, then killed in the 2nd
+    with pytest.raises(Killed):
+        run_module.run(from_dict(EvalConfig, settings))
+    out = settings["output_dir"]
+    assert len((out / RESUME_DIR / "plain_rag.jsonl").read_text().splitlines()) == 2
+    # a kill in the middle of writing a line leaves a torn tail: it is dropped, not read as an answer
+    with (out / RESUME_DIR / "plain_rag.jsonl").open("a") as handle:
+        handle.write('{"id": "q2", "answ')
+    engines.die_after = None
+    plain_before = engines.requests["plain"]
+    run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests["plain"] - plain_before == 4  # plain_rag's last 4 questions only
+    for mode in MODES:
+        assert [row["id"] for row in answers(out, mode)] == [f"q{i}" for i in range(6)]
+
+
+def test_kept_answers_for_other_examples_are_not_reused(tmp_path: Path) -> None:
+    store = AnswerStore(tmp_path)
+    assert store.start("plain_rag", "fp", ["a", "b"]) == []
+    store.append("plain_rag", [{"id": "a"}])
+    assert store.start("plain_rag", "fp", ["a", "b"]) == [{"id": "a"}]
+    assert store.start("plain_rag", "fp", ["x", "b"]) == []  # same fingerprint, but not these examples
+    assert store.start("plain_rag", "other", ["a", "b"]) == []
