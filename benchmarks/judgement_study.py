@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -85,6 +86,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.loss_weights.text=0.1", "training.loss_weights.answer_start=5", "training.row_lr_multiplier=10",
          "training.max_steps=150", "judgement_items=100"],
     ),
+    "L-start5-600steps": (
+        "K for 600 steps (4x the quickstart budget: the full CPU recipe's length)",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.1", "training.loss_weights.answer_start=5", "training.row_lr_multiplier=10",
+         "training.max_steps=600", "training.eval_steps=100", "judgement_items=100"],
+    ),
     "H-text0.1-lr2e-3": (
         "D at learning rate 2e-3",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
@@ -103,6 +110,38 @@ def run_arm(name: str) -> None:
         subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     with (LOGS / f"{name}.txt").open("a") as log:
         log.write(f"wall_s {int(time.time() - start)}\n")
+
+
+def score_arm(name: str, items: int) -> Path:
+    """Re-score a finished arm's adapter on ``items`` held-out questions per class -> ``judgement-<items>.json``.
+
+    Training logs the judgement on ``judgement_items`` (100 in the arms, to keep each run short); the same
+    questions plus more are scored here from the saved adapter, so the final table has >= 300 items per class.
+    """
+    from selfrag.config import load_config
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.export import load_trained
+    from selfrag.training.judgement import headline, judge, write_report
+    from selfrag.training.run import judgement_set
+
+    out = RUNS / name
+    config = load_config(TrainConfig, out / "config.yaml")
+    model, tokenizer, meta = load_trained(out)
+    examples = judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template)
+    start = time.time()
+    report = judge(model, examples, meta.token_ids, items)
+    path = write_report(out / f"judgement-{items}.json", report)
+    print(f"{name}: {headline(report)} ({items} items per class, {time.time() - start:.0f} s) -> {path}")
+    return path
+
+
+def judgement_of(out: Path) -> Path | None:
+    """The arm's judgement on the most items: ``judgement-<n>.json`` from ``score`` or training's own."""
+    scored = sorted(out.glob("judgement-*.json"), key=lambda path: int(path.stem.split("-")[1]))
+    if scored:
+        return scored[-1]
+    own = out / "judgement.json"
+    return own if own.is_file() else None
 
 
 def fmt(entry: dict | None) -> str:
@@ -125,8 +164,8 @@ def table() -> str:
     ]
     notes = []
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
-        judgement_path = out / "judgement.json"
-        if not judgement_path.is_file():
+        judgement_path = judgement_of(out)
+        if judgement_path is None:
             continue
         report = json.loads(judgement_path.read_text())
         config = (out / "config.yaml").read_text() if (out / "config.yaml").is_file() else ""
@@ -149,8 +188,7 @@ def table() -> str:
 
 def curves() -> list[str]:
     """Relevance easy / hard and support AUROC at each logged step (a third of the items per class)."""
-    rows = ["Curves (AUROC easy / hard / support at each logged step, a third of the items per class):", "",
-            "| arm | step 50 | step 100 | step 150 |", "|---|---|---|---|"]
+    found: dict[str, dict[int, str]] = {}
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
         metrics_path = out / "metrics.json"
         if not metrics_path.is_file():
@@ -162,7 +200,12 @@ def curves() -> list[str]:
             if j:
                 cells[entry["step"]] = f"{j['rel_auroc_easy']:.2f} / {j['rel_auroc_hard']:.2f} / {j['sup_auroc']:.2f}"
         if cells:
-            rows.append(f"| {out.name} | " + " | ".join(cells.get(step, "") for step in (50, 100, 150)) + " |")
+            found[out.name] = cells
+    steps = sorted({step for cells in found.values() for step in cells})
+    rows = ["Curves (AUROC easy / hard / support at each logged step, a third of the items per class):", "",
+            "| arm | " + " | ".join(f"step {step}" for step in steps) + " |", "|---" * (len(steps) + 1) + "|"]
+    for name, cells in found.items():
+        rows.append(f"| {name} | " + " | ".join(cells.get(step, "") for step in steps) + " |")
     return rows
 
 
@@ -171,10 +214,17 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("run", help="train one arm (see ARMS)")
     one.add_argument("arm", choices=sorted(ARMS))
+    rescore = sub.add_parser("score", help="re-score finished arms' adapters on more held-out items per class")
+    rescore.add_argument("arms", nargs="+", choices=sorted(ARMS))
+    rescore.add_argument("--items", type=int, default=300)
     sub.add_parser("table", help="write benchmarks/judgement_study.md from runs/study/*/judgement.json")
     args = parser.parse_args()
     if args.command == "run":
         run_arm(args.arm)
+    elif args.command == "score":
+        os.chdir(REPO)  # the arms' config.yaml name their records relative to the repository
+        for arm in args.arms:
+            score_arm(arm, args.items)
     else:
         text = table()
         (REPO / "benchmarks" / "judgement_study_table.md").write_text(text, encoding="utf-8")
