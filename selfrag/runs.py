@@ -1,18 +1,18 @@
 """Honest reruns: what a stage's output directory was made from, and refusing to mix two different runs.
 
     fingerprint = run_fingerprint("train", settings=to_dict(config), inputs={"records": config.records},
-                                  ignore=("output_dir", "overwrite"))
-    state = check_rerun(config.output_dir, fingerprint, overwrite=config.overwrite)   # "fresh" or "resume"
+                                  ignore=("output_dir", "restart"))
+    state = check_rerun(config.output_dir, fingerprint, restart=config.restart)   # "fresh" or "resume"
 
 A stage writes ``run.json`` (its settings and the SHA-256 of each input file's content) into its output
 directory before it starts. A later run into the same directory:
 
 * with the same fingerprint resumes (a training run continues from its last checkpoint);
 * with different settings or different input content is refused with a message listing exactly what
-  differs, unless ``overwrite=true``, which deletes the old run's outputs and starts over;
+  differs, unless ``restart=true``, which deletes the old run's outputs and starts over;
 * over a previous run that stopped before writing anything but ``run.json`` starts over quietly;
 * into a non-empty directory that holds no ``run.json`` is refused: it is not a selfrag run of this stage, and
-  nothing in it is deleted, even with ``overwrite=true``.
+  nothing in it is deleted, even with ``restart=true``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def check_rerun(
-    output_dir: str | Path, fingerprint: Mapping[str, Any], overwrite: bool, key: str = "overwrite"
+    output_dir: str | Path, fingerprint: Mapping[str, Any], restart: bool, key: str = "restart"
 ) -> Literal["fresh", "resume"]:
     """Decide whether ``output_dir`` starts fresh or resumes; refuse a different run; write ``run.json``.
 
@@ -105,7 +105,7 @@ def check_rerun(
         logger.info("%s holds a run with the same settings and inputs; resuming it", output_dir)
         return "resume"
     listing = "\n  - ".join(changed)
-    if not overwrite:
+    if not restart:
         raise RunMismatchError(
             f"output_dir {str(output_dir)!r} holds a different {previous.get('stage')} run:\n  - {listing}\n"
             f"set {key}=true to delete it and start over, or choose another output_dir"

@@ -222,9 +222,10 @@ class TrainConfig:
         "trained in fp32 by PEFT either way).",
         default="float32",
     )
-    overwrite: bool = help_field(
+    restart: bool = help_field(
         "Start over when output_dir holds a run with different settings or records (its outputs are deleted). "
-        "Without it such a rerun is refused with the list of differences; the same settings resume.",
+        "Without it such a rerun is refused with the list of differences; the same settings resume. "
+        "The same key as selfrag generate's.",
         default=False,
     )
 

@@ -6,7 +6,7 @@ Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json``, the re
 ``metrics.json`` (training losses, reflection-token accuracy on the held-out split) and ``run.json`` (the
 settings and the records' SHA-256). Checkpoints go to ``output_dir/checkpoints``; a killed run started again
 with the same settings and records resumes from the last one; a run with different ones is refused with the
-list of differences unless ``overwrite=true``.
+list of differences unless ``restart=true``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def run(config: TrainConfig) -> TrainResult:
     output_dir = Path(config.output_dir)
 
     # --- Honest rerun: same settings and records resume, different ones are refused --------------
-    state = check_rerun(output_dir, train_fingerprint(config), config.overwrite)
+    state = check_rerun(output_dir, train_fingerprint(config), config.restart)
 
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)
@@ -288,7 +288,7 @@ def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
     """The settings and the records' content hash that make a training run; ``run.json`` in its output_dir."""
     settings = to_dict(config)
     return run_fingerprint(
-        "train", settings, {"records": config.records}, ignore=("output_dir", "overwrite", "records")
+        "train", settings, {"records": config.records}, ignore=("output_dir", "restart", "records")
     )
 
 

@@ -1,4 +1,4 @@
-"""Run fingerprints: the same run resumes, a different one is refused with what differs, overwrite starts over."""
+"""Run fingerprints: the same run resumes, a different one is refused with what differs, restart starts over."""
 
 from __future__ import annotations
 
@@ -36,25 +36,25 @@ def test_differences_name_each_changed_setting_and_input(tmp_path: Path) -> None
 
 def test_same_run_resumes_and_different_run_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert check_rerun(out, make(tmp_path, seed=5), overwrite=False) == "fresh"
+    assert check_rerun(out, make(tmp_path, seed=5), restart=False) == "fresh"
     # That run failed before writing anything (only run.json): a corrected rerun simply starts over.
-    assert check_rerun(out, make(tmp_path), overwrite=False) == "fresh"
+    assert check_rerun(out, make(tmp_path), restart=False) == "fresh"
     assert json.loads((out / RUN_FILE).read_text())["settings"]["training.seed"] == 0
     (out / "checkpoints").mkdir()
-    assert check_rerun(out, make(tmp_path), overwrite=False) == "resume"
+    assert check_rerun(out, make(tmp_path), restart=False) == "resume"
     with pytest.raises(RunMismatchError) as error:
-        check_rerun(out, make(tmp_path, seed=1), overwrite=False)
+        check_rerun(out, make(tmp_path, seed=1), restart=False)
     message = str(error.value)
-    assert "training.seed: 0 -> 1" in message and "set overwrite=true" in message
+    assert "training.seed: 0 -> 1" in message and "set restart=true" in message
     assert (out / "checkpoints").is_dir()  # refused: nothing deleted
 
 
-def test_overwrite_deletes_the_old_run_and_starts_fresh(tmp_path: Path) -> None:
+def test_restart_deletes_the_old_run_and_starts_fresh(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    check_rerun(out, make(tmp_path), overwrite=False)
+    check_rerun(out, make(tmp_path), restart=False)
     (out / "checkpoints").mkdir()
     (out / "adapter_model.safetensors").write_text("old")
-    assert check_rerun(out, make(tmp_path, records="new\n"), overwrite=True) == "fresh"
+    assert check_rerun(out, make(tmp_path, records="new\n"), restart=True) == "fresh"
     assert sorted(path.name for path in out.iterdir()) == [RUN_FILE]
     assert json.loads((out / RUN_FILE).read_text())["inputs"] == make(tmp_path, records="new\n")["inputs"]
 
@@ -63,15 +63,15 @@ def test_foreign_non_empty_directory_is_never_deleted(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
-    for overwrite in (False, True):
+    for restart in (False, True):
         with pytest.raises(RunMismatchError, match="not empty and holds no run.json"):
-            check_rerun(out, make(tmp_path), overwrite=overwrite)
+            check_rerun(out, make(tmp_path), restart=restart)
     assert (out / "thesis.tex").read_text() == "precious"
 
 
 def test_custom_key_is_named_in_the_refusal(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    check_rerun(out, make(tmp_path), overwrite=False)
+    check_rerun(out, make(tmp_path), restart=False)
     (out / "checkpoints").mkdir()
     with pytest.raises(RunMismatchError, match="set --restart=true"):
-        check_rerun(out, make(tmp_path, seed=2), overwrite=False, key="--restart")
+        check_rerun(out, make(tmp_path, seed=2), restart=False, key="--restart")

@@ -126,7 +126,7 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(
     assert [entry["loss"] for entry in resumed.losses] == pytest.approx([e["loss"] for e in reference.losses])
 
 
-def test_rerun_with_other_settings_or_records_is_refused_unless_overwrite(
+def test_rerun_with_other_settings_or_records_is_refused_unless_restart(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path
 ) -> None:
     from selfrag.runs import RunMismatchError
@@ -136,14 +136,14 @@ def test_rerun_with_other_settings_or_records_is_refused_unless_overwrite(
     adapter = (out / "adapter_model.safetensors").read_bytes()
     with pytest.raises(RunMismatchError, match=r"training.learning_rate: 0.01 -> 0.02") as error:
         run(make_config(tiny_base_dir, records_path, out, max_steps=2, learning_rate=2e-2))
-    assert "overwrite=true" in str(error.value)
+    assert "restart=true" in str(error.value)
     edited = tmp_path / "edited.jsonl"
     write_jsonl_atomic(edited, [record.to_json() for record in training_records()[:-1]])
     with pytest.raises(RunMismatchError, match=r"records: content differs"):
         run(make_config(tiny_base_dir, edited, out, max_steps=2))
     assert (out / "adapter_model.safetensors").read_bytes() == adapter  # refused: untouched
     config = make_config(tiny_base_dir, edited, out, max_steps=2)
-    config.overwrite = True
+    config.restart = True
     again = run(config)
     assert again.resumed_from is None and [entry["step"] for entry in again.losses] == [1.0, 2.0]
     assert json.loads((out / "run.json").read_text())["inputs"]["records"].startswith("sha256:")
