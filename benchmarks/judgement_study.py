@@ -135,6 +135,30 @@ def score_arm(name: str, items: int) -> Path:
     return path
 
 
+def answers_arm(name: str, questions: int, plain: bool = False) -> Path:
+    """Does the arm's model also *answer*? ``selfrag eval`` single-pass on held-out demo questions (the quickstart's
+    test questions: answerable, unanswerable and no-retrieval ones interleaved) -> ``<run>/answers/results.json``."""
+    from selfrag.app.quickstart import _query_kind, interleave
+    from selfrag.config import from_dict
+    from selfrag.corpus import load_queries
+    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+    from selfrag.evaluation.config import EvalConfig
+    from selfrag.evaluation.data import query_to_row
+    from selfrag.evaluation.run import run as evaluate
+    from selfrag.jsonl import write_jsonl_atomic
+
+    held_out = interleave([q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"], _query_kind)
+    data = RUNS / "answers-questions.jsonl"
+    write_jsonl_atomic(data, [query_to_row(query) for query in held_out[12:][:questions]])  # after the dev 12
+    out = RUNS / name / "answers"
+    result = evaluate(from_dict(EvalConfig, {"data": data, "model": str(RUNS / name), "corpus": DEMO_CORPUS,
+                                             "output_dir": out, "batch_size": 4,
+                                             "modes": ["single_pass", "plain_rag"] if plain else ["single_pass"],
+                                             "plots": False, "show": 0}))
+    print(result.table)
+    return out / "results.json"
+
+
 def judgement_of(out: Path) -> Path | None:
     """The arm's judgement on the most items: ``judgement-<n>.json`` from ``score`` or training's own."""
     scored = sorted(out.glob("judgement-*.json"), key=lambda path: int(path.stem.split("-")[1]))
@@ -142,6 +166,21 @@ def judgement_of(out: Path) -> Path | None:
         return scored[-1]
     own = out / "judgement.json"
     return own if own.is_file() else None
+
+
+def answer_cell(out: Path) -> str:
+    """``answers`` figures: share of answerable questions whose answer holds a gold answer, false abstains on
+    answerable ones, abstains on unanswerable ones (n questions)."""
+    path = out / "answers" / "results.json"
+    if not path.is_file():
+        return "not run"
+    single = json.loads(path.read_text())["modes"]["single_pass"]
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.0%}"
+
+    return (f"{pct(single.get('match'))} / {pct(single.get('false_abstain_rate'))} / "
+            f"{pct(single.get('abstain_rate_unanswerable'))} (n={single.get('examples')})")
 
 
 def fmt(entry: dict | None) -> str:
@@ -159,8 +198,9 @@ def acc(entry: dict | None) -> str:
 def table() -> str:
     rows = [
         "| arm | steps | train s (2 cores) | rel. AUROC easy [95% CI] | rel. AUROC hard [95% CI] | sup. AUROC [95% CI] "
-        "| rel. acc gold/easy | rel. acc gold/hard | sup. acc right/wrong | n per class |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| rel. acc gold/easy | rel. acc gold/hard | sup. acc right/wrong | n per class "
+        "| answers: match / false abstain / abstain unanswerable |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
@@ -178,7 +218,7 @@ def table() -> str:
         seconds = ("?" if runtime is None else str(round(runtime))) + SHARED.get(out.name, "")
         rows.append(
             f"| {out.name} | {steps} | {seconds} | {fmt(rel.get('easy'))} | {fmt(rel.get('hard'))} | {fmt(sup)} | "
-            f"{acc(rel.get('easy'))} | {acc(rel.get('hard'))} | {acc(sup)} | {n} |"
+            f"{acc(rel.get('easy'))} | {acc(rel.get('hard'))} | {acc(sup)} | {n} | {answer_cell(out)} |"
         )
         description = ARMS.get(out.name, ("",))[0]
         if description:
@@ -217,10 +257,18 @@ def main() -> None:
     rescore = sub.add_parser("score", help="re-score finished arms' adapters on more held-out items per class")
     rescore.add_argument("arms", nargs="+", choices=sorted(ARMS))
     rescore.add_argument("--items", type=int, default=300)
+    answer = sub.add_parser("answers", help="single-pass answers of finished arms on held-out questions (selfrag eval)")
+    answer.add_argument("arms", nargs="+", choices=sorted(ARMS))
+    answer.add_argument("--questions", type=int, default=30)
+    answer.add_argument("--with-plain", action="store_true", help="also plain RAG on the base model (a reference)")
     sub.add_parser("table", help="write benchmarks/judgement_study.md from runs/study/*/judgement.json")
     args = parser.parse_args()
     if args.command == "run":
         run_arm(args.arm)
+    elif args.command == "answers":
+        os.chdir(REPO)
+        for arm in args.arms:
+            answers_arm(arm, args.questions, args.with_plain)
     elif args.command == "score":
         os.chdir(REPO)  # the arms' config.yaml name their records relative to the repository
         for arm in args.arms:

@@ -36,6 +36,7 @@ from selfrag import reflection as rf
 from selfrag.fsutil import write_json
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
+from selfrag.training.logits import logits_at
 
 RELEVANCE_NEGATIVES = ("easy", "hard", "distractor", "own-passage")
 SUPPORT_NEGATIVE = "support-negative"
@@ -139,8 +140,6 @@ def score_examples(
             for row_number, example_positions in enumerate(positions):
                 for group_positions in example_positions.values():
                     keep[row_number, [position - 1 for position in group_positions]] = True
-            from selfrag.training.run import logits_at
-
             kept = logits_at(model, {"input_ids": ids, "attention_mask": mask}, keep)[0].float()
             # before[row][position]: the logits that predict the token at ``position`` of that row
             before: list[dict[int, torch.Tensor]] = [{} for _ in batch]

