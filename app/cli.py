@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
     serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
     serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
-    serve.add_argument("--engine", help="decoding backend (config key: engine; default hf)")
+    serve.add_argument("--index", help="an index directory built by `selfrag index` (config key: index)")
+    serve.add_argument("--engine", help="decoding backend: hf, vllm or openai (config key: engine; default hf)")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     _add_config_arguments(serve)
@@ -324,7 +325,7 @@ def _serve(args: argparse.Namespace) -> int:
     from selfrag.inference.server.config import ServeConfig
     from selfrag.inference.server.run import run
 
-    flags = {name: getattr(args, name) for name in ("model", "corpus", "engine", "host", "port")}
+    flags = {name: getattr(args, name) for name in ("model", "corpus", "index", "engine", "host", "port")}
     return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
 
 

@@ -63,7 +63,7 @@ def start_server(args: argparse.Namespace, max_batch: int, port: int) -> subproc
         sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
         "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.clients * 2}", "batch_wait_ms=20",
         f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
-        f"engine_options={{batch_size: {args.engine_batch}}}", "model_name=bench",
+        f"engine_options.batch_size={args.engine_batch}", "model_name=bench",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SELFRAG_API_KEY": ""}
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

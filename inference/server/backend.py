@@ -1,6 +1,6 @@
 """What the server answers with: one engine and one retriever, shared by every request.
 
-    backend = load_backend(config)          # the BM25 index first (corpus errors before the model loads)
+    backend = load_backend(config)          # the retriever first (corpus errors before the model loads)
     answers = backend.answer_many(settings, ["Who wrote Hamlet?"])
 
 Per-request settings build a :class:`~selfrag.inference.runtime.SelfRAG` over the shared engine and retriever
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selfrag.inference.answer import Answer
+from selfrag.inference.ask import load_retriever
 from selfrag.inference.config import InferenceConfig
-from selfrag.inference.engines import ENGINES, Engine
-from selfrag.inference.retrievers import build_bm25
+from selfrag.inference.engines import Engine, build_engine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.models import resolve_model
 from selfrag.prompting import encode_prompt
@@ -42,10 +42,14 @@ class Backend:
 
 
 def load_backend(config: ServeConfig) -> Backend:
-    """Index the corpus, then load the model with the configured engine (the one slow step)."""
-    logger.info("indexing %s with BM25", config.corpus)
-    retriever = build_bm25(config.corpus)
+    """Index the corpus (or open the index), then load the model with the configured engine (the one slow step).
+
+    The same loaders as ``selfrag ask``: :func:`~selfrag.inference.ask.load_retriever` and
+    :func:`~selfrag.inference.engines.build_engine` (hf, vllm or openai, with their checked options).
+    """
+    logger.info("retrieval: %s", f"BM25 over {config.corpus}" if config.corpus is not None else config.index)
+    retriever = load_retriever(config.corpus, config.index)
     model_dir = resolve_model(config.model)
     logger.info("loading %s with the %s engine", model_dir, config.engine)
-    engine = ENGINES[config.engine](model_dir=model_dir, **config.engine_options)
+    engine = build_engine(config, model_dir)
     return Backend(engine, retriever, config.model_name or Path(str(config.model).rstrip("/")).name)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from selfrag.config import help_field
 from selfrag.inference.config import InferenceConfig
-
-ENGINES = ("hf",)
+from selfrag.inference.engines.options import EngineOptions
 
 
 @dataclass
@@ -21,10 +21,19 @@ class ServeConfig:
     """What the server loads, where it listens, and the limits it enforces."""
 
     model: str = help_field("a model directory trained by selfrag (merged model or LoRA adapter with selfrag.json)")
-    corpus: Path = help_field("corpus JSONL (id, title, text) or a folder of .txt/.md/.pdf, indexed with BM25")
-    engine: str = help_field("decoding backend: hf (transformers, the CPU default)", "hf")
-    engine_options: dict = help_field(
-        "keyword options of the engine, e.g. {dtype: float32, batch_size: 8} for hf", default_factory=dict
+    corpus: Path | None = help_field(
+        "corpus JSONL (id, title, text) or a folder of .txt/.md/.pdf, indexed with BM25 at start-up "
+        "(or give index=)", None
+    )
+    index: Path | None = help_field("an index directory built once by `selfrag index` (BM25 or dense), instead of "
+                                    "corpus=", None)
+    engine: Literal["hf", "vllm", "openai"] = help_field(
+        "decoding backend, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM in-process), "
+        "openai (a remote OpenAI-compatible completions server)", "hf"
+    )
+    engine_options: EngineOptions = help_field(
+        "device, dtype, batch size and backend options, as in selfrag ask (engine_options.batch_size=8, "
+        "engine_options.base_url=...)", default_factory=EngineOptions
     )
     host: str = help_field("address to bind; 127.0.0.1 keeps the server local, 0.0.0.0 exposes it", "127.0.0.1")
     port: int = help_field("TCP port", 8000)
@@ -58,9 +67,10 @@ class ServeConfig:
 
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
-        problems = []
-        if self.engine not in ENGINES:
-            problems.append(f"engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        problems = list(self.engine_options.validate("engine_options."))
+        if (self.corpus is None) == (self.index is None):
+            problems.append("give exactly one of corpus=FILE (BM25 built at start-up) or index=DIR (built by "
+                            "selfrag index)")
         if not 0 < self.port < 65536:
             problems.append(f"port must be in 1..65535, got {self.port}")
         for name in ("max_queue", "max_batch", "max_request_bytes", "max_messages", "max_question_chars",

@@ -27,8 +27,10 @@ def run(config: ServeConfig) -> int:
     """Serve until interrupted; a model or corpus that fails to load stops the server with its error."""
     import uvicorn
 
-    if not config.corpus.exists():
+    if config.corpus is not None and not config.corpus.exists():
         raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
+    if config.index is not None and not config.index.is_dir():
+        raise InputError(f"index {str(config.index)!r} not found; build it with `selfrag index` or pass --corpus")
     resolve_model(config.model)  # a wrong --model fails here, before the port opens
     api_key = os.environ.get(config.api_key_env) or None
     if api_key is None and not _is_loopback(config.host):

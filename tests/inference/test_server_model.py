@@ -63,3 +63,25 @@ def test_real_smollm2_answers_and_streams_the_same(trained_model: str) -> None:
         assert {k: v for k, v in final.items() if k != "type"}["citations"] == extension["citations"]
     finally:
         live.stop()
+
+
+@pytest.mark.slow
+def test_serve_loads_like_ask_a_prebuilt_index_and_checked_engine_options(trained_model: str, tmp_path: Path) -> None:
+    from selfrag.inference.retrievers.index import IndexConfig
+    from selfrag.inference.retrievers.index import run as build_index
+
+    build_index(IndexConfig(corpus=str(DEMO_CORPUS), output=str(tmp_path / "index")))
+    config = load_config(ServeConfig, None, [f"model={trained_model}", f"index={tmp_path / 'index'}",
+                                             "engine=hf", "engine_options.batch_size=2", "inference.max_tokens=8"])
+    backend = load_backend(config)
+    assert backend.engine.batch_size == 2  # type: ignore[attr-defined]  # engine_options reached the engine
+    hits = backend.retriever.search("Who ruled the duchy of Normandy?", 2)  # type: ignore[union-attr]
+    assert len(hits) == 2 and hits[0].passage.id.startswith("normans-")
+    live = LiveServer(create_app(config, backend)).start()
+    try:
+        client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=600)
+        reply = client.chat.completions.create(model=Path(trained_model).name, extra_body={"mode": "always"},
+                                               messages=[{"role": "user", "content": "Who ruled Normandy?"}])
+        assert reply.model_extra["selfrag"]["retrieved"] is True  # type: ignore[index]
+    finally:
+        live.stop()
