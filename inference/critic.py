@@ -21,7 +21,7 @@ Scores use the verdicts as probabilities 1/0: relevance 1 or 0, support 1 / 0.5 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from . import policy
 from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, GenerationRequest
+from .events import StreamEvent, TraceEvent, final_events
 from .scoring import CandidateScore
 
 logger = logging.getLogger(__name__)
@@ -137,17 +138,43 @@ class PromptedSelfRAG:
 
     def answer_many(self, questions: Sequence[str]) -> list[Answer]:
         works = [_Work(question, query=question) for question in questions]
+        answers: dict[int, str] = {}
+        for _ in self._phases(works, answers):
+            pass
+        return [self._finish(work, answers.get(id(work))) for work in works]
+
+    def stream(self, question: str) -> Iterator[StreamEvent]:
+        """Events for one question, as :meth:`SelfRAG.stream <selfrag.inference.runtime.SelfRAG.stream>` sends them.
+
+        Trace entries go out as each phase (decision, retrieval, relevance, answers, support and utility, a
+        re-retrieval round) ends; the text follows the last verdict, since a later round can still replace it.
+        """
+        work = _Work(question, query=question)
+        answers: dict[int, str] = {}
+        sent = 0
+        for _ in self._phases([work], answers):
+            while sent < len(work.trace):
+                yield TraceEvent(dict(work.trace[sent]))
+                sent += 1
+        answer = self._finish(work, answers.get(id(work)))
+        yield from final_events(answer, answer.trace[sent:])
+
+    def _phases(self, works: list[_Work], answers: dict[int, str]) -> Iterator[None]:
+        """The batched phases; yields after each so :meth:`stream` can send the new trace entries."""
         self._decide(works)
+        yield
         active = self._retrieve([work for work in works if work.retrieve])
+        yield
         while active:
             self._candidates(active)
+            yield
             active = self._retrieve([work for work in active if self._judge_round(work)])
+            yield
         alone = [work for work in works if not work.retrieve]
         replies = self._generate(
             [(work, ANSWER_ALONE.format(question=work.question)) for work in alone], self.config.max_tokens
         )
-        answers = dict(zip(map(id, alone), replies, strict=True))
-        return [self._finish(work, answers.get(id(work))) for work in works]
+        answers.update(zip(map(id, alone), replies, strict=True))
 
     # -- calls --------------------------------------------------------------------------------------
 

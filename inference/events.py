@@ -12,6 +12,7 @@ its verdict is final and is never retracted: the concatenation of every ``Segmen
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,3 +51,21 @@ class FinalEvent:
 
 
 StreamEvent = TraceEvent | SegmentEvent | CitationEvent | FinalEvent
+
+
+def final_events(answer: Answer, trace: Sequence[Mapping[str, Any]], closed_set: bool = False) -> Iterator[StreamEvent]:
+    """The events after the last phase: the trace entries not sent yet, the citations, the text, the final answer.
+
+    The text goes out segment by segment (each with its passage), so the deltas concatenate to ``answer.answer``;
+    a closed-set answer is the chosen label, sent whole.
+    """
+    for entry in trace:
+        yield TraceEvent(dict(entry))
+    for passage in answer.citations:
+        yield CitationEvent(passage)
+    if answer.segments and not closed_set:
+        for index, segment in enumerate(answer.segments):
+            yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
+    elif answer.answer:
+        yield SegmentEvent(answer.answer, answer.citations[0] if answer.citations else None)
+    yield FinalEvent(answer)

@@ -41,7 +41,7 @@ from . import closedset, policy
 from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit, context_problem
-from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
+from .events import StreamEvent, TraceEvent, final_events
 from .scoring import relevance_score, retrieve_probability, score_continuation
 
 logger = logging.getLogger(__name__)
@@ -129,16 +129,7 @@ class SelfRAG:
                 yield TraceEvent(dict(work.trace[sent]))
                 sent += 1
         answer = self._finish(work)
-        for entry in answer.trace[sent:]:
-            yield TraceEvent(dict(entry))
-        for passage in answer.citations:
-            yield CitationEvent(passage)
-        if answer.segments and not work.choices:  # a closed-set answer is the choice, not the sentences
-            for index, segment in enumerate(answer.segments):
-                yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
-        elif answer.answer:
-            yield SegmentEvent(answer.answer, answer.citations[0] if answer.citations else None)
-        yield FinalEvent(answer)
+        yield from final_events(answer, answer.trace[sent:], closed_set=bool(work.choices))
 
     # -- phases -------------------------------------------------------------------------------------
 

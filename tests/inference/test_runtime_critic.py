@@ -106,3 +106,38 @@ def test_no_retrieval_answers_alone(reflection_tokenizer) -> None:  # type: igno
 
     answer = PromptedSelfRAG(engine(reflection_tokenizer, alone), FixedRetriever([PARIS])).answer("2 + 2?")
     assert answer.answer == "Four." and not answer.retrieved and answer.engine_calls == 2
+
+
+def test_stream_sends_each_phase_as_it_ends_and_matches_answer(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
+
+    fake = engine(reflection_tokenizer, honest)
+    rag = PromptedSelfRAG(fake, FixedRetriever([PARIS, LYON]), InferenceConfig(top_k=2))
+    calls_when_sent: list[int] = []
+    events = []
+    for event in rag.stream(Q):
+        events.append(event)
+        calls_when_sent.append(len(fake.calls))
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and sum(isinstance(e, FinalEvent) for e in events) == 1
+    assert final.answer == rag.answer(Q)  # the same answer (and trace) as answer()
+    assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == final.answer.answer == "Paris."
+    assert [e.passage for e in events if isinstance(e, CitationEvent)] == [PARIS]
+    assert [e.entry for e in events if isinstance(e, TraceEvent)] == [dict(t) for t in final.answer.trace]
+    # incremental: the retrieve decision goes out after the first critic call, before the other four are made
+    first_trace = next(i for i, e in enumerate(events) if isinstance(e, TraceEvent))
+    assert calls_when_sent[first_trace] == 1 and calls_when_sent[-1] == 5
+    assert all(not isinstance(e, SegmentEvent) for e in events[: first_trace + 1])
+
+
+def test_stream_re_retrieval_sends_no_withdrawn_text(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.events import FinalEvent, SegmentEvent
+
+    def unsupported(prompt: str) -> str:
+        return "no" if "Is the statement supported" in prompt else honest(prompt)
+
+    rag = PromptedSelfRAG(engine(reflection_tokenizer, unsupported), FixedRetriever([PARIS]), InferenceConfig(top_k=1))
+    events = list(rag.stream(Q))
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and final.answer.abstained
+    assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == final.answer.answer
