@@ -7,7 +7,7 @@ transformers or vLLM. A backend decodes a batch of :class:`GenerationRequest` an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -90,7 +90,16 @@ class Engine(Protocol):
 
 
 def concat_generations(first: Generation, rest: Generation) -> Generation:
-    """One generation from a decode and its continuation (e.g. a pruning step and the rest of its branch)."""
+    """One generation from a decode and its continuation (e.g. a pruning step and the rest of its branch).
+
+    Where one part was scored exactly and the other by top-k, the exact part's bounds are 0.0 (log p <= 0: no
+    information), so the bounds stay one per position.
+    """
+    bounds: tuple[float, ...] = ()
+    if first.score_bounds or rest.score_bounds:
+        bounds = (first.score_bounds or (0.0,) * len(first.token_ids)) + (
+            rest.score_bounds or (0.0,) * len(rest.token_ids)
+        )
     return Generation(
         token_ids=first.token_ids + rest.token_ids,
         text=first.text + rest.text,
@@ -98,6 +107,47 @@ def concat_generations(first: Generation, rest: Generation) -> Generation:
         finish_reason=rest.finish_reason,
         prompt_tokens=first.prompt_tokens,
         seconds=first.seconds + rest.seconds,
+        score_bounds=bounds,
+    )
+
+
+def build_generation(
+    tokenizer: Any,
+    request: GenerationRequest,
+    tokens: Sequence[int],
+    positions: Sequence[Mapping[int, float]],
+    exact: bool,
+    eos_ids: Sequence[int],
+    seconds: float,
+) -> Generation:
+    """A :class:`Generation` from a remote or batched backend's raw output (the vllm and openai engines).
+
+    ``tokens`` are cut exactly where the hf engine stops (the first stop id or eos, kept); ``positions`` are the
+    log-probs the backend returned per generated position (any ids: the requested score ids are picked out).
+    With ``exact`` false (top-k log-probs only), each position's lowest returned log-prob is its bound.
+    """
+    tokens = [int(token_id) for token_id in tokens]
+    finish: FinishReason = "length"
+    for index, token_id in enumerate(tokens):
+        reason = finish_reason_of(token_id, request.stop_token_ids, eos_ids)
+        if reason is not None:
+            tokens, finish = tokens[: index + 1], reason
+            break
+    scores: list[dict[int, float]] = []
+    bounds: list[float] = []
+    for index in range(len(tokens)):
+        values = positions[index] if index < len(positions) and positions[index] else {}
+        scores.append({t: float(values[t]) for t in request.score_token_ids if t in values})
+        if request.score_token_ids and not exact:
+            bounds.append(min(values.values()) if values else float("-inf"))
+    return Generation(
+        token_ids=tuple(tokens),
+        text=tokenizer.decode(tokens, skip_special_tokens=False),
+        score_logprobs=tuple(scores),
+        finish_reason=finish,
+        prompt_tokens=len(request.prompt_ids),
+        seconds=seconds,
+        score_bounds=tuple(bounds),
     )
 
 

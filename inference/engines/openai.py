@@ -28,7 +28,7 @@ from typing import Any
 
 from selfrag.errors import SelfragError
 
-from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .base import Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
 
 logger = logging.getLogger(__name__)
@@ -145,28 +145,7 @@ class OpenAIEngine:
         exact: bool,
         seconds: float,
     ) -> Generation:
-        finish: FinishReason = "length"
-        for index, token_id in enumerate(tokens):
-            reason = finish_reason_of(token_id, request.stop_token_ids, self.eos_ids)
-            if reason is not None:
-                tokens, finish = tokens[: index + 1], reason
-                break
-        scores: list[dict[int, float]] = []
-        bounds: list[float] = []
-        for index in range(len(tokens)):
-            values = positions[index] if index < len(positions) else {}
-            scores.append({t: values[t] for t in request.score_token_ids if t in values})
-            if request.score_token_ids and not exact:
-                bounds.append(min(values.values()) if values else float("-inf"))
-        return Generation(
-            token_ids=tuple(tokens),
-            text=self.tokenizer.decode(tokens, skip_special_tokens=False),
-            score_logprobs=tuple(scores),
-            finish_reason=finish,
-            prompt_tokens=len(request.prompt_ids),
-            seconds=seconds,
-            score_bounds=tuple(bounds),
-        )
+        return build_generation(self.tokenizer, request, tokens, positions, exact, self.eos_ids, seconds)
 
     # -- HTTP -------------------------------------------------------------------------------------------
 

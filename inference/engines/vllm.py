@@ -26,7 +26,7 @@ from typing import Any
 from selfrag.errors import ModelNotFoundError
 from selfrag.models import resolve_model
 
-from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .base import Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
 
 logger = logging.getLogger(__name__)
@@ -178,40 +178,13 @@ class VLLMEngine:
         return LoRARequest(name, self._lora_ids[name], str(self.adapters[name]))
 
     def _generation(self, request: GenerationRequest, completion: Any, seconds: float) -> Generation:
-        tokens = [int(token_id) for token_id in completion.token_ids]
-        finish: FinishReason = "length"
-        for position, token_id in enumerate(tokens):  # cut exactly where the hf engine would stop
-            reason = finish_reason_of(token_id, request.stop_token_ids, self.eos_ids)
-            if reason is not None:
-                tokens, finish = tokens[: position + 1], reason
-                break
-        scores, bounds = _scores(completion.logprobs, request.score_token_ids, len(tokens), self._exact)
-        return Generation(
-            token_ids=tuple(tokens),
-            text=self.tokenizer.decode(tokens, skip_special_tokens=False),
-            score_logprobs=scores,
-            finish_reason=finish,
-            prompt_tokens=len(request.prompt_ids),
-            seconds=seconds,
-            score_bounds=bounds,
+        positions = [
+            {int(token_id): float(getattr(item, "logprob", item)) for token_id, item in (entry or {}).items()}
+            for entry in (completion.logprobs or [])
+        ]
+        return build_generation(
+            self.tokenizer, request, completion.token_ids, positions, self._exact, self.eos_ids, seconds
         )
-
-
-def _scores(
-    logprobs: Sequence[Mapping[int, Any]] | None, score_ids: Sequence[int], length: int, exact: bool
-) -> tuple[tuple[dict[int, float], ...], tuple[float, ...]]:
-    """Per position: the log-probs of the score ids that vLLM returned; with top-k, the k-th as the bound."""
-    if not score_ids or not logprobs:
-        return tuple({} for _ in range(length)), ()
-    scores: list[dict[int, float]] = []
-    bounds: list[float] = []
-    for position in range(length):
-        entry = logprobs[position] if position < len(logprobs) and logprobs[position] else {}
-        values = {int(token_id): float(getattr(item, "logprob", item)) for token_id, item in entry.items()}
-        scores.append({token_id: values[token_id] for token_id in score_ids if token_id in values})
-        if not exact:
-            bounds.append(min(values.values()) if values else float("-inf"))
-    return tuple(scores), tuple(bounds)
 
 
 def _is_cpu_build() -> bool:
