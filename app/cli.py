@@ -181,7 +181,12 @@ def _one_line(text: str) -> str:
 def _os_error_line(error: OSError) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = lines[0] if lines else type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    text = text if len(text) <= 300 else text[:297] + "..."
+    if "huggingface.co" in text and ("connect" in text or "resolve" in text.lower()):
+        # An unreachable hub id: say what to do instead of only what failed.
+        text += ("; the hub is unreachable from here: give a local model directory or a built-in name, or download "
+                 "it where the hub is reachable (HF_HUB_OFFLINE=1 fails at once instead of retrying)")
+    return text
 
 
 def _quiet_libraries() -> None:
@@ -190,6 +195,7 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     for name in ("httpx", "urllib3", "datasets", "bm25s"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("huggingface_hub.utils._http").setLevel(logging.ERROR)  # five "Retrying in 8s" lines
     try:
         from transformers.utils import logging as hf_logging
 

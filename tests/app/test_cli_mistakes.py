@@ -180,3 +180,14 @@ def test_output_that_is_a_file_is_refused_before_any_work(
     assert stderr_lines(capsys) == [
         f"selfrag train: error: output_dir {str(records)!r} is an existing file, not a directory; give a directory path"
     ]
+
+
+def test_an_unreachable_hub_id_is_one_line_with_the_fix() -> None:
+    from selfrag.app.cli import _os_error_line
+
+    error = OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in "
+                    "the cached files.\nCheck your internet connection or see how to run the library in offline mode")
+    line = _os_error_line(error)
+    assert "\n" not in line and line.startswith("We couldn't connect to 'https://huggingface.co'")
+    assert "give a local model directory or a built-in name" in line and "HF_HUB_OFFLINE=1" in line
+    assert _os_error_line(OSError("No space left on device")) == "No space left on device"
