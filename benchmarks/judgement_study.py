@@ -30,7 +30,8 @@ LOGS = REPO / "runs" / "study-logs"
 #: Arms timed on a CPU shared with seven other sessions (2-4x slower than alone), before logits were kept only
 #: where a label is read (commit 608149b, ~2x faster steps).
 SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, old loss)",
-          "C-reflonly-rel10": " (old loss)", "H-text0.1-lr2e-3": " (tests running beside it)"}
+          "C-reflonly-rel10": " (old loss)", "H-text0.1-lr2e-3": " (tests running beside it)",
+          "L-start5-600steps": " (tests running beside it for ~15 min)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",

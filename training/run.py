@@ -75,7 +75,8 @@ class TrainResult:
         lines = [
             f"adapter written to {self.output_dir} ({self.train_examples} training examples, "
             f"{self.held_out_examples} held out, {self.skipped_too_long} skipped as too long)",
-            f"loss {first:.3f} -> {last:.3f} over {len(self.losses)} logged steps"
+            (f"loss {first:.3f} -> {last:.3f} over {len(self.losses)} logged steps" if self.losses
+             else "loss not logged (fewer steps than training.logging_steps)")
             + (f" (resumed from {self.resumed_from})" if self.resumed_from else ""),
             f"held-out reflection-token accuracy: {accuracy or 'n/a'}",
         ]
