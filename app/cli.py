@@ -184,8 +184,10 @@ def _os_error_line(error: OSError) -> str:
     text = text if len(text) <= 300 else text[:297] + "..."
     if "huggingface.co" in text and ("connect" in text or "resolve" in text.lower()):
         # An unreachable hub id: say what to do instead of only what failed.
-        text += ("; the hub is unreachable from here: give a local model directory or a built-in name, or download "
-                 "it where the hub is reachable (HF_HUB_OFFLINE=1 fails at once instead of retrying)")
+        text = text.rstrip(".") + (
+            "; the hub is unreachable from here: give a local model directory or a built-in name, or download it "
+            "where the hub is reachable (HF_HUB_OFFLINE=1 fails at once instead of retrying)"
+        )
     return text
 
 

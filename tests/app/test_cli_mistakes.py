@@ -155,8 +155,9 @@ def test_os_error_from_a_library_is_one_line(
     monkeypatch.setattr("selfrag.inference.ask.ask_many", unreachable)
     assert main([*ASK, "Q?"]) == 2
     assert stderr_lines(capsys) == [
-        "selfrag ask: error: We couldn't connect to 'https://huggingface.co' to load the files. "
-        "(run with -v for details)"
+        "selfrag ask: error: We couldn't connect to 'https://huggingface.co' to load the files; the hub is "
+        "unreachable from here: give a local model directory or a built-in name, or download it where the hub is "
+        "reachable (HF_HUB_OFFLINE=1 fails at once instead of retrying) (run with -v for details)"
     ]
 
 
