@@ -87,6 +87,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.loss_weights.text=0.1", "training.loss_weights.answer_start=5", "training.row_lr_multiplier=10",
          "training.max_steps=150", "judgement_items=100"],
     ),
+    "M-text0.3-rel10": (
+        "B with IsREL weight 10 and the answer words at 0.3 (between B's 1 and D's 0.1)",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
+         "training.loss_weights.text=0.3", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "judgement_items=100"],
+    ),
     "L-start5-600steps": (
         "K for 600 steps (4x the quickstart budget: the full CPU recipe's length)",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
