@@ -14,7 +14,7 @@ answers each time: it is cheap next to decoding, and a changed judge must not re
 * the same fingerprint keeps the mode's answered rows and answers only the rest (a killed run loses at most the
   batch in flight; a finished mode is not decoded again);
 * a different fingerprint discards that mode's rows and answers it again, with a log line naming the mode;
-* rows are appended and fsynced one batch at a time; a line cut by a kill is dropped.
+* rows are appended and fsynced one batch at a time (``JsonlAppender``); a line cut by a kill is dropped.
 
 So retraining a model re-runs ``single_pass`` only, and a changed calibration does too, while the base-model modes
 (the prompted critic is the slowest) are kept.
@@ -25,12 +25,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from selfrag.fsutil import write_json
+from selfrag.jsonl import JsonlAppender, truncate_partial_line
 from selfrag.runs import file_digest
 
 logger = logging.getLogger(__name__)
@@ -95,17 +95,13 @@ class AnswerStore:
         entry = self.state.get(mode)
         path = self._path(mode)
         if entry is not None and entry.get("fingerprint") == fingerprint and path.is_file():
-            rows = _read_complete_lines(path)
-            ids = [row.get("id") for row in rows]
-            if ids == list(example_ids[: len(rows)]):
+            truncate_partial_line(path)  # a line cut by a kill is answered again
+            rows = _read_rows(path)
+            ids = [row.get("id") for row in rows] if rows is not None else None
+            if rows is not None and ids == list(example_ids[: len(rows)]):
                 if rows:
-                    logger.info(
-                        "%s: %d of %d answers kept from the last run with the same settings",
-                        mode,
-                        len(rows),
-                        len(example_ids),
-                    )
-                _rewrite(path, rows)  # drop a line cut by a kill before appending after it
+                    logger.info("%s: %d of %d answers kept from the last run with the same settings",
+                                mode, len(rows), len(example_ids))
                 return rows
             logger.warning("%s: the kept answers do not match the examples; answering again", mode)
         elif entry is not None:
@@ -117,11 +113,8 @@ class AnswerStore:
 
     def append(self, mode: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Append one batch's rows, flushed and fsynced (a kill loses at most the batch in flight)."""
-        with self._path(mode).open("a", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        with JsonlAppender(self._path(mode)) as appender:
+            appender.write(rows)
 
     def finish(self, mode: str) -> None:
         self.state.setdefault(mode, {})["finished"] = True
@@ -138,20 +131,9 @@ class AnswerStore:
         return dropped
 
 
-def _read_complete_lines(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    text = path.read_text("utf-8", errors="replace")
-    for line in text.split("\n")[:-1] if not text.endswith("\n") else text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            break  # a line cut by a kill: it and anything after it are answered again
-    return rows
-
-
-def _rewrite(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    from selfrag.jsonl import write_jsonl_atomic
-
-    write_jsonl_atomic(path, list(rows))
+def _read_rows(path: Path) -> list[dict[str, Any]] | None:
+    """The kept rows, or None when a line is not JSON (then the mode is answered again)."""
+    try:
+        return [json.loads(line) for line in path.read_text("utf-8").split("\n") if line.strip()]
+    except ValueError:  # also UnicodeDecodeError
+        return None
