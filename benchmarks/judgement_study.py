@@ -125,14 +125,18 @@ def score_arm(name: str, items: int) -> Path:
     Training logs the judgement on ``judgement_items`` (100 in the arms, to keep each run short); the same
     questions plus more are scored here from the saved adapter, so the final table has >= 300 items per class.
     """
-    from selfrag.config import load_config
+    import yaml
+
+    from selfrag.config import from_dict
     from selfrag.training.config import TrainConfig
     from selfrag.training.export import load_trained
     from selfrag.training.judgement import headline, judge, write_report
     from selfrag.training.run import judgement_set
 
     out = RUNS / name
-    config = load_config(TrainConfig, out / "config.yaml")
+    settings = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    settings.pop("overwrite", None)  # arms trained before `restart` replaced it
+    config = from_dict(TrainConfig, settings)
     model, tokenizer, meta = load_trained(out)
     examples = judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template)
     start = time.time()
