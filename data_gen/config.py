@@ -80,8 +80,8 @@ class GenerateConfig:
 
     corpus: Path = help_field("Corpus: JSONL lines {id, title, text}, or a folder of .txt/.md files.")
     output: Path = help_field(
-        "Output directory: records.jsonl, stats.json and config.yaml go here. A rerun into the same directory "
-        "resumes; give each shard its own directory."
+        "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "
+        "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory."
     )
     queries: Path | None = help_field(
         "Queries JSONL: question, optional id, answer/answers/output, answerable, gold_passage_ids, "
@@ -100,8 +100,9 @@ class GenerateConfig:
         "labeler=llm: passages retrieved (BM25) for each retrieval decision; each gets a relevance label.", default=3
     )
     heldout: float = help_field(
-        "labeler=llm: fraction of QUESTIONS (by a stable hash of id and seed) whose records go to heldout.jsonl "
-        "instead of records.jsonl; a question never has records on both sides.",
+        "Fraction of QUESTIONS (by a stable hash of id and seed) whose records go to heldout.jsonl and critic rows "
+        "to critic-heldout.jsonl instead of records.jsonl / critic.jsonl; a question never has records on both "
+        "sides. labeler=gold applies it within the queries that split selects.",
         default=0.0,
     )
     label_retries: int = help_field(

@@ -5,7 +5,8 @@
 Each shard ran ``selfrag generate ... shard=i/N output=runs/data-i`` (on any machine). The merge checks
 that the shards used the same settings and that together they are exactly ``0/N .. N-1/N``, then writes
 the same files a single unsharded run would have written (byte for byte: they are rendered from the
-journal, sorted by id), plus the union of the teacher-call caches. Gold runs merge their records.
+journal, sorted by id), plus the union of the teacher-call caches. Gold runs merge their records (sorted by
+id) and held-out records, and render the critic files from them.
 """
 
 from __future__ import annotations
@@ -126,15 +127,23 @@ def _merge_caches(paths: list[Path], target: Path) -> None:
 
 
 def _merge_gold(shards: list[Path], output: Path) -> dict[str, Any]:
+    from selfrag.data_gen.gold_outputs import HELDOUT_FILE, write_critic
     from selfrag.data_gen.run import RECORDS_FILE, STATS_FILE, record_stats
 
-    rows: dict[str, dict[str, Any]] = {}
-    for shard in shards:
-        for _, row in read_jsonl(shard / RECORDS_FILE, "records"):
-            if row["id"] in rows:
-                raise InputError(f"record {row['id']!r} is in two shards ({shard}); were they cut with one N?")
-            rows[row["id"]] = row
-    write_jsonl_atomic(output / RECORDS_FILE, (rows[key] for key in sorted(rows)))
+    seen: set[str] = set()
+    for name in (RECORDS_FILE, HELDOUT_FILE):
+        rows: dict[str, dict[str, Any]] = {}
+        for shard in shards:
+            if name == HELDOUT_FILE and not (shard / name).exists():
+                continue  # a shard written before the gold path had held-out questions
+            for _, row in read_jsonl(shard / name, "records"):
+                if row["id"] in seen:
+                    raise InputError(f"record {row['id']!r} is in two shards ({shard}); were they cut with one N?")
+                seen.add(row["id"])
+                rows[row["id"]] = row
+        write_jsonl_atomic(output / name, (rows[key] for key in sorted(rows)))
     stats = record_stats(output / RECORDS_FILE)
+    stats["heldout_records"] = record_stats(output / HELDOUT_FILE)["records"]
+    stats.update(write_critic(output))
     write_json(output / STATS_FILE, stats)
     return stats

@@ -6,9 +6,11 @@
 ``labeler=gold`` (below) derives labels from a data set's annotations; ``labeler=llm`` asks a teacher
 for every label (see :mod:`selfrag.data_gen.pipeline`).
 
-Writes ``records.jsonl`` (one :class:`selfrag.trajectory.Record` per line), ``stats.json`` and the
-resolved ``config.yaml`` into ``output``. A killed run resumes when rerun into the same directory:
-records already written are kept and never written twice.
+Writes ``records.jsonl`` (one :class:`selfrag.trajectory.Record` per line), ``heldout.jsonl`` (the records
+of the ``heldout`` fraction of questions, by a stable hash of question id and seed), ``critic.jsonl`` /
+``critic-heldout.jsonl`` (one row per gold decision, see :mod:`selfrag.data_gen.gold_outputs`), ``stats.json``
+and the resolved ``config.yaml`` into ``output``. A killed run resumes when rerun into the same directory:
+records already written are kept and never written twice, and the critic files are rendered again from them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.distractors import Evidence, NegativeMix, find_evidence
 from selfrag.data_gen.gold import GoldLabeler
+from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
+from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
@@ -38,14 +42,13 @@ from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
 
-RECORDS_FILE = "records.jsonl"
 STATS_FILE = "stats.json"
 CONFIG_FILE = "config.yaml"
 BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "train_abstain_text", "abstain_text",
+    "train_abstain_text", "abstain_text", "heldout", "seed",
 )
 
 T = TypeVar("T")
@@ -65,9 +68,12 @@ class GenerateResult:
         if self.message:
             return self.message
         run_stats = self.stats.get("run", {})
+        critic = self.stats.get("critic_records", {})
         lines = [
             f"wrote {self.records_written} records ({self.stats.get('records', 0)} in all, "
             f"{self.stats.get('queries', 0)} queries) to {self.records_path}",
+            f"held out: {self.stats.get('heldout_records', 0)} records; critic rows: {critic.get('train', 0)} "
+            f"train, {critic.get('heldout', 0)} held out",
             f"already done: {run_stats.get('queries_already_done', 0)} queries; "
             f"skipped: {run_stats.get('skipped') or 'none'}",
         ]
@@ -93,7 +99,8 @@ def run(config: GenerateConfig) -> GenerateResult:
     output = Path(config.output)
     records_path = output / RECORDS_FILE
     if config.restart and (output / CONFIG_FILE).exists():
-        (output / RECORDS_FILE).unlink(missing_ok=True)
+        for name in (*CRITIC_OF, *CRITIC_OF.values()):
+            (output / name).unlink(missing_ok=True)
     check_resumable(config, output)  # before any slow work: resuming needs the same content settings
 
     # --- Load corpus and queries (malformed lines raise InputError with file:line) -------------
@@ -108,7 +115,7 @@ def run(config: GenerateConfig) -> GenerateResult:
         selected = selected[: config.limit]
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
-    done = written_ids(records_path)
+    done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
     write_resolved(config, output, CONFIG_FILE)
     if done:
         logger.info("resuming: %d records already in %s", len(done), records_path)
@@ -121,7 +128,11 @@ def run(config: GenerateConfig) -> GenerateResult:
     retriever = BM25Retriever(passages)
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
-    with JsonlAppender(records_path) as appender, tqdm(total=len(selected), desc="generate", unit="query") as bar:
+    with (
+        JsonlAppender(records_path) as appender,
+        JsonlAppender(output / HELDOUT_FILE) as heldout_appender,
+        tqdm(total=len(selected), desc="generate", unit="query") as bar,
+    ):
         for batch in batched(selected, BATCH_SIZE):
             labelable = []
             for query in batch:
@@ -131,7 +142,7 @@ def run(config: GenerateConfig) -> GenerateResult:
                 else:
                     skipped[problem] += 1
             evidence = evidence_for(labelable, retriever, passages_by_id, mix, selected)
-            rows = []
+            rows: dict[bool, list[dict[str, Any]]] = {False: [], True: []}  # by held out
             for query, found in zip(labelable, evidence, strict=True):
                 records = labeler.label(query, found)
                 new = [record for record in records if record.id not in done]
@@ -140,13 +151,16 @@ def run(config: GenerateConfig) -> GenerateResult:
                 else:
                     counts["queries_labelled" if new else "queries_already_done"] += 1
                 done.update(record.id for record in new)
-                rows += [record.to_json() for record in new]
-            appender.write(rows)
-            counts["records_written"] += len(rows)
+                rows[is_heldout(query.id, config.heldout, config.seed)] += [record.to_json() for record in new]
+            appender.write(rows[False])
+            heldout_appender.write(rows[True])
+            counts["records_written"] += len(rows[False]) + len(rows[True])
             bar.update(len(batch))
 
-    # --- Stats over everything in records.jsonl -------------------------------------------------
+    # --- Critic rows and stats, over everything in the records files ----------------------------
     stats = record_stats(records_path)
+    stats["heldout_records"] = record_stats(output / HELDOUT_FILE)["records"]
+    stats.update(write_critic(output))
     stats["run"] = {
         "queries_selected": len(selected),
         "queries_labelled": counts["queries_labelled"],

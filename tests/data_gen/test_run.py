@@ -11,11 +11,13 @@ from selfrag.config import load_config
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.merge import MergeConfig, merge
 from selfrag.data_gen.run import run, select_queries
 from selfrag.errors import ConfigError, InputError
 from selfrag.trajectory import Record, parse_trajectory
 
 REPO = Path(__file__).resolve().parents[2]
+GOLD_FILES = ("records.jsonl", "heldout.jsonl", "critic.jsonl", "critic-heldout.jsonl")
 
 
 def make_config(output: Path, corpus: Path = DEMO_CORPUS, queries: Path = DEMO_QUERIES, **extra) -> GenerateConfig:  # type: ignore[no-untyped-def]
@@ -46,22 +48,60 @@ def test_records_round_trip_and_parse(tmp_path: Path) -> None:
 
 
 def test_resume_after_a_kill(tmp_path: Path) -> None:
-    whole = run(make_config(tmp_path / "whole", limit=310))
-    expected = lines(whole.records_path)
-    # A killed run: the first 100 records plus half of the next line.
+    whole = run(make_config(tmp_path / "whole", limit=310, heldout=0.2))
+    expected = {name: (tmp_path / "whole" / name).read_bytes() for name in GOLD_FILES}
+    # A killed run: the first 100 records plus half of the next line, the same in heldout.jsonl, and a critic
+    # file from an earlier render (it is rendered again from the records).
     killed = tmp_path / "killed"
     killed.mkdir()
-    partial = "\n".join(expected[:100]) + "\n" + expected[100][: len(expected[100]) // 2]
-    (killed / "records.jsonl").write_text(partial, encoding="utf-8")
-    resumed = run(make_config(killed, limit=310))
+    for name, keep in (("records.jsonl", 100), ("heldout.jsonl", 10)):
+        full = lines(tmp_path / "whole" / name)
+        (killed / name).write_text("\n".join(full[:keep]) + "\n" + full[keep][: len(full[keep]) // 2], encoding="utf-8")
+    (killed / "critic.jsonl").write_text(lines(tmp_path / "whole" / "critic.jsonl")[0] + "\n", encoding="utf-8")
+    resumed = run(make_config(killed, limit=310, heldout=0.2))
     got = lines(resumed.records_path)
-    assert len(got) == len(set(got)) == len(expected)
-    assert set(got) == set(expected)
-    assert resumed.records_written == len(expected) - 100
+    assert len(got) == len(set(got)) == len(lines(whole.records_path))
+    assert {name: (killed / name).read_bytes() for name in GOLD_FILES} == expected
+    assert resumed.records_written == whole.records_written - 110
     # Running again writes nothing.
-    again = run(make_config(killed, limit=310))
+    again = run(make_config(killed, limit=310, heldout=0.2))
     assert again.records_written == 0 and lines(again.records_path) == got
     assert again.stats["run"]["queries_already_done"] == 310
+    assert {name: (killed / name).read_bytes() for name in GOLD_FILES} == expected
+
+
+def test_critic_rows_and_heldout_split_are_by_question(tmp_path: Path) -> None:
+    result = run(make_config(tmp_path / "out", distractors=1, limit=310, heldout=0.3, seed=3))
+    out = tmp_path / "out"
+    train = {json.loads(line)["meta"]["query_id"] for line in lines(out / "records.jsonl")}
+    held = {json.loads(line)["meta"]["query_id"] for line in lines(out / "heldout.jsonl")}
+    assert train and held and not train & held and len(train | held) == 310
+    assert 0.2 < len(held) / 310 < 0.4
+    critic = [json.loads(line) for line in lines(out / "critic.jsonl")]
+    critic_held = [json.loads(line) for line in lines(out / "critic-heldout.jsonl")]
+    assert {row["query_id"] for row in critic} == train and {row["query_id"] for row in critic_held} == held
+    assert result.stats["critic_records"] == {"train": len(critic), "heldout": len(critic_held)}
+    assert result.stats["heldout_records"] == len(lines(out / "heldout.jsonl"))
+    # every relevance verdict of a record is a critic row; identical decisions of one question are written once
+    relevance = {
+        (row["query_id"], row["passage"]["id"], row["target"])
+        for row in critic + critic_held
+        if row["type"] == "relevance"
+    }
+    from_records = {
+        (row["meta"]["query_id"], segment["passage"]["id"], segment["relevance"]["value"])
+        for name in ("records.jsonl", "heldout.jsonl")
+        for row in map(json.loads, lines(out / name))
+        for segment in row["segments"]
+        if segment.get("relevance")
+    }
+    assert relevance == from_records
+    ids = [row["id"] for row in critic + critic_held]
+    assert len(ids) == len(set(ids))
+    assert "critic rows:" in result.summary()
+    # the default keeps every question in records.jsonl (the split is meta.split's)
+    plain = run(make_config(tmp_path / "plain", distractors=1, limit=310))
+    assert plain.stats["heldout_records"] == 0 and (tmp_path / "plain" / "critic-heldout.jsonl").read_text() == ""
 
 
 def test_resume_refuses_other_settings(tmp_path: Path) -> None:
@@ -69,6 +109,20 @@ def test_resume_refuses_other_settings(tmp_path: Path) -> None:
     run(make_config(tmp_path / "out", limit=10))  # more queries, same settings: fine
     with pytest.raises(ConfigError, match="distractors=3"):
         run(make_config(tmp_path / "out", distractors=3))
+
+
+def test_gold_shards_merge_records_and_critic(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
+    whole = tmp_path / "whole"
+    run(make_config(whole, *tiny_data, split="all", heldout=0.3))
+    shards = [tmp_path / f"s{i}" for i in range(3)]
+    for index, shard in enumerate(shards):
+        run(make_config(shard, *tiny_data, split="all", heldout=0.3, shard=f"{index}/3"))
+    merged = tmp_path / "merged"
+    merge(load_config(MergeConfig, None, [f"shards=[{','.join(map(str, shards))}]", f"output={merged}"]))
+    for name in ("critic.jsonl", "critic-heldout.jsonl"):
+        assert (merged / name).read_bytes() == (whole / name).read_bytes(), name
+    for name in ("records.jsonl", "heldout.jsonl"):
+        assert sorted(lines(merged / name)) == sorted(lines(whole / name)), name
 
 
 def test_shards_partition_the_queries(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
