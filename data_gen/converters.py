@@ -12,7 +12,8 @@ Each converter keeps the data set's own evidence annotation, so the gold labeler
   ``needs_retrieval: true``; the context passages that contain a gold answer are the gold passages.
 * ``begin``     — BEGIN: a dialogue turn, the knowledge snippet, and a response judged attributable to it or
   not: ``output`` is the response, the knowledge is the gold passage, ``meta.support`` the gold IsSUP
-  label (``[Fully supported]`` / ``[No support / Contradictory]``; "Generic" responses are skipped).
+  label (``[Fully supported]`` / ``[No support / Contradictory]``; "Generic" responses are skipped). The gold
+  labeler writes one record per response with that label (see :mod:`selfrag.data_gen.gold`).
 
 Every query carries ``meta.source`` and ``meta.split`` (a stable hash: about 10% ``test``).
 """

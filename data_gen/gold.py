@@ -7,6 +7,7 @@ Per query (every record is one segment plus a utility label)::
     unanswerable:  [Retrieval]<paragraph>P</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     negative D:    [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     support neg.:  [Retrieval]<paragraph>G</paragraph>[Relevant]{wrong}[No support / Contradictory][Utility:1]
+    judged output: [Retrieval]<paragraph>G</paragraph>[Relevant]{output}{meta.support}[Utility:5 or 1]
 
 The rule is one observable fact per label: a passage is ``[Relevant]`` exactly when it holds the evidence (the
 gold passage, which contains the answer span); an unanswerable question has no relevant passage, so its own
@@ -21,13 +22,22 @@ such a continuation, and training it made 67% of retrieval records teach the abs
 model's answer to everything -- and the wrong answer of a support negative, which the model must judge but
 never say. ``train_abstain_text=True`` trains the abstain sentence as before.
 
+A query whose data set judged its ``output`` against its gold passage (BEGIN: ``meta.support`` is
+``[Fully supported]`` or ``[No support / Contradictory]``) gives one record, ``<query id>/response``: the gold
+passage is ``[Relevant]`` (the knowledge the response was written from), the support label is the data set's.
+Utility follows the rule of every retrieval record above, since BEGIN rates no utility: ``[Utility:5]`` for a
+fully supported output (``meta.kind`` ``gold``), ``[Utility:1]`` otherwise (``support-negative``, text masked:
+the model judges an unsupported response, never learns to say it). Such a query gets no negatives: with no
+answer span, no other passage can be shown irrelevant without reading it (neighbouring dialogue turns share
+their article).
+
 ``answer`` is the first gold answer; ``abstain`` is :data:`ABSTAIN_TEXT` unless configured otherwise.
 Record ids are stable (``<query id>/gold``, ``<query id>/distractor-0``), so a rerun can skip them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from selfrag import reflection as rf
@@ -48,6 +58,23 @@ def _label(value: str) -> Label:
     return Label(value, labeler=LABELER)
 
 
+def has_judged_output(query: Query) -> bool:
+    """Whether the data set judged the query's ``output`` against its gold passage (``meta.support``, BEGIN)."""
+    return query.meta.get("support") is not None
+
+
+def check_support_labels(queries: Iterable[Query], source: str) -> None:
+    """Every ``meta.support`` must be an IsSUP token; ``InputError`` naming the file, query and value otherwise."""
+    allowed = rf.GROUPS[rf.Group.SUPPORT]
+    for query in queries:
+        value = query.meta.get("support")
+        if value is not None and value not in allowed:
+            raise InputError(
+                f"{source}: query {query.id!r}: meta.support must be one of {list(allowed)}, got {value!r}; "
+                "write one of them (BEGIN's 'Fully attributable' is [Fully supported]) or remove meta.support"
+            )
+
+
 class GoldLabeler:
     """Turns each query (with its evidence) into gold-labelled trajectory records."""
 
@@ -62,6 +89,12 @@ class GoldLabeler:
 
     def problem(self, query: Query) -> str | None:
         """Why this query cannot be gold-labelled (a short reason for the stats), or None."""
+        if has_judged_output(query):
+            if query.output is None:
+                return "meta.support without output"
+            if query.needs_retrieval is False or not query.gold_passage_ids:
+                return "meta.support without gold passage"
+            return None
         if query.answerable and not query.answers:
             return "answerable without answers"
         if query.needs_retrieval is not False and query.answerable and not query.gold_passage_ids:
@@ -72,6 +105,8 @@ class GoldLabeler:
         """The records of one query; empty when :meth:`problem` names a reason."""
         if self.problem(query) is not None:
             return []
+        if has_judged_output(query):
+            return [self._judged_output(query)]
         if query.needs_retrieval is False:
             segment = Segment(query.answers[0], retrieve=_label(rf.NO_RETRIEVAL))
             return [self._record(query, "no-retrieval", "no-retrieval", segment, BEST_UTILITY)]
@@ -109,6 +144,16 @@ class GoldLabeler:
                     )
                 )
         return records
+
+    def _judged_output(self, query: Query) -> Record:
+        assert query.output is not None  # problem() says so first
+        support = str(query.meta["support"])
+        supported = support == rf.FULLY_SUPPORTED
+        gold = self._passage(query, query.gold_passage_ids[0])
+        kind = "gold" if supported else "support-negative"
+        return self._evidence_record(
+            query, "response", kind, gold, rf.RELEVANT, query.output, support, untrained=not supported
+        )
 
     def _passage(self, query: Query, passage_id: str) -> Passage:
         try:

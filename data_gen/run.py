@@ -31,7 +31,7 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.distractors import Evidence, NegativeMix, find_evidence
-from selfrag.data_gen.gold import GoldLabeler
+from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
@@ -113,6 +113,7 @@ def run(config: GenerateConfig) -> GenerateResult:
     selected = select_queries(queries, config.split, config.shard, config.queries)
     if config.limit is not None:
         selected = selected[: config.limit]
+    check_support_labels(selected, str(config.queries))
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
@@ -229,16 +230,18 @@ def evidence_for(
     distractors: int | NegativeMix,
     answer_pool: Sequence[Query] = (),
 ) -> list[Evidence]:
-    """Search only for queries that retrieve; a no-retrieval query gets empty evidence.
+    """Search only for queries that retrieve and take negatives; the others (no retrieval, a judged output) get
+    empty evidence.
 
     ``answer_pool``: the questions whose answers may serve as support negatives (all selected ones, so a
     batch boundary does not change a record).
     """
-    searching = [query for query in queries if query.needs_retrieval is not False]
+    searches = [query.needs_retrieval is not False and not has_judged_output(query) for query in queries]
+    searching = [query for query, search in zip(queries, searches, strict=True) if search]
     found = iter(
         find_evidence(searching, retriever, passages_by_id, distractors, answer_pool=answer_pool) if searching else []
     )
-    return [next(found) if query.needs_retrieval is not False else Evidence(()) for query in queries]
+    return [next(found) if search else Evidence(()) for search in searches]
 
 
 def record_stats(records_path: Path) -> dict[str, Any]:

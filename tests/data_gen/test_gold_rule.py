@@ -7,7 +7,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
-from selfrag.data_gen.distractors import NegativeMix, answer_form, find_evidence
+from selfrag.data_gen.distractors import Evidence, NegativeMix, answer_form, find_evidence
 from selfrag.data_gen.gold import ABSTAIN_TEXT, GoldLabeler
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -43,7 +43,11 @@ def evidence(queries: list[Query], mix: NegativeMix) -> dict[str, Any]:
 
 
 MUSEUM = query(
-    "q-museum", "Which museum in the capital of France opened in 1793?", ("The Louvre",), ("paris-1-0",), "Paris",
+    "q-museum",
+    "Which museum in the capital of France opened in 1793?",
+    ("The Louvre",),
+    ("paris-1-0",),
+    "Paris",
     ["paris-1-0"],
 )
 
@@ -110,9 +114,10 @@ def test_untrained_text_is_masked_but_reflection_tokens_are_trained(tiny_tokeniz
     tokenizer = copy.deepcopy(tiny_tokenizer)
     token_ids = prepare_tokens(tiny_model_builder(len(tokenizer)), tokenizer, "add")
     (found,) = evidence([FRANCE], NegativeMix(retrieved=1)).values()
-    masked, plain = GoldLabeler(BY_ID).label(FRANCE, found)[1], GoldLabeler(BY_ID, train_abstain_text=True).label(
-        FRANCE, found
-    )[1]
+    masked, plain = (
+        GoldLabeler(BY_ID).label(FRANCE, found)[1],
+        GoldLabeler(BY_ID, train_abstain_text=True).label(FRANCE, found)[1],
+    )
     a = encode_record(masked, tokenizer, token_ids, "auto")
     b = encode_record(plain, tokenizer, token_ids, "auto")
     assert a["input_ids"] == b["input_ids"]
@@ -124,3 +129,40 @@ def test_untrained_text_is_masked_but_reflection_tokens_are_trained(tiny_tokeniz
     text_a = [t for t in trained_a if token_ids.token(t) is None]
     assert text_a == [tokenizer.eos_token_id]  # only the closing EOS; the abstain words are masked
     assert len(trained_b) > len(trained_a)
+
+
+def begin_query(qid: str, support: str | None, output: str | None = "Paris is the capital of France.") -> Query:
+    """A BEGIN-style query: a dialogue turn, a response judged against its knowledge snippet (the gold passage)."""
+    meta: dict[str, Any] = {"split": "train", "source": "begin"}
+    if support is not None:
+        meta["support"] = support
+    return Query(qid, "I would love to visit France one day.", (), True, ("paris-0-0",), True, meta, output)
+
+
+def test_judged_output_keeps_the_data_sets_support_label() -> None:
+    labeler = GoldLabeler(BY_ID)
+    (supported,) = labeler.label(begin_query("b-yes", rf.FULLY_SUPPORTED), Evidence(()))
+    assert supported.id == "b-yes/response" and supported.meta["kind"] == "gold"
+    assert supported.render() == (
+        "[Retrieval]<paragraph>Paris\nParis is the capital of France. It lies on the Seine.</paragraph>"
+        "[Relevant]Paris is the capital of France.[Fully supported][Utility:5]"
+    )
+    assert "untrained_text" not in supported.meta  # a supported response is trained like a gold answer
+    wrong = "Paris lies on the Danube."
+    (unsupported,) = labeler.label(begin_query("b-no", rf.NO_SUPPORT, wrong), Evidence(()))
+    assert unsupported.render() == (
+        "[Retrieval]<paragraph>Paris\nParis is the capital of France. It lies on the Seine.</paragraph>"
+        f"[Relevant]{wrong}[No support / Contradictory][Utility:1]"
+    )
+    assert unsupported.meta["kind"] == "support-negative"
+    assert unsupported.meta["untrained_text"] is True  # judged, never trained to say
+    assert all(label.labeler == "gold" for label in (unsupported.utility, unsupported.segments[0].support))  # type: ignore[union-attr]
+
+
+def test_judged_output_problems() -> None:
+    labeler = GoldLabeler(BY_ID)
+    assert labeler.problem(begin_query("b", rf.NO_SUPPORT)) is None
+    assert labeler.problem(begin_query("b", rf.NO_SUPPORT, output=None)) == "meta.support without output"
+    no_passage = Query("b", "Hi?", (), True, (), True, {"support": rf.FULLY_SUPPORTED}, "Hello.")
+    assert labeler.problem(no_passage) == "meta.support without gold passage"
+    assert labeler.problem(begin_query("b", None)) == "answerable without answers"  # no support label: as before

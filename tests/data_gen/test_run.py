@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from selfrag import reflection as rf
 from selfrag.config import load_config
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
@@ -179,3 +180,35 @@ def test_demo_config_loads() -> None:
     config = load_config(GenerateConfig, REPO / "configs/data_gen/squad-demo.yaml")
     assert (REPO / config.corpus).resolve() == DEMO_CORPUS.resolve()
     assert (REPO / config.queries).resolve() == DEMO_QUERIES.resolve()
+
+
+def test_begin_slice_yields_both_support_labels(tmp_path: Path) -> None:
+    begin = REPO / "data_gen" / "slices" / "begin"
+    result = run(make_config(tmp_path / "out", begin / "corpus.jsonl", begin / "queries.jsonl", split="all"))
+    assert result.stats["run"]["skipped"] == {}
+    assert result.stats["queries"] == result.stats["records"] == 60  # one record each, no negatives
+    support = result.stats["labels"]["support"]
+    assert set(support) == {rf.FULLY_SUPPORTED, rf.NO_SUPPORT}
+    assert result.stats["labels"]["relevance"] == {rf.RELEVANT: 60}
+    assert result.stats["kinds"] == {"gold": support[rf.FULLY_SUPPORTED], "support-negative": support[rf.NO_SUPPORT]}
+    for row in map(json.loads, lines(result.records_path)):
+        unsupported = row["segments"][0]["support"]["value"] == rf.NO_SUPPORT
+        assert row["meta"].get("untrained_text", False) is unsupported, row["id"]
+    assert result.stats["critic_labels"]["support"] == support
+
+
+def test_bad_support_label_names_file_query_and_fix(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
+    corpus, queries = tiny_data
+    row = {
+        "id": "b1",
+        "question": "Hi?",
+        "output": "Hello.",
+        "gold_passage_ids": ["paris-0-0"],
+        "meta": {"split": "train", "support": "Fully attributable"},
+    }
+    queries.write_text(queries.read_text() + json.dumps(row) + "\n")
+    with pytest.raises(InputError) as error:
+        run(make_config(tmp_path / "out", corpus, queries))
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{queries}: query 'b1': meta.support must be one of")
+    assert "'Fully attributable'" in message and "[Fully supported]" in message
