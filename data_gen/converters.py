@@ -8,8 +8,11 @@ Each converter keeps the data set's own evidence annotation, so the gold labeler
 * ``hotpotqa``  — every context paragraph is a passage; the supporting-fact paragraphs are the gold
   passages, the other (distractor) paragraphs of the same question are its own non-gold passages.
 * ``nq-open``   — NQ-open with oracle passages (lost-in-the-middle): the gold passage (``isgold``).
-* ``retrievalqa`` — RetrievalQA's questions, built so that the model's own knowledge lacks the answer:
-  ``needs_retrieval: true``; the context passages that contain a gold answer are the gold passages.
+* ``retrievalqa`` — RetrievalQA: the context passages that contain a gold answer are the gold passages.
+  ``retrievalqa_gpt4.jsonl`` (the shipped slice's source) holds only questions the model's own knowledge lacks
+  and has no label for it: ``needs_retrieval: true``. The full ``retrievalqa.jsonl`` (upstream since 2024-05)
+  labels each question ``param_knowledge_answerable`` (1: answerable from parametric knowledge): those become
+  ``needs_retrieval: false``.
 * ``begin``     — BEGIN: a dialogue turn, the knowledge snippet, and a response judged attributable to it or
   not: ``output`` is the response, the knowledge is the gold passage, ``meta.support`` the gold IsSUP
   label (``[Fully supported]`` / ``[No support / Contradictory]``; "Generic" responses are skipped). The gold
@@ -131,6 +134,12 @@ def retrievalqa(path: Path, limit: int | None = None) -> Converted:
             answers = [str(a) for a in (answers if isinstance(answers, list) else [answers])]
             context = _literal(row.get("context")) or []
             query_id = f"retrievalqa-{row.get('question_id', number)}"
+            parametric = row.get("param_knowledge_answerable", 0)
+            if parametric not in (0, 1) or isinstance(parametric, bool):
+                raise InputError(
+                    f"{path}:{number + 1}: field 'param_knowledge_answerable' must be 0 or 1, got {parametric!r}; "
+                    "fix that line (1: answerable from the model's own knowledge) or remove the field"
+                )
             ids, gold = [], []
             for index, ctx in enumerate(context if isinstance(context, list) else []):
                 # toolqa gives plain strings; a few freshqa items have a title and no text (skipped)
@@ -148,9 +157,9 @@ def retrievalqa(path: Path, limit: int | None = None) -> Converted:
                     "retrievalqa",
                     row["question"],
                     answers=answers,
-                    answerable=bool(gold),
+                    answerable=bool(gold) or parametric == 1,
                     gold_passage_ids=gold,
-                    needs_retrieval=True,
+                    needs_retrieval=parametric == 0,
                     meta={"own_passage_ids": ids, "data_source": row.get("data_source")},
                 )
             )

@@ -76,6 +76,44 @@ def test_retrievalqa_answer_bearing_context_is_gold_and_none_means_unanswerable(
     ]
 
 
+def test_retrievalqa_parametric_knowledge_label_means_no_retrieval(tmp_path: Path) -> None:
+    """The full retrievalqa.jsonl labels each question; the gpt4 subset (no field) keeps needs_retrieval: true."""
+    rows = [
+        {
+            "question_id": "p1",
+            "question": "Capital of France?",
+            "ground_truth": ["Paris"],
+            "data_source": "popqa",
+            "context": [{"title": "Paris", "text": "Paris is the capital."}],
+            "param_knowledge_answerable": 1,
+        },
+        {
+            "question_id": "p2",
+            "question": "Who won?",
+            "ground_truth": ["Ann"],
+            "data_source": "realtimeqa",
+            "context": [{"title": "News", "text": "Ann won the race."}],
+            "param_knowledge_answerable": 0,
+        },
+        {"question_id": "p3", "question": "Q3?", "ground_truth": ["x"], "context": []},
+    ]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    convert("retrievalqa", tmp_path / "r.jsonl", tmp_path / "out")
+    parametric, retrieval, plain = load_queries(tmp_path / "out" / "queries.jsonl")
+    assert parametric.needs_retrieval is False and parametric.answerable and parametric.answers == ("Paris",)
+    assert retrieval.needs_retrieval is True and retrieval.gold_passage_ids == ("retrievalqa-p2/0",)
+    assert plain.needs_retrieval is True and not plain.answerable
+    rows[1]["param_knowledge_answerable"] = "yes"
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(InputError, match=r"r.jsonl:2: field 'param_knowledge_answerable' must be 0 or 1, got 'yes'"):
+        convert("retrievalqa", tmp_path / "r.jsonl", tmp_path / "out")
+
+
+def test_shipped_retrievalqa_source_has_no_parametric_label() -> None:
+    """retrievalqa_gpt4.jsonl (the slice's source) is need-retrieval only: every slice question retrieves."""
+    assert all(q.needs_retrieval is True for q in load_queries(SLICES / "retrievalqa" / "queries.jsonl"))
+
+
 def test_begin_attribution_becomes_the_support_label(tmp_path: Path) -> None:
     header = "model_name\tdata_source\tknowledge\tmessage\tresponse\tbegin_label\n"
     lines = [
