@@ -7,10 +7,11 @@
 
 One interface for every type: ``retrieve`` (from the question alone: [Retrieval] / [No Retrieval]),
 ``retrieve_sentence`` (three-way, given the evidence so far: adds [Continue to Use Evidence]),
-``relevance`` (IsREL), ``support`` (IsSUP, three-way) and ``utility`` (IsUSE, 1-5). The instructions
-follow the paper's critic prompts (AkariAsai/self-rag, data_creation/critic/gpt4_reward) and ask for a
-strict JSON reply; a malformed reply or a label outside the vocabulary is asked again (a new call, so
-the cache does not replay it) up to ``retries`` times, then the item is dropped with a counted reason.
+``relevance`` (IsREL), ``support`` (IsSUP, three-way) and ``utility`` (IsUSE, 1-5). Each prompt is the
+paper's critic instruction and its few-shot demonstrations (:mod:`selfrag.data_gen.critic_prompts`, read from
+AkariAsai/self-rag data_creation/critic/gpt4_reward/), then the item, then the request for a strict JSON reply;
+a malformed reply or a label outside the vocabulary is asked again (a new call, so the cache does not replay
+it) up to ``retries`` times, then the item is dropped with a counted reason.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from selfrag import reflection as rf
+from selfrag.data_gen.critic_prompts import DEMONSTRATIONS, INSTRUCTIONS, Demonstration
 from selfrag.data_gen.teachers import ChatRequest, Teacher
 from selfrag.trajectory import Label, Passage
 
@@ -29,50 +31,6 @@ LABELER = "llm"
 Kind = Literal["retrieve", "retrieve_sentence", "relevance", "support", "utility"]
 
 SYSTEM = "You are a careful annotator. Follow the instruction exactly and reply with one JSON object only."
-
-INSTRUCTIONS: dict[str, str] = {
-    "retrieve": (
-        "Given an instruction, decide whether finding external documents (e.g., from Wikipedia) would help to "
-        "produce a better response. If the instruction needs factual knowledge, answer [Retrieval]. If it does "
-        "not (e.g., writing, arithmetic, opinions, or common knowledge), answer [No Retrieval]."
-    ),
-    "retrieve_sentence": (
-        "You will be given an instruction, evidence, an output sentence and optionally the preceding sentences "
-        "of the output. Decide whether the output sentence can be verified by the evidence alone or needs more "
-        "external information. There are three cases:\n"
-        "- If the sentence can be verified solely with the evidence, answer [Continue to Use Evidence].\n"
-        "- If the sentence needs no factual verification (e.g., it is subjective or states common facts), "
-        "answer [No Retrieval].\n"
-        "- If additional information is needed to verify the sentence, answer [Retrieval]."
-    ),
-    "relevance": (
-        "Given an instruction and evidence, decide whether the evidence is relevant to the instruction and "
-        "provides useful information for responding to it. Answer [Relevant] if it is relevant and useful, "
-        "[Irrelevant] otherwise."
-    ),
-    "support": (
-        "You will be given an instruction, evidence and an output (and optionally the preceding sentences of "
-        "the output). Decide whether the output is supported by the evidence, on this scale:\n"
-        "- [Fully supported]: all information in the output is supported by the evidence or extracted from it.\n"
-        "- [Partially supported]: the output is supported by the evidence to some extent, but major "
-        "information in the output is not discussed in the evidence.\n"
-        "- [No support / Contradictory]: the output ignores the evidence, is unrelated to it, or contradicts "
-        "it.\n"
-        "Do not use outside knowledge to judge whether the output is true; only check whether the evidence "
-        "supports it, not whether it follows the instruction."
-    ),
-    "utility": (
-        "Given an instruction and an output, rate whether the response is a helpful and informative answer to "
-        "the query, from 1 (lowest) to 5 (highest) (perceived utility):\n"
-        "5: a complete, highly detailed and informative response that fully satisfies the information need.\n"
-        "4: mostly fulfils the need, with minor possible improvements (more detail, better structure or "
-        "coherence).\n"
-        "3: acceptable, but major additions or improvements are needed.\n"
-        "2: still addresses the main request, but is incomplete or not relevant to the query.\n"
-        "1: barely on-topic or completely irrelevant.\n"
-        "Answer with [Utility:1] .. [Utility:5]."
-    ),
-}
 
 VOCABULARY: dict[str, tuple[str, ...]] = {
     "retrieve": (rf.RETRIEVAL, rf.NO_RETRIEVAL),
@@ -83,14 +41,15 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
 }
 
 FORMAT = (
-    'Reply with exactly one JSON object and nothing else: {{"explanation": "<one sentence>", "label": "<label>"}} '
-    "where <label> is one of: {labels}."
+    "Reply with exactly one JSON object and nothing else: "
+    '{{"explanation": "<a short explanation>", "label": "<label>"}} where <label> is one of: {labels}.'
 )
 
 
 def prompt_hash(kind: str) -> str:
-    """Identifies the prompt version a label came from (instruction + format), recorded in every label."""
-    text = SYSTEM + INSTRUCTIONS[kind] + FORMAT.format(labels=", ".join(VOCABULARY[kind]))
+    """Identifies the prompt version a label came from (instruction, demonstrations, format), recorded in every
+    label."""
+    text = SYSTEM + _preamble(kind) + FORMAT.format(labels=", ".join(VOCABULARY[kind]))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -116,15 +75,30 @@ class LabelResult:
 
 
 def render_prompt(item: LabelItem) -> str:
-    parts = [INSTRUCTIONS[item.kind], "", f"##\nInstruction: {item.question}"]
-    if item.preceding:
-        parts.append(f"Preceding sentences: {item.preceding}")
-    if item.passage is not None:
-        parts.append(f"Evidence: {item.passage.render()}")
-    if item.output is not None:
-        parts.append(("Output sentence: " if item.kind == "retrieve_sentence" else "Output: ") + item.output)
-    parts += ["", FORMAT.format(labels=", ".join(VOCABULARY[item.kind]))]
-    return "\n".join(parts)
+    evidence = None if item.passage is None else item.passage.render()
+    fields = _fields(item.kind, item.question, evidence, item.output, item.preceding)
+    return "\n".join([_preamble(item.kind), "##", *fields, "", FORMAT.format(labels=", ".join(VOCABULARY[item.kind]))])
+
+
+def _fields(kind: str, question: str, evidence: str | None, output: str | None, preceding: str) -> list[str]:
+    """The item's lines, in the paper's order for its kind (support: output before evidence)."""
+    lines = [f"Instruction: {question}"]
+    if preceding:
+        lines.append(f"Preceding sentences: {preceding}")
+    evidence_line = [] if evidence is None else [f"Evidence: {evidence}"]
+    output_line = [] if output is None else [f"Output: {output}"]
+    return lines + (output_line + evidence_line if kind == "support" else evidence_line + output_line)
+
+
+def _demonstration(kind: str, demo: Demonstration) -> str:
+    reply = json.dumps({"explanation": demo.explanation, "label": demo.label}, ensure_ascii=False)
+    fields = _fields(kind, demo.question, demo.evidence, demo.output, demo.preceding)
+    return "\n".join(["##", *fields, f"Reply: {reply}"])
+
+
+def _preamble(kind: str) -> str:
+    """The instruction and the worked demonstrations, each block followed by a blank line."""
+    return "\n\n".join([INSTRUCTIONS[kind], *(_demonstration(kind, demo) for demo in DEMONSTRATIONS[kind])]) + "\n"
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")

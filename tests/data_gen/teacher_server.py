@@ -34,8 +34,14 @@ def field(user: str, name: str) -> str:
     return match.group(1) if match else ""
 
 
+def item_of(user: str) -> str:
+    """The item a label prompt asks about: the block after the last ``##`` (the paper's demonstrations come before)."""
+    return user.rsplit("\n##\n", 1)[-1]
+
+
 def scripted_label(kind: str, user: str) -> str:
-    question, output = field(user, "Instruction"), field(user, "Output(?: sentence)?")
+    user = item_of(user)
+    question, output = field(user, "Instruction"), field(user, "Output")
     match = re.search(r"^Evidence: (.*?)\n(?:Output|\n)", user, re.MULTILINE | re.DOTALL)
     evidence = match.group(1) if match else ""
     if kind == "retrieve":
@@ -66,7 +72,7 @@ def scripted_reply(messages: list[dict[str, str]], seed: int) -> str:
     if user.startswith("Answer the question"):
         return "It is Paris. The tower was built in 1889."
     kind = next(kind for kind, text in INSTRUCTIONS.items() if user.startswith(text))
-    question = field(user, "Instruction")
+    question = field(item_of(user), "Instruction")
     if "#malformed" in question and seed == 0:
         return "I think it is relevant."
     if "#vocab" in question and kind == "relevance":
