@@ -99,6 +99,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.loss_weights.text=0.1", "training.loss_weights.answer_start=5", "training.row_lr_multiplier=10",
          "training.max_steps=600", "training.eval_steps=100", "judgement_items=100"],
     ),
+    "N-question-order": (
+        "B with each question's records in consecutive batches (training.order=question): every step contrasts a "
+        "question's gold passage with its easy, hard and support negatives",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "judgement_items=100"],
+    ),
     "H-text0.1-lr2e-3": (
         "D at learning rate 2e-3",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",

@@ -139,6 +139,14 @@ class TrainingOptions:
         "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant].",
         default=1.0,
     )
+    order: Literal["length", "question"] = help_field(
+        "Order of the training examples: 'length' batches examples of similar length in random order (least "
+        "padding); 'question' keeps each question's records together (its gold passage, easy, hard and support "
+        "negatives fill consecutive batches, questions in a seeded random order), so each step contrasts passages "
+        "for the same question: the model must read whether the passage holds the answer, not what relevant "
+        "passages look like.",
+        default="length",
+    )
     eval_steps: int = help_field(
         "Score the judgement (eval_records) and the held-out reflection accuracy every this many steps; "
         "0: at each checkpoint (save_steps).",

@@ -97,6 +97,32 @@ def build_dataset(
     return encoded.to_dataset(), encoded.skipped
 
 
+def question_of(record: Record) -> str:
+    """The question a record belongs to: ``meta.query_id`` (gold and teacher records), else the id before its last
+    ``/`` (``<query id>/gold``, ``<query id>/hard-0``), else the record id itself."""
+    query_id = record.meta.get("query_id")
+    if isinstance(query_id, str) and query_id:
+        return query_id
+    return record.id.rsplit("/", 1)[0]
+
+
+def order_by_question(examples: Sequence[dict[str, Any]], records: Sequence[Record], seed: int) -> list[dict[str, Any]]:
+    """``examples`` with each question's records next to each other, questions in a seeded random order.
+
+    Read in order (sequential sampling), a batch then holds one question's gold passage beside its negatives:
+    the gradient contrasts passages for the same question. Within a question the file order is kept.
+    """
+    import random
+
+    question = {record.id: question_of(record) for record in records}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for example in examples:
+        groups.setdefault(question.get(example["id"], example["id"]), []).append(example)
+    keys = sorted(groups)
+    random.Random(seed).shuffle(keys)
+    return [example for key in keys for example in groups[key]]
+
+
 def reflection_positions(example: dict[str, Sequence[int]], token_ids: ReflectionIds) -> dict[Group, list[int]]:
     """Positions whose label is a token of each scored group (Retrieve, IsREL, IsSUP, IsUSE).
 

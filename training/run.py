@@ -30,7 +30,7 @@ from selfrag.prompting import resolve_template
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint
 from selfrag.training.config import TrainConfig
-from selfrag.training.dataset import encode_records, read_records, split_records
+from selfrag.training.dataset import EncodedRecords, encode_records, order_by_question, read_records, split_records
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.logits import logits_at
@@ -108,6 +108,10 @@ def run(config: TrainConfig) -> TrainResult:
     if not train_set.examples:
         raise InputError(
             f"no training record fits training.max_length={max_length} ({train_set.skipped} too long); raise it"
+        )
+    if config.training.order == "question":
+        train_set = EncodedRecords(
+            order_by_question(train_set.examples, train_records, config.training.seed), train_set.skipped
         )
     logger.info("%d training and %d held-out examples", len(train_set.examples), len(held_out_set.examples))
     judgement_examples = judgement_set(config, tokenizer, token_ids, template, eval_records)
@@ -317,8 +321,9 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "dataset_kwargs": {"skip_prepare_dataset": True},
         "max_length": None,
         "packing": False,
-        # Batches of similar length: padding was ~30% of the tokens with random batches of demo records.
-        "train_sampling_strategy": "group_by_length",
+        # Batches of similar length: padding was ~30% of the tokens with random batches of demo records. With
+        # order=question the examples are already arranged (order_by_question) and are read as they stand.
+        "train_sampling_strategy": "sequential" if training.order == "question" else "group_by_length",
         # TRL defaults these for GPUs; on CPU bf16 is slow and checkpointing costs time for no gain.
         "gradient_checkpointing": False,
         "bf16": False,

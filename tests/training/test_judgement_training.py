@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,82 @@ def test_auroc_and_interval() -> None:
     low, high = auroc_interval(pos, neg)
     assert low < value < high and 0.68 < value < 0.84  # Φ(1/√2) ≈ 0.76
     assert judge is not None
+
+
+def question_records(questions: int) -> list[Record]:
+    """Four records per question (gold, easy, hard, support negative), written kind by kind, questions interleaved,
+    so the file order never keeps a question's records together."""
+    kinds = ["gold", "easy-0", "hard-0", "support-negative-0"]
+    distinct = [  # the text names the question, so no two questions' records render the same labels
+        replace(r, segments=(replace(r.segments[0], text=f"{r.segments[0].text} ({n})"),))
+        for n, r in enumerate(synthetic_records(questions, seed=5))
+    ]
+    by_kind = [
+        replace(record, id=f"q{number}/{kind}", meta={"query_id": f"q{number}", "kind": kind})
+        for kind in kinds
+        for number, record in enumerate(distinct)
+    ]
+    return by_kind
+
+
+def test_order_by_question_keeps_each_question_together_in_a_seeded_order() -> None:
+    from selfrag.training.dataset import order_by_question, question_of
+
+    records = question_records(6)
+    examples = [{"id": record.id} for record in records]
+    ordered = order_by_question(examples, records, seed=0)
+    assert sorted(e["id"] for e in ordered) == sorted(e["id"] for e in examples)  # each example once
+    questions = [e["id"].split("/")[0] for e in ordered]
+    runs = [q for i, q in enumerate(questions) if i == 0 or questions[i - 1] != q]
+    assert len(runs) == 6  # each question is one contiguous run
+    assert ordered == order_by_question(examples, records, seed=0)
+    assert [e["id"] for e in ordered] != [e["id"] for e in order_by_question(examples, records, seed=1)]
+    # within a question the file order stays: gold before its negatives
+    assert [e["id"].split("/")[1] for e in ordered[:4]] == ["gold", "easy-0", "hard-0", "support-negative-0"]
+    # without meta.query_id the id before its last '/' names the question
+    assert question_of(Record("a/b/hard-0", "q", records[0].segments, records[0].utility)) == "a/b"
+
+
+def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
+    tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """training.order=question: every batch of 4 at the loss holds exactly one question's 4 records."""
+    import selfrag.training.run as train_run
+    from selfrag.training.run import run
+
+    captured: list[torch.Tensor] = []
+    real = train_run.masked_loss
+
+    def spy(model: Any, inputs: Any, table: Any, start: Any = None) -> Any:
+        captured.append(inputs["labels"].detach().clone())
+        return real(model, inputs, table, start)
+
+    monkeypatch.setattr(train_run, "masked_loss", spy)
+    records = question_records(4)
+    path = tmp_path / "records.jsonl"
+    write_jsonl_atomic(path, [r.to_json() for r in records])
+    config = load_config(
+        TrainConfig, None, [],
+        model=str(tiny_base_dir), records=str(path), output_dir=str(tmp_path / "out"),
+        training={"learning_rate": 1e-3, "max_steps": 4, "batch_size": 4, "eval_fraction": 0.0, "max_length": 256,
+                  "save_steps": 1000, "order": "question"},
+        lora={"r": 4, "alpha": 8, "dropout": 0.0},
+    )
+    run(config)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    token_ids = rf.reflection_ids(tokenizer)
+    labels_of = {r.id: encode_record(r, tokenizer, token_ids, "auto")["labels"] for r in records}
+
+    def question_of_row(row: list[int]) -> str:
+        unpadded = row[: max(i for i, t in enumerate(row) if t != IGNORE) + 1]
+        # a question's four records share their text here (only the ids differ): the row names one question
+        (question,) = {rid.split("/")[0] for rid, want in labels_of.items() if want[: len(unpadded)] == unpadded
+                       and all(t == IGNORE for t in want[len(unpadded):])}
+        return question
+
+    assert len(captured) == 4
+    batches = [{question_of_row(row) for row in labels.tolist()} for labels in captured]
+    assert all(len(questions) == 1 for questions in batches), batches
+    assert len(set.union(*batches)) == 4
