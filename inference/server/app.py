@@ -28,11 +28,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines.base import context_limit, context_problem
+from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .backend import Backend
 from .batcher import BatchWorker, Job, QueueFull
 from .config import ServeConfig
-from .format import ChunkWriter, answer_events, completion
+from .format import ChunkWriter, completion
 from .guard import BodyLimitAndMetrics
 from .metrics import ServerMetrics
 from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Health, ModelList
@@ -98,6 +99,7 @@ def create_app(
                                  .rsplit("/", 1)[-1])
     state = ServerState(config, name, api_key or None, metrics, BatchWorker(
         lambda settings, questions: state.ready_backend().answer_many(settings, questions),
+        lambda settings, question: state.ready_backend().stream(settings, question),
         config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
     ))
 
@@ -211,7 +213,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
         raise ApiError(400, too_long.replace("the question", "the last user message", 1), param="messages",
                        code="context_length_exceeded")
     try:
-        job = state.worker.submit(question, settings)
+        job = state.worker.submit(question, settings, stream=bool(body.stream))
     except QueueFull as error:
         state.metrics.rejected.labels("queue_full").inc()
         raise ApiError(429, f"the server is busy: {error}; retry later", "rate_limit_error",
@@ -232,58 +234,92 @@ class _Disconnected(Exception):
     pass
 
 
-async def _await_answer(state: ServerState, job: Job, request: Request | None, poll_s: float = 0.25) -> Answer:
+async def _await_answer(state: ServerState, job: Job, request: Request, poll_s: float = 0.25) -> Answer:
     """The job's answer; 504 past timeout_s; frees the slot when ``request``'s client goes away."""
     deadline = job.enqueued + state.config.timeout_s
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            state.worker.cancel(job)
-            state.metrics.rejected.labels("timeout").inc()
-            raise ApiError(504, f"no answer within timeout_s={state.config.timeout_s} s; retry, or ask the operator "
-                           "to raise timeout_s", "timeout", code="timeout")
+            raise _timed_out(state, job)
         done, _ = await asyncio.wait({job.future}, timeout=min(poll_s, remaining))
         if done:
             break
-        if request is not None and await request.is_disconnected():
+        if await request.is_disconnected():
             state.worker.cancel(job)
             state.metrics.rejected.labels("disconnected").inc()
             raise _Disconnected
-    try:
-        answer = job.future.result()
-    except Exception as error:
-        raise ApiError(500, f"the engine failed on this request: {type(error).__name__}", "server_error") from None
+    answer = _outcome(job)
     state.metrics.queue_wait.observe(time.monotonic() - job.enqueued)
     return answer
 
 
+def _outcome(job: Job) -> Answer:
+    try:
+        return job.future.result()
+    except Exception as error:
+        raise ApiError(500, f"the engine failed on this request: {type(error).__name__}", "server_error") from None
+
+
+def _timed_out(state: ServerState, job: Job) -> ApiError:
+    state.worker.cancel(job)
+    state.metrics.rejected.labels("timeout").inc()
+    return ApiError(504, f"no answer within timeout_s={state.config.timeout_s} s; retry, or ask the operator to "
+                    "raise timeout_s", "timeout", code="timeout")
+
+
 async def _stream(state: ServerState, job: Job, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
-    """Server-sent events; a disconnect cancels this generator, which frees the job's slot."""
+    """Server-sent events, each sent as the runtime yields it; a disconnect cancels this generator, which frees
+    the job's slot (or stops its decoding at the runtime's next event)."""
     writer = ChunkWriter(state.model_name)
+    final: Answer | None = None
     try:
         yield _sse(writer.role())
-        waiter = asyncio.ensure_future(_await_answer(state, job, None))
-        while not waiter.done():
-            done, _ = await asyncio.wait({waiter}, timeout=KEEPALIVE_S)
-            if not done:
+        while final is None:
+            try:
+                event = await _next_event(state, job)
+            except ApiError as error:
+                yield _sse(error.body())
+                yield "data: [DONE]\n\n"
+                return
+            if event is None:
                 yield ": keep-alive\n\n"  # SSE comment: clients skip it; a gone client fails the write
-        try:
-            answer = waiter.result()
-        except ApiError as error:
-            yield _sse(error.body())
-            yield "data: [DONE]\n\n"
-            return
-        state.metrics.observe_answer(answer)
-        for event in answer_events(answer):
+                continue
+            if isinstance(event, FinalEvent):
+                final = event.answer
+                state.metrics.observe_answer(final)
+                state.metrics.queue_wait.observe(time.monotonic() - job.enqueued)
             yield _sse(writer.event(event))
         if include_usage:
-            yield _sse(writer.usage(answer, prompt_tokens))
+            yield _sse(writer.usage(final, prompt_tokens))
         yield "data: [DONE]\n\n"
     except (asyncio.CancelledError, GeneratorExit):
-        if not job.future.done():
+        if final is None and not job.future.done():
             state.worker.cancel(job)
             state.metrics.rejected.labels("disconnected").inc()
         raise
+
+
+async def _next_event(state: ServerState, job: Job) -> StreamEvent | None:
+    """The streaming job's next event; None after KEEPALIVE_S without one (send a keep-alive).
+
+    Raises :class:`ApiError` past timeout_s (queue wait and the whole stream), or when the engine failed.
+    """
+    assert job.events is not None, "a streaming job has an event queue"
+    deadline = job.enqueued + state.config.timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _timed_out(state, job)
+        try:
+            event = await asyncio.wait_for(job.events.get(), min(KEEPALIVE_S, remaining))
+        except TimeoutError:
+            if remaining > KEEPALIVE_S:
+                return None
+            continue
+        if event is None:  # the worker is done without a final event: the engine failed
+            _outcome(job)
+            raise ApiError(500, "the stream ended without an answer; the server log has the details", "server_error")
+        return event
 
 
 def _sse(data: dict[str, Any]) -> str:

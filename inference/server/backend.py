@@ -2,15 +2,16 @@
 
     backend = load_backend(config)          # the retriever first (corpus errors before the model loads)
     answers = backend.answer_many(settings, ["Who wrote Hamlet?"])
+    for event in backend.stream(settings, "Who wrote Hamlet?"): ...   # as the runtime decides
 
 Per-request settings build a :class:`~selfrag.inference.runtime.SelfRAG` over the shared engine and retriever
-(cheap: no model or index is copied).
+(cheap: no model or index is copied). Both run in the server's single engine thread.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from selfrag.inference.answer import Answer
 from selfrag.inference.ask import load_retriever
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
+from selfrag.inference.events import StreamEvent
 from selfrag.inference.runtime import SelfRAG
 from selfrag.models import resolve_model
 from selfrag.prompting import encode_prompt
@@ -36,6 +38,10 @@ class Backend:
 
     def answer_many(self, settings: InferenceConfig, questions: Sequence[str]) -> list[Answer]:
         return SelfRAG(self.engine, self.retriever, settings).answer_many(list(questions))
+
+    def stream(self, settings: InferenceConfig, question: str) -> Iterator[StreamEvent]:
+        """One question's events as :meth:`SelfRAG.stream <selfrag.inference.runtime.SelfRAG.stream>` yields them."""
+        return SelfRAG(self.engine, self.retriever, settings).stream(question)
 
     def prompt_tokens(self, question: str) -> int:
         return len(encode_prompt(self.engine.tokenizer, question, self.engine.prompt_template))

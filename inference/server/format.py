@@ -1,10 +1,11 @@
 """Answers and stream events in OpenAI's shapes, plus the ``selfrag`` extension.
 
 A non-streamed answer is one ``chat.completion`` with ``selfrag`` beside ``choices``. A stream is a list of
-``chat.completion.chunk`` objects, in the order of :mod:`selfrag.inference.events`: a role chunk; an extension
-chunk (``choices: []``, ``selfrag.type`` ``trace`` or ``citation``) per decision and cited passage; a content
-delta per accepted segment; a final chunk with ``finish_reason`` and the whole extension (``selfrag.type``
-``final``); optionally a usage chunk. Extension chunks keep the chunk shape so every OpenAI client parses them.
+``chat.completion.chunk`` objects: a role chunk, then one chunk per runtime event as the runtime yields it
+(:mod:`selfrag.inference.events`): an extension chunk (``choices: []``, ``selfrag.type`` ``trace`` or
+``citation``) per decision and cited passage; a content delta per accepted segment; a final chunk with
+``finish_reason`` and the whole extension (``selfrag.type`` ``final``); optionally a usage chunk. Extension chunks
+keep the chunk shape so every OpenAI client parses them.
 """
 
 from __future__ import annotations
@@ -12,31 +13,15 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from selfrag.inference.answer import Answer
-from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
+from selfrag.inference.events import CitationEvent, SegmentEvent, StreamEvent, TraceEvent
 from selfrag.trajectory import Passage
 
 
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
-
-
-def answer_events(answer: Answer) -> Iterator[StreamEvent]:
-    """The events of a finished answer, in the runtime's stream order (trace, citations, segments, final).
-
-    The batching worker answers many questions with one ``answer_many`` call; this replays each answer as the
-    runtime's ``stream()`` would, so streamed and non-streamed answers agree by construction.
-    """
-    for entry in answer.trace:
-        yield TraceEvent(dict(entry))
-    for passage in answer.citations:
-        yield CitationEvent(passage)
-    for text, segment_passage in segments(answer):
-        yield SegmentEvent(text, segment_passage)
-    yield FinalEvent(answer)
 
 
 def segments(answer: Answer) -> list[tuple[str, Passage | None]]:
