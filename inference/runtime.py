@@ -117,19 +117,45 @@ class SelfRAG:
         (a re-retrieval round can still replace it), so its text follows the last verdict; long form sends
         each segment as soon as every surviving beam agrees on it.
         """
+        for _, event in self.stream_many([question]):
+            yield event
+
+    def stream_many(self, questions: Sequence[str]) -> Iterator[tuple[int, StreamEvent]]:
+        """``(question index, event)`` for several questions, with the engine calls of :meth:`answer_many`.
+
+        Each question gets the events :meth:`stream` sends for it. Short form interleaves them phase by phase (one
+        engine call per phase for all) and sends a question's text once its own last verdict is in, not when the
+        slowest question of the batch is done; long form answers one question after the other.
+        """
         if self.config.form == "long":
             from .longform import LongForm
 
-            yield from LongForm(self, question).events()
+            for index, question in enumerate(questions):
+                for event in LongForm(self, question).events():
+                    yield index, event
             return
-        [work] = self._works([question], None)
-        sent = 0
-        for _ in self._phases([work]):
-            while sent < len(work.trace):
-                yield TraceEvent(dict(work.trace[sent]))
-                sent += 1
+        works = self._works(questions, None)
+        pending = dict.fromkeys(range(len(works)), 0)  # question index -> its trace entries sent (until answered)
+        for _ in self._phases(works):
+            for index in list(pending):
+                yield from self._progress(index, works[index], pending, _settled(works[index]))
+        for index in list(pending):
+            yield from self._progress(index, works[index], pending, True)
+
+    def _progress(
+        self, index: int, work: _Work, pending: dict[int, int], final: bool
+    ) -> Iterator[tuple[int, StreamEvent]]:
+        """The work's trace entries not sent yet; when ``final``, those and its answer's events (then it is done)."""
+        sent = pending[index]
+        if not final:
+            for entry in work.trace[sent:]:
+                yield index, TraceEvent(dict(entry))
+            pending[index] = len(work.trace)
+            return
+        del pending[index]
         answer = self._finish(work)
-        yield from final_events(answer, answer.trace[sent:], closed_set=bool(work.choices))
+        for event in final_events(answer, answer.trace[sent:], closed_set=bool(work.choices)):
+            yield index, event
 
     # -- phases -------------------------------------------------------------------------------------
 
@@ -521,6 +547,11 @@ class SelfRAG:
             segments=tuple(segments),
             reasons=tuple(reasons),
         )
+
+
+def _settled(work: _Work) -> bool:
+    """No later phase touches the work: it answers from its own decode, or its last round has been judged."""
+    return (not work.retrieve and work.answer_generation is not None) or work.outcome is not None
 
 
 def join_or_choice(work: _Work, segments: Sequence[AnswerSegment]) -> str:

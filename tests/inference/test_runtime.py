@@ -335,3 +335,29 @@ def test_stream_ends_with_the_answer_and_its_segments_concatenate_to_it(reflecti
     assert text == answer.answer == "Paris is the capital."
     assert [event.passage.id for event in events if isinstance(event, CitationEvent)] == [PARIS.id]
     assert [event.entry for event in events if isinstance(event, TraceEvent)] == [dict(e) for e in answer.trace]
+
+
+def test_stream_many_shares_engine_calls_and_sends_each_answer_once_its_verdict_is_in(  # type: ignore[no-untyped-def]
+    reflection_tokenizer, token_ids
+) -> None:
+    from selfrag.inference.events import FinalEvent
+
+    retrieve = decision(reflection_tokenizer, token_ids, 0.9, 0.1, rf.RETRIEVAL)
+    answer_now = decision(reflection_tokenizer, token_ids, 0.05, 0.95, rf.NO_RETRIEVAL, text="Four.")
+    scenario = Scenario(reflection_tokenizer, token_ids, retrieve, good_passages(reflection_tokenizer, token_ids))
+    by_question = scenario.script
+    scenario.engine = ScriptedEngine(reflection_tokenizer, token_ids, lambda request: answer_now if "2 + 2" in
+                                     reflection_tokenizer.decode(list(request.prompt_ids)) else by_question(request))
+    questions = ["What is the capital of France?", "What is 2 + 2?"]
+    settings = {"top_k": 2, "pruning": PruningConfig(enabled=False)}
+    rag = scenario.rag(**settings)
+    seen = [(index, event, len(scenario.engine.calls)) for index, event in rag.stream_many(questions)]
+    assert [len(batch) for batch in scenario.engine.calls] == [2, 2]  # both decisions, then the two branches
+    finals = {index: calls for index, event, calls in seen if isinstance(event, FinalEvent)}
+    assert finals == {1: 1, 0: 2}  # the answer without retrieval went out before the other's branches were decoded
+    plain = rag.answer_many(questions)
+    for index, question in enumerate(questions):  # each question's events are those stream() sends for it alone
+        mine = [event for i, event, _ in seen if i == index]
+        alone = list(rag.stream(question))
+        assert [type(event) for event in mine] == [type(event) for event in alone]
+        assert mine[-1].answer.to_json() == alone[-1].answer.to_json() == plain[index].to_json()
