@@ -98,8 +98,7 @@ def create_app(
     name = config.model_name or (loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/")
                                  .rsplit("/", 1)[-1])
     state = ServerState(config, name, api_key or None, metrics, BatchWorker(
-        lambda settings, questions: state.ready_backend().answer_many(settings, questions),
-        lambda settings, question: state.ready_backend().stream(settings, question),
+        lambda settings, questions: state.ready_backend().stream_many(settings, questions),
         config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
     ))
 

@@ -1,11 +1,10 @@
 """What the server answers with: one engine and one retriever, shared by every request.
 
     backend = load_backend(config)          # the retriever first (corpus errors before the model loads)
-    answers = backend.answer_many(settings, ["Who wrote Hamlet?"])
-    for event in backend.stream(settings, "Who wrote Hamlet?"): ...   # as the runtime decides
+    for index, event in backend.stream_many(settings, ["Who wrote Hamlet?", "Who wrote Faust?"]): ...
 
 Per-request settings build a :class:`~selfrag.inference.runtime.SelfRAG` over the shared engine and retriever
-(cheap: no model or index is copied). Both run in the server's single engine thread.
+(cheap: no model or index is copied); it runs in the server's single engine thread.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfrag.inference.answer import Answer
 from selfrag.inference.ask import load_retriever
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
@@ -36,12 +34,10 @@ class Backend:
     retriever: Retriever | None
     model_name: str
 
-    def answer_many(self, settings: InferenceConfig, questions: Sequence[str]) -> list[Answer]:
-        return SelfRAG(self.engine, self.retriever, settings).answer_many(list(questions))
-
-    def stream(self, settings: InferenceConfig, question: str) -> Iterator[StreamEvent]:
-        """One question's events as :meth:`SelfRAG.stream <selfrag.inference.runtime.SelfRAG.stream>` yields them."""
-        return SelfRAG(self.engine, self.retriever, settings).stream(question)
+    def stream_many(self, settings: InferenceConfig, questions: Sequence[str]) -> Iterator[tuple[int, StreamEvent]]:
+        """``(question index, event)`` as :meth:`SelfRAG.stream_many
+        <selfrag.inference.runtime.SelfRAG.stream_many>` yields them (the engine calls of ``answer_many``)."""
+        return SelfRAG(self.engine, self.retriever, settings).stream_many(list(questions))
 
     def prompt_tokens(self, question: str) -> int:
         return len(encode_prompt(self.engine.tokenizer, question, self.engine.prompt_template))

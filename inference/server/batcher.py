@@ -1,19 +1,21 @@
-"""The bounded queue and the batching worker: concurrent requests share one ``answer_many`` engine call.
+"""The bounded queue and the batching worker: concurrent requests share engine calls; streams get each event as
+the runtime yields it.
 
-    worker = BatchWorker(backend.answer_many, backend.stream, max_queue=64, max_batch=16, batch_wait_s=0.01)
+    worker = BatchWorker(backend.stream_many, max_queue=64, max_batch=16, batch_wait_s=0.01)
     await worker.start()
     job = worker.submit("Who wrote Hamlet?", settings)   # raises QueueFull when max_queue jobs wait
     answer = await job.future
     job = worker.submit("Who wrote Hamlet?", settings, stream=True)
-    event = await job.events.get()                       # each event as the runtime yields it
+    event = await job.events.get()                       # as soon as the runtime has it
 
 One asyncio task takes the first waiting job, waits up to ``batch_wait_s`` for more (up to ``max_batch``),
-groups them by their runtime settings and runs one ``answer_many`` per group in a single worker thread (the
-engine is not shared between threads). A streaming job runs alone through ``stream(settings, question)`` in
-that same thread; each event goes into the job's ``events`` queue as soon as the runtime yields it, and
-``None`` follows the last one (then ``future`` holds the answer or the engine's error). A job whose client
-went away is removed from the queue at once, so its slot is free for the next request; a batch already in
-the engine is answered and dropped; a stream already in the engine stops at its next event.
+groups them by their runtime settings and runs one ``stream_many`` per group in a single worker thread (the
+engine is not shared between threads): a group's questions share each engine call, as with ``answer_many``.
+Each event is handed to the loop as the runtime yields it: a streaming job's goes into its ``events`` queue, and
+every job's ``future`` gets its answer at its final event. ``None`` closes a streaming job's queue after the
+group is done (without a final event before it, ``future`` holds the engine's error). A job whose client went
+away is removed from the queue at once, so its slot is free for the next request; a group in the engine stops
+at its next event once all of its jobs are gone.
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ from .metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 
-AnswerMany = Callable[[InferenceConfig, Sequence[str]], list[Answer]]
-StreamOne = Callable[[InferenceConfig, str], Iterator[StreamEvent]]
+StreamMany = Callable[[InferenceConfig, Sequence[str]], Iterator[tuple[int, StreamEvent]]]
 
 
 class QueueFull(Exception):
@@ -49,7 +50,7 @@ class Job:
     question: str
     settings: InferenceConfig
     future: asyncio.Future[Answer]
-    events: asyncio.Queue[StreamEvent | None] | None = None  # a streaming job's events; None ends them
+    events: asyncio.Queue[StreamEvent | None] | None = None  # a streaming job's events; None closes it
     enqueued: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
@@ -59,14 +60,13 @@ class BatchWorker:
 
     def __init__(
         self,
-        answer_many: AnswerMany,
-        stream: StreamOne,
+        stream_many: StreamMany,
         max_queue: int,
         max_batch: int,
         batch_wait_s: float,
         metrics: ServerMetrics | None = None,
     ) -> None:
-        self._answer_many, self._stream = answer_many, stream
+        self._stream_many = stream_many
         self.max_queue, self.max_batch, self.batch_wait_s = max_queue, max_batch, batch_wait_s
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
@@ -92,6 +92,7 @@ class BatchWorker:
         self._executor.shutdown(wait=True)
 
     def submit(self, question: str, settings: InferenceConfig, stream: bool = False) -> Job:
+        """Queue a question; with ``stream`` its events also go to ``job.events`` as the runtime yields them."""
         if self._stopping:
             raise QueueFull("the server is shutting down")
         if len(self._waiting) >= self.max_queue:
@@ -103,8 +104,7 @@ class BatchWorker:
         return job
 
     def cancel(self, job: Job) -> None:
-        """The client is gone or timed out: free its queue slot now (or drop its answer, or stop its stream, if it
-        is being decoded)."""
+        """The client is gone or timed out: free its queue slot now (or drop its events if it is being decoded)."""
         job.cancelled = True
         try:
             self._waiting.remove(job)
@@ -124,24 +124,11 @@ class BatchWorker:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            if self._waiting[0].events is None:
-                await self._gather()
-            batch = self._take()
+            await self._gather()
+            batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
             self._update_gauges()
-            if batch and batch[0].events is not None:
-                await self._run_stream(batch[0])
-                continue
             for group in _by_settings(batch):
                 await self._run(group)
-
-    def _take(self) -> list[Job]:
-        """The oldest job alone when it streams; else up to max_batch non-streaming jobs in arrival order."""
-        if self._waiting and self._waiting[0].events is not None:
-            return [self._waiting.popleft()]
-        batch = [job for job in self._waiting if job.events is None][: self.max_batch]
-        for job in batch:
-            self._waiting.remove(job)
-        return batch
 
     async def _gather(self) -> None:
         """Wait up to batch_wait_s (from the oldest job's arrival) for a fuller batch."""
@@ -167,9 +154,7 @@ class BatchWorker:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
-            answers = await loop.run_in_executor(
-                self._executor, self._answer_many, jobs[0].settings, [job.question for job in jobs]
-            )
+            await loop.run_in_executor(self._executor, self._drain, jobs, loop)
         except Exception as error:  # an engine failure fails this batch's requests, not the server
             logger.exception("engine call failed for a batch of %d", len(jobs))
             for job in jobs:
@@ -179,64 +164,47 @@ class BatchWorker:
         finally:
             self.in_flight = 0
             self._update_gauges()
+            # The executor's result reaches the loop after every _deliver the thread scheduled: these come last.
+            for job in jobs:
+                if job.events is not None:
+                    job.events.put_nowait(None)
         if self.metrics is not None:
             self.metrics.batch_size.observe(len(jobs))
             self.metrics.engine_seconds.observe(time.monotonic() - started)
-        for job, answer in zip(jobs, answers, strict=True):
-            if not job.future.done():
-                job.future.set_result(answer)
+        for job in jobs:
+            if not job.future.done():  # only if the runtime broke its contract (one final event per question)
+                job.future.set_exception(RuntimeError("the runtime sent no final answer for this question"))
 
-    async def _run_stream(self, job: Job) -> None:
-        if job.cancelled:
-            return
-        assert job.events is not None, "only streaming jobs are streamed"
-        self.in_flight = 1
-        self._update_gauges()
-        started = time.monotonic()
-        loop = asyncio.get_running_loop()
-        try:
-            answer = await loop.run_in_executor(self._executor, self._drain, job, loop)
-        except Exception as error:  # an engine failure ends this stream with an error, not the server
-            logger.exception("engine failed while streaming a request")
-            if not job.future.done():
-                job.future.set_exception(error)
-            return
-        finally:
-            self.in_flight = 0
-            self._update_gauges()
-            # After every event: the executor's result arrives through the loop after their call_soon_threadsafe.
-            job.events.put_nowait(None)
-        if self.metrics is not None:
-            self.metrics.batch_size.observe(1)
-            self.metrics.engine_seconds.observe(time.monotonic() - started)
-        if answer is not None and not job.future.done():
-            job.future.set_result(answer)
+    def _drain(self, jobs: list[Job], loop: asyncio.AbstractEventLoop) -> None:
+        """In the engine thread: hand each event to the loop as the runtime yields it; stop once every job is gone.
 
-    def _drain(self, job: Job, loop: asyncio.AbstractEventLoop) -> Answer | None:
-        """In the engine thread: hand each event to the loop as the runtime yields it; stop when the job is cancelled.
-
-        Returns the final answer (None when the client went away first). Checking between events stops a
-        cancelled stream before its next engine call, not in the middle of one.
+        The check runs between events, so a group whose clients all left stops before its next engine call.
         """
-        assert job.events is not None
-        events = self._stream(job.settings, job.question)
+        events = self._stream_many(jobs[0].settings, [job.question for job in jobs])
         try:
-            for event in events:
-                if job.cancelled:
-                    return None
-                loop.call_soon_threadsafe(job.events.put_nowait, event)
-                if isinstance(event, FinalEvent):
-                    return event.answer
+            for index, event in events:
+                if all(job.cancelled for job in jobs):
+                    return
+                loop.call_soon_threadsafe(_deliver, jobs[index], event)
         finally:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
-        raise RuntimeError("the runtime's stream ended without a final answer")
 
     def _update_gauges(self) -> None:
         if self.metrics is not None:
             self.metrics.queue_depth.set(len(self._waiting))
             self.metrics.in_flight.set(self.in_flight)
+
+
+def _deliver(job: Job, event: StreamEvent) -> None:
+    """On the loop: a streaming job's event into its queue; the final answer into the job's future."""
+    if job.cancelled:
+        return
+    if job.events is not None:
+        job.events.put_nowait(event)
+    if isinstance(event, FinalEvent) and not job.future.done():
+        job.future.set_result(event.answer)
 
 
 def _by_settings(jobs: list[Job]) -> list[list[Job]]:

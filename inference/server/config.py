@@ -47,7 +47,7 @@ class ServeConfig:
     )
     max_queue: int = help_field("requests waiting for the engine at most; one more is answered 429", 64)
     max_batch: int = help_field(
-        "most requests grouped into one engine call (answer_many); 1 serves them one at a time", 16
+        "most requests grouped into one engine call per phase (streamed or not); 1 serves them one at a time", 16
     )
     batch_wait_ms: float = help_field(
         "how long the batching worker waits for more requests after the first one arrives", 10.0

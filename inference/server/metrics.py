@@ -25,8 +25,7 @@ class ServerMetrics:
         self.in_flight = Gauge("selfrag_in_flight", "requests being decoded in the current engine call", registry=r)
         self.batch_size = Histogram("selfrag_batch_size", "requests per engine call",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
-        self.engine_seconds = Histogram("selfrag_engine_call_seconds",
-                                        "time of one engine job: a batched answer_many call, or one stream",
+        self.engine_seconds = Histogram("selfrag_engine_call_seconds", "time of one batch, all its phases",
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.rejected = Counter("selfrag_rejected", "requests not answered, by reason (queue_full, timeout, "
                                 "disconnected)", ["reason"], registry=r)

@@ -19,7 +19,9 @@ import pytest
 from runtime_scripts import KeyedEngine, Segments, passage_key
 from server_harness import (
     ARITHMETIC,
+    ARITHMETIC_ANSWER,
     CAPITAL,
+    CAPITAL_ANSWER,
     LYON,
     MAYOR,
     MODEL,
@@ -106,7 +108,8 @@ def serve() -> Iterator[Any]:
 
     yield start
     for live, engine in started:
-        engine.gate.set()
+        for gate in (engine.gate, getattr(engine, "branches", engine.gate)):
+            gate.set()
         live.stop()
 
 
@@ -205,6 +208,69 @@ def _check_stream_equals_plain(live: LiveServer, question: str, **extra: Any) ->
     assert final_chunk.choices[0].finish_reason == plain.choices[0].finish_reason
     assert chunks[-1].usage.model_dump() == plain.usage.model_dump()
     return chunks
+
+
+# -- concurrent streams share engine calls --------------------------------------------------------------------
+
+
+class BranchGatedEngine(ScriptedBackendEngine):
+    """The server harness's engine; decodes after a passage (``<paragraph>`` in the prompt) wait for ``branches``."""
+
+    def __init__(self, tokenizer: Any, ids: Any) -> None:
+        super().__init__(tokenizer, ids)
+        self.branches = threading.Event()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        prompts = [self.tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False) for request in requests]
+        if any(rf.PARAGRAPH_OPEN in prompt for prompt in prompts) and not self.branches.wait(GATE_S):
+            raise TimeoutError("the test never opened the branch gate")
+        return super().generate(requests)
+
+
+def _collect(live: LiveServer, question: str, **extra: Any) -> tuple[threading.Thread, list[Any]]:
+    results: list[Any] = []
+
+    def target() -> None:
+        try:
+            results.append(list(stream(live, question, **extra)))
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            results.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, results
+
+
+def test_concurrent_streams_share_engine_calls(reflection_tokenizer, token_ids, serve) -> None:  # type: ignore[no-untyped-def]
+    engine = ScriptedBackendEngine(reflection_tokenizer, token_ids)
+    live = serve(engine, max_batch=8, batch_wait_ms=50)
+    engine.gate.clear()
+    blocker = _collect(live, ARITHMETIC)
+    assert engine.entered.wait(10)
+    streams = [_collect(live, question) for question in (ARITHMETIC, "What is 3 + 3?", "What is 4 + 4?")]
+    plain_thread = threading.Thread(target=ask, args=(live, "What is 5 + 5?"), daemon=True)
+    plain_thread.start()
+    wait_until(lambda: live.state.worker.depth == 4)
+    engine.gate.set()
+    for thread, _ in (blocker, *streams):
+        thread.join(10)
+    plain_thread.join(10)
+    assert all(deltas(result[0]) == [ARITHMETIC_ANSWER] for _, result in streams)
+    assert engine.batch_sizes() == [1, 4]  # the three streams and the plain request decided in ONE call
+
+
+def test_in_a_batch_each_stream_gets_its_text_once_its_own_verdict_is_in(reflection_tokenizer, token_ids,  # type: ignore[no-untyped-def]
+                                                                         serve) -> None:
+    engine = BranchGatedEngine(reflection_tokenizer, token_ids)
+    live = serve(engine, max_batch=2, batch_wait_ms=2000)  # the batch closes when both have arrived
+    retrieving, retrieving_result = _collect(live, CAPITAL)
+    direct, direct_result = _collect(live, ARITHMETIC)
+    direct.join(GATE_S)  # done while CAPITAL's passage branches are still held
+    assert not direct.is_alive() and deltas(direct_result[0]) == [ARITHMETIC_ANSWER], direct_result
+    assert retrieving.is_alive() and engine.batch_sizes() == [2]  # one decision call for both
+    engine.branches.set()
+    retrieving.join(10)
+    assert deltas(retrieving_result[0]) == [CAPITAL_ANSWER]
 
 
 # -- text that is later withdrawn is never sent ---------------------------------------------------------------
