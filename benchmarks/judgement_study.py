@@ -31,7 +31,9 @@ LOGS = REPO / "runs" / "study-logs"
 #: where a label is read (commit 608149b, ~2x faster steps).
 SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, old loss)",
           "C-reflonly-rel10": " (old loss)", "H-text0.1-lr2e-3": " (tests running beside it)",
-          "L-start5-600steps": " (tests running beside it for ~15 min)"}
+          "L-start5-600steps": " (tests running beside it for ~15 min)",
+          "N-question-order": " (tests beside it for ~5 min)",
+          "O-question-rel10": " (other sessions' tests and a vLLM install beside it)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -103,6 +105,11 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "B with each question's records in consecutive batches (training.order=question): every step contrasts a "
         "question's gold passage with its easy, hard and support negatives",
         ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "judgement_items=100"],
+    ),
+    "O-question-rel10": (
+        "N with IsREL weight 10 (answer words still at 1)",
+        ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
          "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "judgement_items=100"],
     ),
     "H-text0.1-lr2e-3": (
@@ -212,14 +219,41 @@ def acc(entry: dict | None) -> str:
     return f"{entry['accuracy_pos']:.0%} / {entry['accuracy_neg']:.0%}"
 
 
+TABLE = REPO / "benchmarks" / "judgement_study_table.md"
+
+
+def earlier_rows(present: set[str]) -> tuple[list[str], dict[str, dict[int, str]]]:
+    """Rows of arms measured on another machine (their runs/study folders are not here), read back from the last
+    written table: a table written on a fresh machine keeps every earlier arm instead of dropping it."""
+    if not TABLE.is_file():
+        return [], {}
+    main: list[str] = []
+    curve_cells: dict[str, dict[int, str]] = {}
+    steps: list[int] = []
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| arm | step "):
+            steps = [int(cell.split()[1]) for cell in cells[1:]]
+        elif line.startswith("| ") and cells[0] not in ("arm", *present) and not cells[0].startswith("---"):
+            if steps:  # the curves table comes second
+                curve_cells[cells[0]] = {step: cell for step, cell in zip(steps, cells[1:], strict=False) if cell}
+            else:
+                main.append(line)
+    return main, curve_cells
+
+
 def table() -> str:
+    present = {out.name for out in RUNS.iterdir() if judgement_of(out)} if RUNS.is_dir() else set()
+    kept, kept_curves = earlier_rows(present)
     rows = [
         "| arm | steps | train s (2 cores) | rel. AUROC easy [95% CI] | rel. AUROC hard [95% CI] | sup. AUROC [95% CI] "
         "| rel. acc gold/easy | rel. acc gold/hard | sup. acc right/wrong | n per class "
         "| answers: match / false abstain / abstain unanswerable |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
+        *kept,
     ]
-    notes = []
+    notes = [f"- **{name}**: {ARMS[name][0]}." for name in ARMS if name not in present and any(
+        row.startswith(f"| {name} |") for row in kept)]
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
         judgement_path = judgement_of(out)
         if judgement_path is None:
@@ -240,12 +274,12 @@ def table() -> str:
         description = ARMS.get(out.name, ("",))[0]
         if description:
             notes.append(f"- **{out.name}**: {description}.")
-    return "\n".join(rows + [""] + notes + [""] + curves()) + "\n"
+    return "\n".join(rows + [""] + notes + [""] + curves(kept_curves)) + "\n"
 
 
-def curves() -> list[str]:
+def curves(kept: dict[str, dict[int, str]] | None = None) -> list[str]:
     """Relevance easy / hard and support AUROC at each logged step (a third of the items per class)."""
-    found: dict[str, dict[int, str]] = {}
+    found: dict[str, dict[int, str]] = dict(kept or {})
     for out in sorted(RUNS.iterdir()) if RUNS.is_dir() else []:
         metrics_path = out / "metrics.json"
         if not metrics_path.is_file():
@@ -292,7 +326,7 @@ def main() -> None:
             score_arm(arm, args.items)
     else:
         text = table()
-        (REPO / "benchmarks" / "judgement_study_table.md").write_text(text, encoding="utf-8")
+        TABLE.write_text(text, encoding="utf-8")
         print(text)
 
 

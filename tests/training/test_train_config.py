@@ -19,6 +19,7 @@ def test_recipe_loads_with_cpu_settings() -> None:
     assert config.model == "smollm2-135m-instruct"
     assert config.training.learning_rate == 1e-3 and config.lora.r == 16 and config.training.batch_size == 4
     assert config.tokens.strategy == "add" and config.records == Path("data.jsonl")
+    assert config.training.order == "question"  # the study's arm N: a question's records contrasted in one batch
 
 
 def test_problems_are_reported_together() -> None:
