@@ -53,14 +53,14 @@ class QuickstartConfig:
     )
     max_steps: int | None = help_field("training steps (-1: train `epochs` epochs); null: the recipe's", None)
     epochs: float | None = help_field("passes over the training records; null: the recipe's", None)
-    test_questions: int = help_field("held-out questions in the evaluation table", 30)
+    test_questions: int = help_field("held-out questions in the evaluation table", 20)
     dev_questions: int = help_field("held-out questions (not in the table) the calibration is measured on", 12)
     target_false_abstain: float = help_field("calibration target: false abstains on answerable dev questions", 0.1)
     show: int = help_field("answers printed with every mode's answer and the decisions", 3)
     min_well_formed: float = help_field(
-        "exit with an error if fewer of the model's completed outputs (branches not pruned after their relevance "
-        "token) than this parse as well-formed trajectories (0 = off); the text after [Irrelevant] is not trained, "
-        "so those branches need not parse", 0.5,
+        "exit with an error if fewer of the model's outputs than this parse as well-formed trajectories (0 = off); "
+        "not counted: branches pruned after their relevance token, and branches the model marked [Irrelevant] (the "
+        "text after that verdict is not trained, and the runtime never ships it)", 0.5,
     )
     train: dict[str, Any] = help_field("extra TrainConfig keys over the recipe, e.g. {lora: {r: 8}}",
                                        default_factory=dict)

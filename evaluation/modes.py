@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from selfrag import reflection as rf
 from selfrag.errors import SelfragError
+from selfrag.inference.answer import Candidate
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.prompting import encode_prompt
 from selfrag.retrieval import Hit, Retriever
@@ -146,8 +148,7 @@ def selfrag_runner(runtime: Any) -> Runner:
                 "passages": [c.passage.to_json() for c in answer.candidates if c.passage is not None],
                 "cited": [p.to_json() for p in answer.citations],
                 "p_retrieve": _p_retrieve(trace),
-                # decodes the runtime stopped on purpose after their relevance token (pruning) are not outputs
-                "well_formed": [candidate.well_formed for candidate in answer.candidates if not candidate.pruned],
+                "well_formed": well_formed_flags(answer.candidates),
                 "trace": trace,
                 "trajectory": answer.trajectory,
             })
@@ -209,3 +210,15 @@ def answer_all(
             on_batch(answered)
         progress.update(len(batch))
     return records
+
+
+def well_formed_flags(candidates: Sequence[Candidate]) -> list[bool]:
+    """Whether each trained output parses as a trajectory. Not outputs: a branch the runtime stopped after its relevance
+    token (pruning), and a branch the model itself marked ``[Irrelevant]``: the text after that verdict is masked in
+    training (the runtime never ships it), so what the model writes there is not a format it was taught."""
+
+    def is_output(candidate: Candidate) -> bool:
+        judged_irrelevant = candidate.score is not None and candidate.score.relevance_token == rf.IRRELEVANT
+        return not candidate.pruned and not judged_irrelevant
+
+    return [candidate.well_formed for candidate in candidates if is_output(candidate)]

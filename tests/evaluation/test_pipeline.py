@@ -98,3 +98,24 @@ def test_missing_corpus_is_one_config_error(tmp_path: Path) -> None:
     config = from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out"})
     with pytest.raises(ConfigError, match="have no ctxs and no corpus is set; pass corpus=FILE"):
         run_module.run(config)
+
+
+def test_well_formed_counts_only_trained_outputs() -> None:
+    """Pruned branches and branches the model marked [Irrelevant] (text after it is masked in training) are not
+    outputs; every other candidate is, whether or not it parses."""
+    from selfrag.evaluation.modes import well_formed_flags
+    from selfrag.inference.answer import Candidate
+    from selfrag.inference.scoring import CandidateScore
+
+    def candidate(relevance: str | None, well_formed: bool, pruned: bool = False) -> Candidate:
+        score = CandidateScore(0.5, 0.5, 0.0, 1.0, relevance, rf.FULLY_SUPPORTED, "[Utility:5]", ())
+        return Candidate(Passage("p", "t", "x"), "...", "a", well_formed, (), score, "stop", pruned=pruned)
+
+    candidates = [
+        candidate(rf.RELEVANT, True),
+        candidate(rf.RELEVANT, False),  # a relevant branch that does not parse: counted, as a failure
+        candidate(rf.IRRELEVANT, False),  # untrained text after [Irrelevant]: not an output
+        candidate(rf.RELEVANT, False, pruned=True),  # stopped on purpose: not an output
+        Candidate(None, "[No Retrieval]a", "a", True, (), None, "stop"),  # the no-retrieval path counts
+    ]
+    assert well_formed_flags(candidates) == [True, False, True]
