@@ -107,6 +107,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
          "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "judgement_items=100"],
     ),
+    "N-seed1": (
+        "N with training.seed=1 (another data order and initialisation): how stable is N?",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=1",
+         "judgement_items=100"],
+    ),
     "O-question-rel10": (
         "N with IsREL weight 10 (answer words still at 1)",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",
