@@ -137,6 +137,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
                     if row.get("meta", {}).get("query_id") in test_ids]
     write_jsonl_atomic(split_dir / "test-labels.jsonl", records_to_label_rows(test_records))
     print(f"held out: {len(dev)} dev questions (calibration), {len(test)} test questions (the table)")
+    stages.done("data")  # generate resumes by itself; the flag records that this stage completed
 
     # ---- 3. Training: the CPU recipe (reflection tokens + LoRA with TRL's SFTTrainer) ---------------
     _banner(3, f"LoRA fine-tune on CPU with the recipe {config.recipe}")
