@@ -87,9 +87,11 @@ def write_plots(summaries: Mapping[str, Mapping[str, Any]], directory: Path) -> 
     figure, axis = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(modes)
     for index, mode in enumerate(modes):
-        values = [100 * (summaries[mode].get(key) or 0.0) for key, _ in quality]
+        raw = [summaries[mode].get(key) for key, _ in quality]
+        values = [0.0 if value is None else 100 * value for value in raw]
         bars = axis.bar([k + index * width for k in range(len(quality))], values, width, label=titles[index])
-        axis.bar_label(bars, fmt="%.0f", fontsize=7)
+        # a metric the mode has no figure for (no claims judged, no unanswerable question) reads n/a, not 0
+        axis.bar_label(bars, labels=["n/a" if value is None else f"{100 * value:.0f}" for value in raw], fontsize=7)
     axis.set_xticks([k + width * (len(modes) - 1) / 2 for k in range(len(quality))], [t for _, t in quality])
     axis.set_ylabel("% of questions (claims for 'unsupported')")
     axis.set_ylim(0, 110)
@@ -104,9 +106,10 @@ def write_plots(summaries: Mapping[str, Mapping[str, Any]], directory: Path) -> 
             ("engine_calls_per_query", "engine calls / query"), ("generated_tokens_per_query", "generated tokens / q")]
     figure, axes = plt.subplots(1, len(cost), figsize=(12, 3.6))
     for axis, (key, title) in zip(axes, cost, strict=True):
-        values = [summaries[m].get(key) or 0.0 for m in modes]
-        bars = axis.bar(range(len(modes)), values, color=[f"C{i}" for i in range(len(modes))])
-        axis.bar_label(bars, fmt="%.1f", fontsize=7)
+        raw = [summaries[m].get(key) for m in modes]
+        bars = axis.bar(range(len(modes)), [0.0 if v is None else v for v in raw],
+                        color=[f"C{i}" for i in range(len(modes))])
+        axis.bar_label(bars, labels=["n/a" if v is None else f"{v:.1f}" for v in raw], fontsize=7)
         axis.set_xticks(range(len(modes)), [t.replace(" Self-RAG", "\nSelf-RAG") for t in titles], fontsize=7)
         axis.set_title(title, fontsize=9)
     figure.suptitle("Cost by mode (lower is cheaper)")
