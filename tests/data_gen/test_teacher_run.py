@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from teacher_inputs import write_inputs
 from teacher_server import TeacherServer
 
 from selfrag.config import load_config
@@ -25,13 +26,6 @@ from selfrag.trajectory import Record, parse_trajectory
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "assets" / "golden"
 
-CORPUS = [
-    {"id": "paris-0", "title": "Paris", "text": "Paris is the capital of France. It lies on the Seine."},
-    {"id": "paris-1", "title": "Paris", "text": "The Eiffel Tower in Paris was built in 1889 for a world fair."},
-    {"id": "rome-0", "title": "Rome", "text": "Rome is the capital of Italy. The Colosseum stands in Rome."},
-    {"id": "berlin-0", "title": "Berlin", "text": "Berlin is the capital of Germany and its largest city."},
-    {"id": "rain-0", "title": "Rain", "text": "Rain is liquid water falling from clouds in drops."},
-]
 QUERIES = [
     {"id": "q1", "question": "What is the capital of France?", "answer": "Paris is the capital of France."},
     {
@@ -49,10 +43,7 @@ QUERIES = [
 
 @pytest.fixture
 def data(tmp_path: Path) -> tuple[Path, Path]:
-    corpus, queries = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl"
-    corpus.write_text("".join(json.dumps(row) + "\n" for row in CORPUS))
-    queries.write_text("".join(json.dumps(row) + "\n" for row in QUERIES))
-    return corpus, queries
+    return write_inputs(tmp_path, QUERIES)
 
 
 def overrides(url: str, data: tuple[Path, Path], output: Path, *extra: str) -> list[str]:

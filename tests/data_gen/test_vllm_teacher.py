@@ -20,6 +20,8 @@ import pytest
 vllm = pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
+from teacher_inputs import write_inputs  # noqa: E402
+
 from selfrag.config import load_config  # noqa: E402
 from selfrag.data_gen.config import GenerateConfig  # noqa: E402
 from selfrag.data_gen.labelers import prompt_hash  # noqa: E402
@@ -30,13 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "data_gen" / "vllm-teacher.yaml"
 MODEL = "smollm2-135m-instruct"
 
-CORPUS = [
-    {"id": "paris-0", "title": "Paris", "text": "Paris is the capital of France. It lies on the Seine."},
-    {"id": "paris-1", "title": "Paris", "text": "The Eiffel Tower in Paris was built in 1889 for a world fair."},
-    {"id": "rome-0", "title": "Rome", "text": "Rome is the capital of Italy. The Colosseum stands in Rome."},
-    {"id": "berlin-0", "title": "Berlin", "text": "Berlin is the capital of Germany and its largest city."},
-    {"id": "rain-0", "title": "Rain", "text": "Rain is liquid water falling from clouds in drops."},
-]
 QUERIES = [
     {"id": "q1", "question": "What is the capital of France?", "answer": "Paris is the capital of France."},
     {"id": "q2", "question": "When was the Eiffel Tower built?", "answer": "It was built in 1889."},
@@ -47,10 +42,7 @@ QUERIES = [
 
 @pytest.fixture
 def data(tmp_path: Path) -> tuple[Path, Path]:
-    corpus, queries = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl"
-    corpus.write_text("".join(json.dumps(row) + "\n" for row in CORPUS))
-    queries.write_text("".join(json.dumps(row) + "\n" for row in QUERIES))
-    return corpus, queries
+    return write_inputs(tmp_path, QUERIES)
 
 
 @pytest.fixture

@@ -224,21 +224,29 @@ def test_a_tiny_model_learns_a_judgement_that_depends_on_the_passage(learned) ->
     assert (folder / "out" / "training.png").stat().st_size > 1000
 
 
-def test_the_trainer_sees_every_reflection_label(
-    tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Capture each batch at the loss and check every reflection position's label reaches it, weighted > 0."""
+@pytest.fixture
+def loss_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Each batch's labels and the loss-weight table as they reach the loss (a spy on ``masked_loss``)."""
     import selfrag.training.run as train_run
-    from selfrag.training.run import run
 
-    captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+    captured: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     real = train_run.masked_loss
 
     def spy(model: Any, inputs: Any, table: Any, start: Any = None) -> Any:
-        captured.append((inputs["labels"].detach().clone(), table.clone()))
+        captured.append((inputs["labels"].detach().clone(), None if table is None else table.clone()))
         return real(model, inputs, table, start)
 
     monkeypatch.setattr(train_run, "masked_loss", spy)
+    return captured
+
+
+def test_the_trainer_sees_every_reflection_label(
+    tiny_base_dir: Path, tmp_path: Path, loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]]
+) -> None:
+    """Capture each batch at the loss and check every reflection position's label reaches it, weighted > 0."""
+    from selfrag.training.run import run
+
+    captured = loss_batches
     records = synthetic_records(16, seed=3)
     path = tmp_path / "records.jsonl"
     write_jsonl_atomic(path, [r.to_json() for r in records])
@@ -265,6 +273,7 @@ def test_the_trainer_sees_every_reflection_label(
         positions = reflection_positions({"labels": want}, token_ids)
         assert positions[Group.RELEVANCE] and positions[Group.SUPPORT] and positions[Group.RETRIEVE]
     table = captured[0][1]
+    assert table is not None  # loss_weights are set: the weighted loss gets its table
     for token_id in token_ids.all_ids:
         assert table[token_id] > 0
     assert table[token_ids.id(rf.FULLY_SUPPORTED)] == 2.0 and table[token_ids.id(rf.RELEVANT)] == 1.0
@@ -318,20 +327,11 @@ def test_order_by_question_keeps_each_question_together_in_a_seeded_order() -> N
 
 
 def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
-    tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_base_dir: Path, tmp_path: Path, loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]]
 ) -> None:
     """training.order=question: every batch of 4 at the loss holds exactly one question's 4 records."""
-    import selfrag.training.run as train_run
     from selfrag.training.run import run
 
-    captured: list[torch.Tensor] = []
-    real = train_run.masked_loss
-
-    def spy(model: Any, inputs: Any, table: Any, start: Any = None) -> Any:
-        captured.append(inputs["labels"].detach().clone())
-        return real(model, inputs, table, start)
-
-    monkeypatch.setattr(train_run, "masked_loss", spy)
     records = question_records(4)
     path = tmp_path / "records.jsonl"
     write_jsonl_atomic(path, [r.to_json() for r in records])
@@ -356,7 +356,7 @@ def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
                        and all(t == IGNORE for t in want[len(unpadded):])}
         return question
 
-    assert len(captured) == 4
-    batches = [{question_of_row(row) for row in labels.tolist()} for labels in captured]
+    assert len(loss_batches) == 4
+    batches = [{question_of_row(row) for row in labels.tolist()} for labels, _ in loss_batches]
     assert all(len(questions) == 1 for questions in batches), batches
     assert len(set.union(*batches)) == 4
