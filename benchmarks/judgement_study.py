@@ -113,6 +113,32 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=1",
          "judgement_items=100"],
     ),
+    "N-seed2": (
+        "N with training.seed=2: how often does N learn relevance within 150 steps?",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=2",
+         "judgement_items=100"],
+    ),
+    "N-seed2-300steps": (
+        "N-seed2 (which had learned no relevance at step 100) for 300 steps: does a run that misses the jump in 150 "
+        "steps catch it with twice the budget?",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=300", "training.order=question", "training.seed=2",
+         "training.eval_steps=75", "judgement_items=100"],
+    ),
+    "P-q50-repeat": (
+        "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
+        "150 steps: does repeating the same contrasts teach the hard negatives?",
+        ["records=runs/data-train-q50/records.jsonl", "tokens.init=words", "training.loss_weights.relevance=5",
+         "training.loss_weights.support=5", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "training.order=question", "judgement_items=100"],
+    ),
+    "Q-q100-repeat": (
+        "N on the records of 100 questions (371), seen ~1.6 times in 150 steps",
+        ["records=runs/data-train-q100/records.jsonl", "tokens.init=words", "training.loss_weights.relevance=5",
+         "training.loss_weights.support=5", "training.row_lr_multiplier=10", "training.max_steps=150",
+         "training.order=question", "judgement_items=100"],
+    ),
     "O-question-rel10": (
         "N with IsREL weight 10 (answer words still at 1)",
         ["tokens.init=words", "training.loss_weights.relevance=10", "training.loss_weights.support=5",

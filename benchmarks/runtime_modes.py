@@ -7,6 +7,8 @@ Each question is answered alone (``answer``), one after the other, in every mode
 * ``plain-rag``       — the baseline: one generation over the prompt with the same top-k passages inlined;
 * ``single-pass``     — ``SelfRAG`` (adaptive, pruning on): the model's own reflection tokens decide;
 * ``single-always``   — ``SelfRAG`` with ``mode=always`` (retrieves every time, like plain RAG);
+* ``single-no-prune`` — ``single-pass`` with pruning off: every branch decodes in one call (the transformers
+  engine keeps no KV cache between calls, so pruning's second call prefills each surviving branch again);
 * ``prompted-critic`` — ``PromptedSelfRAG``: the same policy with one critic call per decision.
 
 Prints per mode the median and p95 latency per query, engine calls (batches), requests and generated tokens
@@ -92,22 +94,32 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=12, help="held-out demo questions to answer")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--modes", default="plain-rag,single-pass,single-always,single-no-prune,prompted-critic",
+                        help="comma-separated modes to run, plain-rag first (the ratios' baseline)")
     args = parser.parse_args()
 
     engine = Counting(HFEngine(args.model, batch_size=64))
     retriever = build_bm25(DEMO_CORPUS)
     config = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
     always = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, mode="always")
+    no_prune = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
+    no_prune.pruning.enabled = False
     questions = [q.question for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"][: args.questions]
     modes = [
         ("plain-rag", plain_rag(engine, retriever, config)),
         ("single-pass", SelfRAG(engine, retriever, config).answer),
         ("single-always", SelfRAG(engine, retriever, always).answer),
+        ("single-no-prune", SelfRAG(engine, retriever, no_prune).answer),
         ("prompted-critic", PromptedSelfRAG(engine, retriever, config).answer),
     ]
+    wanted = args.modes.split(",")
+    unknown = sorted(set(wanted) - {label for label, _ in modes})
+    if unknown or wanted[0] != "plain-rag":
+        parser.error(f"--modes: unknown {unknown} or plain-rag not first; choose from {[m for m, _ in modes]}")
+    modes = [(label, answer) for label, answer in modes if label in wanted]
     print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, engine {engine.name}")
     print(
-        f"{'mode':<16}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
+        f"{'mode':<17}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
         f"{'median/plain':>13}{'p95/plain':>10}",
         flush=True,
     )
@@ -117,15 +129,17 @@ def main() -> None:
         rows.append(row)
         base = rows[0]
         print(
-            f"{row['mode']:<16}{row['median']:>9.2f}{row['p95']:>8.2f}{row['calls']:>7.1f}{row['requests']:>9.1f}"
+            f"{row['mode']:<17}{row['median']:>9.2f}{row['p95']:>8.2f}{row['calls']:>7.1f}{row['requests']:>9.1f}"
             f"{row['tokens']:>8.1f}{row['median'] / base['median']:>12.2f}x{row['p95'] / base['p95']:>9.2f}x",
             flush=True,
         )
-    single, critic = rows[1], rows[3]
-    print(
-        f"prompted-critic / single-pass: median {critic['median'] / single['median']:.2f}x, "
-        f"p95 {critic['p95'] / single['p95']:.2f}x"
-    )
+    by_mode = {row["mode"]: row for row in rows}
+    if "single-pass" in by_mode and "prompted-critic" in by_mode:
+        single, critic = by_mode["single-pass"], by_mode["prompted-critic"]
+        print(
+            f"prompted-critic / single-pass: median {critic['median'] / single['median']:.2f}x, "
+            f"p95 {critic['p95'] / single['p95']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,10 @@ def fmt(value: Any, percent: bool) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def markdown_table(summaries: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str]) -> str:
+def markdown_table(
+    summaries: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str], judge: str | None = None
+) -> str:
+    """The modes side by side; ``judge`` (the judge kind) is named in the unsupported-claims row."""
     modes = list(summaries)
     any_summary = next(iter(summaries.values()), {})
     header = (
@@ -46,6 +49,8 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], unavailable: Mapp
     )
     lines = [header, "| --- |" + " ---: |" * len(modes)]
     for key, title, percent in ROWS:
+        if key == "unsupported_claim_rate" and judge:
+            title = f"unsupported claims (judge: {judge}; lower is better)"
         lines.append(f"| {title} | " + " | ".join(fmt(summaries[m].get(key), percent) for m in modes) + " |")
     for mode, reason in unavailable.items():
         lines.append(f"\n*{MODE_TITLES[mode]}: not run — {reason}*")

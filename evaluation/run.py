@@ -132,7 +132,7 @@ def run(config: EvalConfig) -> EvalResult:
         reflection = agreement(predictions)
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
-    table = report.markdown_table(summaries, unavailable) if summaries else "(no mode ran)\n"
+    table = report.markdown_table(summaries, unavailable, config.judge.kind) if summaries else "(no mode ran)\n"
     plots = report.write_plots(summaries, out) if config.plots and summaries else []
     (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
     results = {

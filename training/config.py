@@ -114,7 +114,8 @@ class TrainingOptions:
     seed: int = help_field("Seed for initialisation, shuffling and the held-out split.", default=0)
     logging_steps: int = help_field("Log the training loss every this many steps.", default=10)
     eval_fraction: float = help_field(
-        "Fraction of records held out (by a stable hash of the record id) for reflection-token accuracy.",
+        "Fraction of questions held out (by a stable hash of the question id: all of a question's records "
+        "together) for reflection-token accuracy.",
         default=0.05,
     )
     save_steps: int = help_field("Write a resumable checkpoint every this many steps.", default=200)

@@ -152,15 +152,19 @@ def read_records(path: str | Path) -> list[Record]:
 
 
 def is_held_out(record_id: str, fraction: float, seed: int) -> bool:
-    """Whether a record goes to the held-out split: a stable hash of (seed, id), independent of file order."""
+    """Whether a question (or record) id goes to the held-out split: a stable hash of (seed, id), independent of
+    file order."""
     digest = hashlib.sha256(f"{seed}:{record_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
 def split_records(records: Sequence[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
-    """``(train, held_out)`` by record id; at least one record stays in train."""
-    train = [record for record in records if not is_held_out(record.id, fraction, seed)]
-    held_out = [record for record in records if is_held_out(record.id, fraction, seed)]
+    """``(train, held_out)`` **by question** (:func:`question_of`): a question's gold passage and its negatives
+    fall on the same side, so held-out accuracy is measured on questions never trained on and ``order=question``
+    keeps whole questions. At least one record stays in train."""
+    held = {record.id: is_held_out(question_of(record), fraction, seed) for record in records}
+    train = [record for record in records if not held[record.id]]
+    held_out = [record for record in records if held[record.id]]
     if not train:
         raise InputError(
             f"training.eval_fraction={fraction} leaves no training records out of {len(records)}; lower it"

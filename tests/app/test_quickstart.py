@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from selfrag.app.quickstart import QuickstartConfig, run
+from selfrag.app.quickstart import QuickstartConfig, relevance_judged, run
 from selfrag.config import from_dict
 
 
@@ -41,6 +41,10 @@ def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) ->
     assert {"no_retrieval", "plain_rag", "single_pass"} <= set(results["modes"])
     assert results["modes"]["single_pass"]["examples"] == 4
     assert (out / "eval" / "quality.png").is_file() and (out / "eval" / "table.md").is_file()
+    # claims are judged by a judge no mode answers with (not the trained model's own IsSUP), and the table says which
+    assert results["judge"] == "overlap"
+    assert "unsupported claims (judge: overlap; lower is better)" in (out / "eval" / "table.md").read_text()
+    assert report["relevance_judged"] == relevance_judged(results)
     records = (out / "eval" / "records" / "single_pass.jsonl").read_text()
     stages = json.loads((out / "stages.json").read_text())
     assert all(stages[name]["finished"] for name in ("train", "calibrate", "eval"))
@@ -93,3 +97,15 @@ def test_nested_extras_are_checked_when_the_config_loads(tmp_path: Path) -> None
                  "eval.batch_size must be an integer, got 'q'; e.g. eval.batch_size=1"):
         assert sum(line in text for text in lines) == 1, (line, lines)
     assert not (tmp_path / "data").exists()  # nothing ran
+
+
+def test_relevance_judged_reads_the_evaluations_relevance_auroc() -> None:
+    """The quickstart's verdict on its own model: learned at AUROC >= 0.7, not below, unknown without items."""
+    def results(auroc: float | None, items: int) -> dict:  # type: ignore[type-arg]
+        return {"reflection": {"relevance": {"auroc": auroc, "items": items}}}
+
+    assert relevance_judged(results(0.51, 49)) == {"auroc": 0.51, "items": 49, "threshold": 0.7, "learned": False}
+    assert relevance_judged(results(0.86, 49))["learned"] is True
+    assert relevance_judged(results(0.7, 49))["learned"] is True
+    assert relevance_judged(results(None, 0))["learned"] is None
+    assert relevance_judged({})["learned"] is None

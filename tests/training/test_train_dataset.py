@@ -16,10 +16,12 @@ from selfrag.training.dataset import (
     IGNORE,
     build_dataset,
     encode_record,
+    question_of,
     read_records,
     reflection_positions,
     split_records,
 )
+from selfrag.trajectory import Record
 
 GOLDEN = Path(__file__).parents[1] / "assets" / "golden" / "training_text.txt"
 
@@ -114,11 +116,17 @@ def test_read_records_names_file_and_line(tmp_path: Path) -> None:
         read_records(path)
 
 
-def test_split_is_stable_by_record_id() -> None:
+def test_split_is_stable_and_by_question() -> None:
     records = training_records()
     train, held_out = split_records(records, 0.3, seed=0)
     again_train, again_held = split_records(list(reversed(records)), 0.3, seed=0)
     assert {r.id for r in held_out} == {r.id for r in again_held}
     assert len(train) + len(held_out) == len(records)
+    # a question's records (gold, negatives) never straddle the split
+    grouped = [Record(f"q{n}/{kind}", f"question {n}", r.segments, r.utility)
+               for n, r in enumerate(records) for kind in ("gold", "easy-0", "hard-0")]
+    train, held_out = split_records(grouped, 0.3, seed=0)
+    assert held_out and train
+    assert not {question_of(r) for r in train} & {question_of(r) for r in held_out}
     with pytest.raises(InputError, match="eval_fraction"):
         split_records(records, 0.999999, seed=0)
