@@ -262,10 +262,19 @@ def plot(path: Path, losses: Sequence[Mapping[str, float]], during: Sequence[Map
         points = [(e["step"], e["judgement"][key]) for e in during if e.get("judgement", {}).get(key) is not None]
         if points:
             right.plot(*zip(*points, strict=True), marker="o", label=label)
+    for kind in ("relevance", "support"):  # the held-out split's reflection accuracy (training.eval_fraction)
+        points = [(e["step"], e["reflection_accuracy"][kind]) for e in during
+                  if isinstance(e.get("reflection_accuracy", {}).get(kind), float)]
+        if points:
+            right.plot(*zip(*points, strict=True), marker="s", linestyle="--", label=f"held-out {kind} accuracy")
     right.set_ylim(0.0, 1.02)
     right.set_xlabel("step")
     right.set_title("held-out judgement")
-    right.legend(loc="lower right", fontsize=8)
+    if right.get_lines():
+        right.legend(loc="lower right", fontsize=8)
+    else:
+        right.text(0.5, 0.5, "no held-out records\n(training.eval_fraction, eval_records)", ha="center",
+                   va="center", transform=right.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -360,3 +360,37 @@ def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
     batches = [{question_of_row(row) for row in labels.tolist()} for labels, _ in loss_batches]
     assert all(len(questions) == 1 for questions in batches), batches
     assert len(set.union(*batches)) == 4
+
+
+def test_training_plot_draws_held_out_accuracy_without_eval_records(tmp_path: Path) -> None:
+    """The quickstart trains with a held-out split but no eval_records: the judgement panel shows the held-out
+    IsREL/IsSUP accuracy (it was an empty panel and a matplotlib legend warning); with nothing, it says why."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from selfrag.training.judgement import plot
+
+    losses = [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.0}]
+    during = [{"step": s, "reflection_accuracy": {"relevance": r, "support": 1.0, "counts": {}}}
+              for s, r in ((50, 0.56), (100, 0.64))]
+    drawn = {}
+    real_close = plt.close
+
+    def keep(figure):  # type: ignore[no-untyped-def]
+        drawn["axes"] = figure.axes
+        real_close(figure)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plt.close = keep
+        try:
+            assert plot(tmp_path / "a.png", losses, during) == tmp_path / "a.png"
+            labels = [line.get_label() for line in drawn["axes"][1].get_lines()]
+            assert labels == ["held-out relevance accuracy", "held-out support accuracy"]
+            assert list(drawn["axes"][1].get_lines()[0].get_ydata()) == [0.56, 0.64]
+            plot(tmp_path / "b.png", losses, [])
+            assert "no held-out records" in drawn["axes"][1].texts[0].get_text()
+        finally:
+            plt.close = real_close
+    assert (tmp_path / "a.png").stat().st_size > 1000
