@@ -1,6 +1,6 @@
 """The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of four modes.
 
-    selfrag quickstart                                  # ~17 min on 2 CPU cores (measured 16 min 48 s)
+    selfrag quickstart                                  # ~18 min on 2 CPU cores (measured 16 min 48 s, 17 min 53 s)
     selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
     selfrag quickstart epochs=2                         # retrains, recalibrates and re-evaluates; keeps the data
 
