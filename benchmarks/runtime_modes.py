@@ -7,8 +7,8 @@ Each question is answered alone (``answer``), one after the other, in every mode
 * ``plain-rag``       — the baseline: one generation over the prompt with the same top-k passages inlined;
 * ``single-pass``     — ``SelfRAG`` (adaptive, pruning on): the model's own reflection tokens decide;
 * ``single-always``   — ``SelfRAG`` with ``mode=always`` (retrieves every time, like plain RAG);
-* ``single-no-prune`` — ``single-pass`` with pruning off: every branch decodes in one call (the transformers
-  engine keeps no KV cache between calls, so pruning's second call prefills each surviving branch again);
+* ``single-no-prune`` — ``single-pass`` with pruning off: every branch decodes in one call (pruning's second call
+  resumes each surviving branch from the KV its first call kept; ``--prefix-cache-mb 0`` prefills it again);
 * ``prompted-critic`` — ``PromptedSelfRAG``: the same policy with one critic call per decision.
 
 Prints per mode the median and p95 latency per query, engine calls (batches), requests and generated tokens
@@ -94,11 +94,13 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=12, help="held-out demo questions to answer")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--prefix-cache-mb", type=float, default=512,
+                        help="the transformers engine's kept prompt KV (0: off, every call prefills in full)")
     parser.add_argument("--modes", default="plain-rag,single-pass,single-always,single-no-prune,prompted-critic",
                         help="comma-separated modes to run, plain-rag first (the ratios' baseline)")
     args = parser.parse_args()
 
-    engine = Counting(HFEngine(args.model, batch_size=64))
+    engine = Counting(HFEngine(args.model, batch_size=64, prefix_cache_mb=args.prefix_cache_mb))
     retriever = build_bm25(DEMO_CORPUS)
     config = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
     always = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, mode="always")
@@ -117,7 +119,8 @@ def main() -> None:
     if unknown or wanted[0] != "plain-rag":
         parser.error(f"--modes: unknown {unknown} or plain-rag not first; choose from {[m for m, _ in modes]}")
     modes = [(label, answer) for label, answer in modes if label in wanted]
-    print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, engine {engine.name}")
+    print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, engine {engine.name}, "
+          f"prefix cache {args.prefix_cache_mb:g} MB")
     print(
         f"{'mode':<17}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
         f"{'median/plain':>13}{'p95/plain':>10}",

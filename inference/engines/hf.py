@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,7 @@ class HFEngine:
         seed: int = 0,
         merge: bool = True,
         legacy_decode: bool = False,
+        prefix_cache_mb: float = 512,
     ) -> None:
         dtype = ("bfloat16" if str(device).startswith("cuda") else "float32") if dtype == "auto" else dtype
         if dtype not in DTYPES:
@@ -79,6 +81,7 @@ class HFEngine:
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
@@ -98,8 +101,10 @@ class HFEngine:
             groups.setdefault(request.decode_key, []).append(index)
         decode = self._decode_legacy if self.legacy_decode else self._decode
         for indices in groups.values():
-            if not self.legacy_decode:  # similar lengths share a batch: less padding to prefill
-                indices = sorted(indices, key=lambda i: len(requests[i].prompt_ids))
+            if not self.legacy_decode:  # similar lengths share a batch: less padding to prefill; prompts that can
+                # resume from kept KV (PrefixCache) batch together, as a batch resumes only when all of it can
+                indices = sorted(indices, key=lambda i: (not self.prefixes.has(requests[i].prompt_ids),
+                                                         len(requests[i].prompt_ids)))
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start : start + self.batch_size]
                 for index, generation in zip(chunk, decode([requests[i] for i in chunk]), strict=True):
@@ -111,12 +116,19 @@ class HFEngine:
         """Batched decode: left-padded prefill, KV cache, logits of the last position only (fp32 log-probs)."""
         started = time.monotonic()
         settings = batch[0]
-        input_ids, attention_mask = self._left_pad([request.prompt_ids for request in batch])
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
+        prompts = [tuple(request.prompt_ids) for request in batch]
+        cache: Any = None
+        resumed = self.prefixes.take(prompts)
+        if resumed is not None:  # every prompt is a kept prompt plus one token: prefill that token alone
+            input_ids, attention_mask, position_ids, cache = self._resume(prompts, resumed)
+        else:
+            input_ids, attention_mask = self._left_pad(prompts)
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
         rows = [_Row() for _ in batch]
-        cache = None
-        use_cache = settings.max_tokens > 1  # a one-token decode (a relevance score) needs no cache
-        for _ in range(settings.max_tokens):
+        # a one-token decode (a relevance score, a pruning step) keeps its prompts' KV for a continuation
+        keep = settings.max_tokens == 1 and self.prefixes.enabled
+        use_cache = settings.max_tokens > 1 or keep
+        for step in range(settings.max_tokens):
             output = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -126,6 +138,8 @@ class HFEngine:
                 logits_to_keep=1,  # (batch, 1, vocab), not (batch, length, vocab)
             )
             cache = output.past_key_values if use_cache else None
+            if keep and step == 0:
+                self.prefixes.keep(prompts, cache, attention_mask)
             logits = output.logits[:, -1, :].float()  # (batch, vocab)
             next_ids = self._choose(logits, settings.temperature)
             self._record(rows, next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids), settings)
@@ -167,6 +181,32 @@ class HFEngine:
         seconds = time.monotonic() - started
         return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]
 
+    def _resume(
+        self, prompts: Sequence[tuple[int, ...]], kept: Sequence[list[tuple[torch.Tensor, torch.Tensor]]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """Inputs for prompts whose all-but-last tokens' KV was kept: the kept KV left-padded into one batch cache,
+        the last token of each prompt as the input, its position after its own prefix."""
+        from transformers import DynamicCache
+
+        lengths = [len(prompt) - 1 for prompt in prompts]
+        width = max(lengths)
+        layers = []
+        for layer in range(len(kept[0])):
+            keys, values = kept[0][layer]
+            shape = (len(prompts), keys.shape[1], width, keys.shape[3])
+            batch_keys, batch_values = keys.new_zeros(shape), values.new_zeros(shape)
+            for row, (length, entry) in enumerate(zip(lengths, kept, strict=True)):
+                batch_keys[row, :, width - length :] = entry[layer][0][0]
+                batch_values[row, :, width - length :] = entry[layer][1][0]
+            layers.append((batch_keys, batch_values))
+        mask = torch.zeros((len(prompts), width + 1), dtype=torch.long)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
+        input_ids = torch.tensor([[prompt[-1]] for prompt in prompts], dtype=torch.long)
+        positions = torch.tensor([[length] for length in lengths], dtype=torch.long)
+        cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        return input_ids.to(self.device), mask.to(self.device), positions.to(self.device), cache
+
     def _left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(prompt) for prompt in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -203,6 +243,71 @@ class HFEngine:
             prompt_tokens=len(request.prompt_ids),
             seconds=seconds,
         )
+
+
+class PrefixCache:
+    """The KV of prompts decoded for one token, kept so that the continuation (the prompt plus that token) prefills
+    one token instead of the whole prompt.
+
+    The runtime's pruning decodes every passage branch's relevance token first and continues the survivors; with no
+    KV kept between engine calls, each survivor's prompt (question and passage) was prefilled twice. Entries are
+    per prompt, unpadded, and used once (a continuation takes its entry out); the oldest go first past
+    ``max_bytes``. A batch resumes only when every prompt in it has its prefix kept (else it prefills as before).
+    Models with sliding-window or other non-plain cache layers are not kept (``enabled`` turns off).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.enabled = max_bytes > 0
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def _size(entry: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in entry)
+
+    def keep(self, prompts: Sequence[tuple[int, ...]], cache: Any, attention_mask: torch.Tensor) -> None:
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            self.enabled = False  # sliding windows, quantised or offloaded caches: positions would not line up
+            self.clear()
+            return
+        width = attention_mask.shape[1]
+        for row, prompt in enumerate(prompts):
+            length = int(attention_mask[row].sum())
+            entry = [(layer.keys[row : row + 1, :, width - length :].clone(),
+                      layer.values[row : row + 1, :, width - length :].clone()) for layer in layers]
+            if prompt in self.entries:
+                self.bytes -= self._size(self.entries.pop(prompt))
+            self.entries[prompt] = entry
+            self.bytes += self._size(entry)
+        while self.entries and self.bytes > self.max_bytes:
+            _, oldest = self.entries.popitem(last=False)
+            self.bytes -= self._size(oldest)
+
+    def has(self, prompt: Sequence[int]) -> bool:
+        """Whether ``prompt`` can resume: its all-but-last tokens' KV is kept."""
+        return self.enabled and len(prompt) >= 2 and tuple(prompt[:-1]) in self.entries
+
+    def take(self, prompts: Sequence[tuple[int, ...]]) -> list[list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """The kept KV of each prompt's all-but-last tokens, removed from the cache; None unless all are kept."""
+        if not self.enabled or not self.entries:
+            return None
+        if any(len(prompt) < 2 or prompt[:-1] not in self.entries for prompt in prompts):
+            self.misses += 1
+            return None
+        self.hits += 1
+        taken = [self.entries[prompt[:-1]] for prompt in prompts]
+        for prefix in {prompt[:-1] for prompt in prompts}:
+            self.bytes -= self._size(self.entries.pop(prefix))
+        return taken
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = 0
 
 
 def _load(

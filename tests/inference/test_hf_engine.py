@@ -225,3 +225,66 @@ def test_build_engine_reads_engine_and_options(merged_dir) -> None:  # type: ign
         load_config(InferenceConfig, None, ["engine_options.batch_size=0"])
     with pytest.raises(ConfigError, match="engine"):
         load_config(InferenceConfig, None, ["engine=tgi"])
+
+
+def _continuations(engine: HFEngine, first: list) -> list[GenerationRequest]:  # type: ignore[type-arg]
+    score_ids = engine.token_ids.all_ids
+    return [GenerationRequest(p + g.token_ids, max_tokens=6, score_token_ids=score_ids)
+            for p, g in zip(_prompts(engine), first, strict=True)]
+
+
+def test_prefix_cache_continuation_equals_a_full_prefill(merged_dir: Path) -> None:
+    """Pruning's pattern: one token for every branch, then the survivors continue from prompt + that token. The
+    continuation resumes from the kept KV (prefilling one token) and decodes what a full prefill decodes."""
+    cached = HFEngine(merged_dir, batch_size=4)
+    plain = HFEngine(merged_dir, batch_size=4, prefix_cache_mb=0)
+    score_ids = cached.token_ids.all_ids
+    first = cached.generate([GenerationRequest(p, max_tokens=1, score_token_ids=score_ids) for p in _prompts(cached)])
+    assert len(cached.prefixes.entries) == 3 and cached.prefixes.bytes > 0
+    plain.generate([GenerationRequest(_prompts(plain)[0], max_tokens=1)])
+    assert not plain.prefixes.enabled and not plain.prefixes.entries  # prefix_cache_mb=0 keeps nothing
+    resumed = cached.generate(_continuations(cached, first))
+    assert cached.prefixes.hits == 1 and not cached.prefixes.entries and cached.prefixes.bytes == 0  # used once
+    reference = plain.generate(_continuations(plain, first))
+    assert plain.prefixes.hits == 0
+    for mine, theirs in zip(resumed, reference, strict=True):
+        assert mine.token_ids == theirs.token_ids and len(set(mine.token_ids)) > 1
+        for a, b in zip(mine.score_logprobs, theirs.score_logprobs, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_prefix_cache_prefills_in_full_unless_every_prompt_is_kept(merged_dir: Path) -> None:
+    cached = HFEngine(merged_dir, batch_size=4)
+    plain = HFEngine(merged_dir, batch_size=4, prefix_cache_mb=0)
+    prompts = _prompts(cached)
+    first = cached.generate([GenerationRequest(p, max_tokens=1) for p in prompts[:2]])  # the third is not kept
+    last = plain.generate([GenerationRequest(prompts[2], max_tokens=1)])
+    requests = _continuations(cached, first + last)
+    resumed = cached.generate(requests)
+    assert cached.prefixes.misses == 1 and cached.prefixes.hits == 0
+    assert [g.token_ids for g in resumed] == [g.token_ids for g in plain.generate(requests)]
+
+
+def test_prefix_cache_keeps_within_its_budget(merged_dir: Path) -> None:
+    engine = HFEngine(merged_dir, batch_size=4)
+    prompts = _prompts(engine)
+    engine.generate([GenerationRequest(prompts[0], max_tokens=1)])
+    one = engine.prefixes.bytes
+    engine.prefixes.max_bytes = 2 * one + 1  # room for two entries of that size: the oldest goes first
+    engine.generate([GenerationRequest(p, max_tokens=1) for p in prompts[1:]])
+    assert engine.prefixes.bytes <= engine.prefixes.max_bytes
+    assert prompts[0] not in engine.prefixes.entries and prompts[2] in engine.prefixes.entries
+
+
+def test_prefix_cache_batches_kept_prompts_together(merged_dir: Path) -> None:
+    """A call mixing prompts that can resume with one that cannot: the kept ones share a batch and resume."""
+    engine = HFEngine(merged_dir, batch_size=2)
+    prompts = _prompts(engine)
+    first = engine.generate([GenerationRequest(p, max_tokens=1) for p in (prompts[0], prompts[2])])
+    other = engine.generate([GenerationRequest(prompts[1], max_tokens=3)])[0].token_ids[:1]
+    requests = [GenerationRequest(prompts[0] + first[0].token_ids, 4), GenerationRequest(prompts[1] + other, 4),
+                GenerationRequest(prompts[2] + first[1].token_ids, 4)]
+    resumed = engine.generate(requests)
+    assert engine.prefixes.hits == 1 and engine.prefixes.misses == 1  # the pair resumed; the third prefilled
+    plain = HFEngine(merged_dir, batch_size=2, prefix_cache_mb=0)
+    assert [g.token_ids for g in resumed] == [g.token_ids for g in plain.generate(requests)]
