@@ -55,6 +55,7 @@ def load_plain(model: str) -> Engine:
     engine.eos_ids = hf._eos_ids(engine.tokenizer, engine.model)
     engine.pad_id = hf._pad_id(engine.tokenizer, engine.eos_ids)
     engine._generator = torch.Generator(device="cpu").manual_seed(0)
+    engine.prefixes = hf.PrefixCache(0)  # the baselines make no one-token-then-continue calls
     return engine
 
 
