@@ -33,7 +33,9 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "C-reflonly-rel10": " (old loss)", "H-text0.1-lr2e-3": " (tests running beside it)",
           "L-start5-600steps": " (tests running beside it for ~15 min)",
           "N-question-order": " (tests beside it for ~5 min)",
-          "O-question-rel10": " (other sessions' tests and a vLLM install beside it)"}
+          "O-question-rel10": " (other sessions' tests and a vLLM install beside it)",
+          "P-q50-repeat": " (a benchmark beside it for ~20 min)", "N-seed2": " (tests beside it for ~3 min)",
+          "R-seed2-constant-lr": " (a fresh-clone CI run beside it for ~20 min)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -125,6 +127,13 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
          "training.row_lr_multiplier=10", "training.max_steps=300", "training.order=question", "training.seed=2",
          "training.eval_steps=75", "judgement_items=100"],
+    ),
+    "R-seed2-constant-lr": (
+        "N-seed2 with a constant learning rate (no cosine decay): N-seed2 missed the jump in 150 steps but caught it "
+        "by step 150 of a 300-step schedule, whose learning rate is still high there. Is it the decay?",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=2",
+         "trl.lr_scheduler_type=constant_with_warmup", "judgement_items=100"],
     ),
     "P-q50-repeat": (
         "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
