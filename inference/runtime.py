@@ -334,7 +334,9 @@ class SelfRAG:
             )
             pruned = [False] * len(branches)
         else:
-            first = self._call([self._continuation_request(p, 1) for _, _, p in branches], owners)
+            first = self._call(
+                [replace(self._continuation_request(p, 1), keep_prefix=True) for _, _, p in branches], owners
+            )
             pruned = self._prune(works, branches, first)
             rest = [i for i, g in enumerate(first) if not pruned[i] and g.finish_reason == "length"]
             more = self._call(

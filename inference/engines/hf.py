@@ -125,8 +125,10 @@ class HFEngine:
             input_ids, attention_mask = self._left_pad(prompts)
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
         rows = [_Row() for _ in batch]
-        # a one-token decode (a relevance score, a pruning step) keeps its prompts' KV for a continuation
-        keep = settings.max_tokens == 1 and self.prefixes.enabled
+        # a pruning step's one-token decode keeps its prompts' KV for their continuation (keep_prefix); a plain
+        # relevance score (calibration, evaluation) is never continued and keeps nothing
+        kept_rows = [row for row, request in enumerate(batch) if request.keep_prefix]
+        keep = settings.max_tokens == 1 and self.prefixes.enabled and bool(kept_rows)
         use_cache = settings.max_tokens > 1 or keep
         for step in range(settings.max_tokens):
             output = self.model(
@@ -139,7 +141,7 @@ class HFEngine:
             )
             cache = output.past_key_values if use_cache else None
             if keep and step == 0:
-                self.prefixes.keep(prompts, cache, attention_mask)
+                self.prefixes.keep(prompts, cache, attention_mask, kept_rows)
             logits = output.logits[:, -1, :].float()  # (batch, vocab)
             next_ids = self._choose(logits, settings.temperature)
             self._record(rows, next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids), settings)
@@ -246,8 +248,8 @@ class HFEngine:
 
 
 class PrefixCache:
-    """The KV of prompts decoded for one token, kept so that the continuation (the prompt plus that token) prefills
-    one token instead of the whole prompt.
+    """The KV of prompts decoded for one token with ``keep_prefix``, kept so that the continuation (the prompt plus
+    that token) prefills one token instead of the whole prompt.
 
     The runtime's pruning decodes every passage branch's relevance token first and continues the survivors; with no
     KV kept between engine calls, each survivor's prompt (question and passage) was prefilled twice. Entries are
@@ -267,7 +269,10 @@ class PrefixCache:
     def _size(entry: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in entry)
 
-    def keep(self, prompts: Sequence[tuple[int, ...]], cache: Any, attention_mask: torch.Tensor) -> None:
+    def keep(
+        self, prompts: Sequence[tuple[int, ...]], cache: Any, attention_mask: torch.Tensor, rows: Sequence[int]
+    ) -> None:
+        """Keep the KV of ``prompts[row]`` for each of ``rows`` (the batch's rows that asked, ``keep_prefix``)."""
         from transformers.cache_utils import DynamicLayer
 
         layers = getattr(cache, "layers", None)
@@ -276,7 +281,8 @@ class PrefixCache:
             self.clear()
             return
         width = attention_mask.shape[1]
-        for row, prompt in enumerate(prompts):
+        for row in rows:
+            prompt = prompts[row]
             length = int(attention_mask[row].sum())
             entry = [(layer.keys[row : row + 1, :, width - length :].clone(),
                       layer.values[row : row + 1, :, width - length :].clone()) for layer in layers]

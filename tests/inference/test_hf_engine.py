@@ -239,10 +239,15 @@ def test_prefix_cache_continuation_equals_a_full_prefill(merged_dir: Path) -> No
     cached = HFEngine(merged_dir, batch_size=4)
     plain = HFEngine(merged_dir, batch_size=4, prefix_cache_mb=0)
     score_ids = cached.token_ids.all_ids
-    first = cached.generate([GenerationRequest(p, max_tokens=1, score_token_ids=score_ids) for p in _prompts(cached)])
+    first = cached.generate(
+        [GenerationRequest(p, max_tokens=1, score_token_ids=score_ids, keep_prefix=True) for p in _prompts(cached)]
+    )
     assert len(cached.prefixes.entries) == 3 and cached.prefixes.bytes > 0
-    plain.generate([GenerationRequest(_prompts(plain)[0], max_tokens=1)])
+    plain.generate([GenerationRequest(_prompts(plain)[0], max_tokens=1, keep_prefix=True)])
     assert not plain.prefixes.enabled and not plain.prefixes.entries  # prefix_cache_mb=0 keeps nothing
+    scored = HFEngine(merged_dir, batch_size=4)
+    scored.generate([GenerationRequest(p, max_tokens=1) for p in _prompts(scored)])
+    assert not scored.prefixes.entries  # a plain one-token score (calibration, eval) is never continued: not kept
     resumed = cached.generate(_continuations(cached, first))
     assert cached.prefixes.hits == 1 and not cached.prefixes.entries and cached.prefixes.bytes == 0  # used once
     reference = plain.generate(_continuations(plain, first))
@@ -257,7 +262,8 @@ def test_prefix_cache_prefills_in_full_unless_every_prompt_is_kept(merged_dir: P
     cached = HFEngine(merged_dir, batch_size=4)
     plain = HFEngine(merged_dir, batch_size=4, prefix_cache_mb=0)
     prompts = _prompts(cached)
-    first = cached.generate([GenerationRequest(p, max_tokens=1) for p in prompts[:2]])  # the third is not kept
+    # the third is not kept
+    first = cached.generate([GenerationRequest(p, max_tokens=1, keep_prefix=True) for p in prompts[:2]])
     last = plain.generate([GenerationRequest(prompts[2], max_tokens=1)])
     requests = _continuations(cached, first + last)
     resumed = cached.generate(requests)
@@ -268,10 +274,10 @@ def test_prefix_cache_prefills_in_full_unless_every_prompt_is_kept(merged_dir: P
 def test_prefix_cache_keeps_within_its_budget(merged_dir: Path) -> None:
     engine = HFEngine(merged_dir, batch_size=4)
     prompts = _prompts(engine)
-    engine.generate([GenerationRequest(prompts[0], max_tokens=1)])
+    engine.generate([GenerationRequest(prompts[0], max_tokens=1, keep_prefix=True)])
     one = engine.prefixes.bytes
     engine.prefixes.max_bytes = 2 * one + 1  # room for two entries of that size: the oldest goes first
-    engine.generate([GenerationRequest(p, max_tokens=1) for p in prompts[1:]])
+    engine.generate([GenerationRequest(p, max_tokens=1, keep_prefix=True) for p in prompts[1:]])
     assert engine.prefixes.bytes <= engine.prefixes.max_bytes
     assert prompts[0] not in engine.prefixes.entries and prompts[2] in engine.prefixes.entries
 
@@ -280,7 +286,7 @@ def test_prefix_cache_batches_kept_prompts_together(merged_dir: Path) -> None:
     """A call mixing prompts that can resume with one that cannot: the kept ones share a batch and resume."""
     engine = HFEngine(merged_dir, batch_size=2)
     prompts = _prompts(engine)
-    first = engine.generate([GenerationRequest(p, max_tokens=1) for p in (prompts[0], prompts[2])])
+    first = engine.generate([GenerationRequest(p, max_tokens=1, keep_prefix=True) for p in (prompts[0], prompts[2])])
     other = engine.generate([GenerationRequest(prompts[1], max_tokens=3)])[0].token_ids[:1]
     requests = [GenerationRequest(prompts[0] + first[0].token_ids, 4), GenerationRequest(prompts[1] + other, 4),
                 GenerationRequest(prompts[2] + first[1].token_ids, 4)]
