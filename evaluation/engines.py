@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from selfrag.artifacts import load_meta
 from selfrag.errors import ModelNotFoundError
 from selfrag.inference.engines.base import Engine, Generation, GenerationRequest
 from selfrag.models import resolve_model
-from selfrag.reflection import ReflectionIds
 
 
 def load_trained(model: str) -> Engine:
@@ -34,29 +33,12 @@ def base_model_of(model: str) -> str:
 
 def load_plain(model: str) -> Engine:
     """A model without reflection tokens (a base model) behind the same decode loop as :class:`HFEngine`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from selfrag.inference.engines import hf
 
     directory = Path(resolve_model(model))
     if load_meta(directory) is not None:
         return hf.HFEngine(directory)  # a trained model asked plainly still decodes with its own tokens
-    engine = hf.HFEngine.__new__(hf.HFEngine)
-    engine.tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    engine.model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
-    engine.token_ids = cast(ReflectionIds, None)  # plain modes request no reflection scores
-    engine.prompt_template = "auto"
-    engine.name = f"hf-plain:{directory.name}"
-    engine.device = "cpu"
-    engine.batch_size = 8
-    engine.legacy_decode = False
-    engine.calibration = None
-    engine.eos_ids = hf._eos_ids(engine.tokenizer, engine.model)
-    engine.pad_id = hf._pad_id(engine.tokenizer, engine.eos_ids)
-    engine._generator = torch.Generator(device="cpu").manual_seed(0)
-    engine.prefixes = hf.PrefixCache(0)  # the baselines make no one-token-then-continue calls
-    return engine
+    return hf.HFEngine.plain(directory)
 
 
 @dataclass

@@ -19,11 +19,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from selfrag.models import resolve_model
+from selfrag.reflection import ReflectionIds
 
 from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
 from .loading import describe_model
@@ -68,13 +69,24 @@ class HFEngine:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         served = describe_model(model_dir)
         meta = served.meta
-        self.tokenizer = served.tokenizer
-        self.model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, self.tokenizer)
-        self.model.eval()
-        self.token_ids = meta.token_ids
-        self.prompt_template = meta.prompt_template
+        model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, served.tokenizer)
+        self._setup(served.tokenizer, model, meta.token_ids, meta.prompt_template, f"hf:{served.directory.name}",
+                    device, batch_size, seed, legacy_decode, prefix_cache_mb)
         self.calibration = meta.calibration  # the runtime's defaults measured by selfrag calibrate (None: none)
-        self.name = f"hf:{served.directory.name}"
+        if DTYPES[dtype] != torch.float32:
+            _upcast_output_head(self.model)
+
+    def _setup(
+        self, tokenizer: Any, model: Any, token_ids: ReflectionIds, prompt_template: str, name: str, device: str,
+        batch_size: int, seed: int, legacy_decode: bool, prefix_cache_mb: float,
+    ) -> None:
+        """Every attribute the decode loop reads, for :meth:`__init__` and :meth:`plain` alike."""
+        self.tokenizer = tokenizer
+        self.model = model.eval()
+        self.token_ids = token_ids
+        self.prompt_template = prompt_template
+        self.calibration = None
+        self.name = name
         self.device = device
         self.batch_size = batch_size
         self.legacy_decode = legacy_decode
@@ -82,8 +94,20 @@ class HFEngine:
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
-        if DTYPES[dtype] != torch.float32:
-            _upcast_output_head(self.model)
+
+    @classmethod
+    def plain(cls, model_dir: str | Path, batch_size: int = 8, seed: int = 0) -> HFEngine:
+        """A model without reflection tokens (a base instruct model, float32 on CPU) behind the same decode loop:
+        the baselines' engine. It requests no reflection scores (``token_ids`` is None) and keeps no prompt KV
+        (the baselines make no one-token-then-continue calls)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        directory = Path(model_dir)
+        engine = cls.__new__(cls)
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        engine._setup(AutoTokenizer.from_pretrained(str(directory)), model, cast(ReflectionIds, None), "auto",
+                      f"hf-plain:{directory.name}", "cpu", batch_size, seed, False, 0)
+        return engine
 
     @property
     def max_context(self) -> int | None:

@@ -108,6 +108,17 @@ def test_base_model_without_selfrag_json_is_refused(tiny_base_dir: Path) -> None
         HFEngine(tiny_base_dir)
 
 
+def test_plain_engine_serves_a_base_model_like_transformers(tiny_base_dir: Path) -> None:
+    """The baselines' engine (a model with no selfrag.json): the same greedy tokens as transformers' generate, no
+    reflection ids, no prompt KV kept even when a request asks."""
+    engine = HFEngine.plain(tiny_base_dir, batch_size=2)
+    assert engine.token_ids is None and engine.calibration is None and not engine.prefixes.enabled
+    prompt = tuple(encode_prompt(engine.tokenizer, "What is the capital of France?"))
+    generation = engine.generate([GenerationRequest(prompt, 4, keep_prefix=True)])[0]
+    assert list(generation.token_ids) == _reference_greedy(engine.model, prompt, 4)[: len(generation.token_ids)]
+    assert not engine.prefixes.entries
+
+
 @pytest.mark.parametrize("merge", [True, False], ids=["merged-at-load", "peft-layers"])
 def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflection_tokenizer, token_ids, merge) -> None:  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
