@@ -135,6 +135,29 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=2",
          "trl.lr_scheduler_type=constant_with_warmup", "judgement_items=100"],
     ),
+    "S-seed2-wsd": (
+        "N-seed2 with warm-up, a constant learning rate to step 120, then a 30-step cosine decay "
+        "(`trl.lr_scheduler_type=warmup_stable_decay`): R's constant rate caught the jump but left the verdicts "
+        "uncalibrated (gold passages called relevant 1% of the time at 0.5); does a short decay settle them?",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=2",
+         "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
+         "judgement_items=100"],
+    ),
+    "S-seed1-wsd": (
+        "S with seed 1",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=1",
+         "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
+         "judgement_items=100"],
+    ),
+    "S-seed3-wsd": (
+        "S with seed 3",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=3",
+         "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
+         "judgement_items=100"],
+    ),
     "P-q50-repeat": (
         "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
         "150 steps: does repeating the same contrasts teach the hard negatives?",

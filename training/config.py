@@ -248,6 +248,13 @@ class TrainConfig:
             )
         if self.judgement_items < 1:
             problems.append(f"judgement_items must be >= 1, got {self.judgement_items}")
+        decay = (self.trl.get("lr_scheduler_kwargs") or {}).get("num_decay_steps")
+        if isinstance(decay, float) and not 0 < decay < 1:
+            problems.append(f"trl.lr_scheduler_kwargs.num_decay_steps: expected a step count or a ratio in (0, 1) of "
+                            f"training.max_steps, got {decay}")
+        elif isinstance(decay, float) and self.training.max_steps <= 0:
+            problems.append(f"trl.lr_scheduler_kwargs.num_decay_steps={decay} is a ratio of training.max_steps, which "
+                            "is not set (epochs decide the length); give the decay in steps instead")
         return problems
 
 

@@ -332,6 +332,13 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "save_total_limit": 2,
     }
     options.update(config.trl)
+    scheduler = dict(options.get("lr_scheduler_kwargs") or {})
+    decay = scheduler.get("num_decay_steps")
+    if isinstance(decay, float) and 0 < decay < 1 and training.max_steps > 0:
+        # a ratio of the run, as transformers reads a float warmup_steps: the recipe's decay stays its last fifth
+        # whether the run is the quickstart's 150 steps, a 300-step rerun or CI's 4-step smoke run
+        scheduler["num_decay_steps"] = max(1, round(decay * training.max_steps))
+        options["lr_scheduler_kwargs"] = scheduler
     return options
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,37 @@ def test_accelerate_configs_are_valid_and_documented(name: str) -> None:
         assert set(data.get(section, {})) <= flags, set(data[section]) - flags
     if name == "deepspeed_zero3.yaml":
         assert data["deepspeed_config"]["zero_stage"] == 3
+
+
+@pytest.mark.parametrize("steps", [4, 150, 300])
+def test_cpu_recipe_holds_its_learning_rate_then_decays_over_the_last_fifth(steps: int, tmp_path: Path) -> None:
+    """The CPU recipe's schedule, as the trainer builds it: warm-up, constant, a cosine decay over the last fifth
+    of whatever max_steps the run has (the decay is a ratio, so CI's 4-step run and a 300-step rerun keep it)."""
+    from transformers import get_scheduler
+    from trl import SFTConfig
+
+    config = load_config(TrainConfig, ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml",
+                         [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}", f"training.max_steps={steps}"])
+    sft = SFTConfig(**sft_options(config, tmp_path / "checkpoints"), use_cpu=True)
+    assert sft.lr_scheduler_kwargs == {"num_decay_steps": max(1, round(0.2 * steps))}
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=sft.learning_rate)
+    scheduler = get_scheduler(sft.lr_scheduler_type, optimizer, num_warmup_steps=sft.get_warmup_steps(steps),
+                              num_training_steps=steps, scheduler_specific_kwargs=sft.lr_scheduler_kwargs)
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    decay_from = steps - max(1, round(0.2 * steps))
+    assert rates[decay_from - 1] == pytest.approx(sft.learning_rate)  # full rate until the decay starts
+    assert all(later <= earlier for earlier, later in itertools.pairwise(rates[decay_from:]))
+    if steps >= 150:  # 4 steps: the one decay step still runs at the full rate (cosine starts at 1)
+        assert rates[-1] < 0.01 * sft.learning_rate
+
+
+def test_a_decay_ratio_needs_max_steps(tmp_path: Path) -> None:
+    from selfrag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ratio of training.max_steps"):
+        load_config(TrainConfig, ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml",
+                    [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}", "training.max_steps=-1"])
