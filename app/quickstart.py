@@ -209,10 +209,13 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
           f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
     if judges["learned"] is False:
+        steps = train_config.training.max_steps
+        length, longer = ((f"{steps} steps", f"max_steps={max(300, 2 * steps)}") if steps > 0 else
+                          (f"{train_config.training.epochs:g} epochs", f"epochs={2 * train_config.training.epochs:g}"))
         print(f"WARNING: this run's model does not tell relevant from irrelevant passages (relevance AUROC "
               f"{judges['auroc']:.2f} on {judges['items']} held-out passages; {RELEVANCE_LEARNED} or more when it has "
-              f"learned). The 150-step recipe learns it in about half of its runs (README, the CPU study): try "
-              f"another seed (train.training.seed=1) or a longer run (max_steps=300).")
+              f"learned). The recipe does not learn it in every run ({length} here; README, the CPU study): "
+              f"try another seed (train.training.seed=1) or a longer run ({longer}).")
     if well_formed["share"] is not None and well_formed["share"] < config.min_well_formed:
         raise SelfragError(
             f"only {well_formed['share']:.1%} of outputs are well-formed trajectories (target "

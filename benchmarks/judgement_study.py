@@ -158,6 +158,14 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
          "judgement_items=100"],
     ),
+    "T-seed2-wsd-qbatch": (
+        "S with batches of whole questions (`training.order=question_batch`): in S a batch of 4 holds parts of two "
+        "questions whenever 3- and 1-record questions shift the boundaries",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question_batch",
+         "training.seed=2", "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
+         "judgement_items=100"],
+    ),
     "P-q50-repeat": (
         "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
         "150 steps: does repeating the same contrasts teach the hard negatives?",

@@ -140,12 +140,14 @@ class TrainingOptions:
         "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant].",
         default=1.0,
     )
-    order: Literal["length", "question"] = help_field(
+    order: Literal["length", "question", "question_batch"] = help_field(
         "Order of the training examples: 'length' batches examples of similar length in random order (least "
         "padding); 'question' keeps each question's records together (its gold passage, easy, hard and support "
         "negatives fill consecutive batches, questions in a seeded random order), so each step contrasts passages "
         "for the same question: the model must read whether the passage holds the answer, not what relevant "
-        "passages look like.",
+        "passages look like. 'question_batch' is 'question' with batches of whole questions only (batch_size "
+        "becomes a maximum: a 3-record question is a batch of 3 unless a 1-record one follows), where 'question' "
+        "lays questions end to end in batches of exactly batch_size, so most batches hold parts of two.",
         default="length",
     )
     eval_steps: int = help_field(

@@ -112,6 +112,13 @@ def order_by_question(examples: Sequence[dict[str, Any]], records: Sequence[Reco
     Read in order (sequential sampling), a batch then holds one question's gold passage beside its negatives:
     the gradient contrasts passages for the same question. Within a question the file order is kept.
     """
+    return [example for group in question_groups(examples, records, seed) for example in group]
+
+
+def question_groups(
+    examples: Sequence[dict[str, Any]], records: Sequence[Record], seed: int
+) -> list[list[dict[str, Any]]]:
+    """Each question's examples (file order), the questions in a seeded random order."""
     import random
 
     question = {record.id: question_of(record) for record in records}
@@ -120,7 +127,33 @@ def order_by_question(examples: Sequence[dict[str, Any]], records: Sequence[Reco
         groups.setdefault(question.get(example["id"], example["id"]), []).append(example)
     keys = sorted(groups)
     random.Random(seed).shuffle(keys)
-    return [example for key in keys for example in groups[key]]
+    return [groups[key] for key in keys]
+
+
+def question_batches(
+    examples: Sequence[dict[str, Any]], records: Sequence[Record], seed: int, batch_size: int
+) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """``examples`` in :func:`order_by_question`'s order and the batches to read them in: whole questions only.
+
+    Laid end to end in fixed batches, questions of 1, 3 and 4 records straddle batch boundaries (most steps then
+    see parts of two questions). Here a batch is filled with whole questions in order (next fit) and closed when
+    the next question does not fit, so batches hold 1 to ``batch_size`` examples and never split a question
+    unless it alone has more than ``batch_size`` records (then it fills consecutive batches).
+    """
+    ordered: list[dict[str, Any]] = []
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for group in question_groups(examples, records, seed):
+        for start in range(0, len(group), batch_size):
+            chunk = list(range(len(ordered), len(ordered) + len(group[start : start + batch_size])))
+            ordered.extend(group[start : start + batch_size])
+            if current and len(current) + len(chunk) > batch_size:
+                batches.append(current)
+                current = []
+            current = current + chunk
+    if current:
+        batches.append(current)
+    return ordered, batches
 
 
 def reflection_positions(example: dict[str, Sequence[int]], token_ids: ReflectionIds) -> dict[Group, list[int]]:

@@ -30,7 +30,14 @@ from selfrag.prompting import resolve_template
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint
 from selfrag.training.config import TrainConfig
-from selfrag.training.dataset import EncodedRecords, encode_records, order_by_question, read_records, split_records
+from selfrag.training.dataset import (
+    EncodedRecords,
+    encode_records,
+    order_by_question,
+    question_batches,
+    read_records,
+    split_records,
+)
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.logits import logits_at
@@ -109,10 +116,16 @@ def run(config: TrainConfig) -> TrainResult:
         raise InputError(
             f"no training record fits training.max_length={max_length} ({train_set.skipped} too long); raise it"
         )
+    batches: list[list[int]] | None = None
     if config.training.order == "question":
         train_set = EncodedRecords(
             order_by_question(train_set.examples, train_records, config.training.seed), train_set.skipped
         )
+    elif config.training.order == "question_batch":
+        ordered, batches = question_batches(
+            train_set.examples, train_records, config.training.seed, config.training.batch_size
+        )
+        train_set = EncodedRecords(ordered, train_set.skipped)
     logger.info("%d training and %d held-out examples", len(train_set.examples), len(held_out_set.examples))
     judgement_examples = judgement_set(config, tokenizer, token_ids, template, eval_records)
 
@@ -137,6 +150,7 @@ def run(config: TrainConfig) -> TrainResult:
             ),
             row_lr_multiplier=config.training.row_lr_multiplier,
             start=answer_start(config.training.loss_weights, token_ids),
+            batches=batches,
         )
     check_sharding(trainer, prepared.strategy)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -323,7 +337,7 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "packing": False,
         # Batches of similar length: padding was ~30% of the tokens with random batches of demo records. With
         # order=question the examples are already arranged (order_by_question) and are read as they stand.
-        "train_sampling_strategy": "sequential" if training.order == "question" else "group_by_length",
+        "train_sampling_strategy": "group_by_length" if training.order == "length" else "sequential",
         # TRL defaults these for GPUs; on CPU bf16 is slow and checkpointing costs time for no gain.
         "gradient_checkpointing": False,
         "bf16": False,
@@ -472,7 +486,11 @@ def masked_loss(
 
 
 def _plain_loss_trainer(
-    loss_weights: Any = None, row_lr_multiplier: float = 1.0, start: AnswerStart | None = None, **kwargs: Any
+    loss_weights: Any = None,
+    row_lr_multiplier: float = 1.0,
+    start: AnswerStart | None = None,
+    batches: list[list[int]] | None = None,
+    **kwargs: Any,
 ) -> Any:
     """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
 
@@ -483,6 +501,8 @@ def _plain_loss_trainer(
     through the wrapper.
 
     ``loss_weights``: a per-id weight vector (:func:`loss_weight_table`) for a weighted mean loss, or None.
+    ``batches``: the training batches as lists of example indices (``training.order=question_batch``), or None
+    for the trainer's own sampler.
     ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this multiple of the
     learning rate, in their own optimizer parameter group.
     """
@@ -495,6 +515,23 @@ def _plain_loss_trainer(
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
             loss, outputs = masked_loss(model, inputs, loss_weights, start)
             return (loss, outputs) if return_outputs else loss
+
+        def get_train_dataloader(self):  # type: ignore[no-untyped-def]
+            if batches is None:
+                return super().get_train_dataloader()
+            from torch.utils.data import DataLoader
+
+            # training.order=question_batch: the batches are given (whole questions, variable size). The dataset
+            # holds only input_ids and labels, so no columns to remove; accelerate's prepare shards batches across
+            # processes and its skip_first_batches resumes mid-epoch from the same list.
+            loader = DataLoader(
+                self.train_dataset,  # type: ignore[arg-type]
+                batch_sampler=batches,
+                collate_fn=self.data_collator,
+                num_workers=self.args.dataloader_num_workers,
+                pin_memory=self.args.dataloader_pin_memory,
+            )
+            return self.accelerator.prepare(loader)
 
         def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]
             if row_lr_multiplier == 1.0 or self.optimizer is not None:

@@ -362,6 +362,76 @@ def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
     assert len(set.union(*batches)) == 4
 
 
+def test_question_batches_hold_whole_questions_next_fit() -> None:
+    from selfrag.training.dataset import order_by_question, question_batches, question_of
+
+    sizes = {"a": 4, "b": 3, "c": 1, "d": 3, "e": 3, "f": 6, "g": 1, "h": 1}
+    records = [Record(f"{q}/{n}", "q", (), None) for q, size in sizes.items() for n in range(size)]
+    examples = [{"id": record.id} for record in records]
+    ordered, batches = question_batches(examples, records, seed=3, batch_size=4)
+    assert ordered == order_by_question(examples, records, seed=3)  # the same order, only cut differently
+    assert sorted(i for batch in batches for i in batch) == list(range(len(examples)))  # each example once
+    assert [i for batch in batches for i in batch] == list(range(len(examples)))  # read in order
+    assert all(1 <= len(batch) <= 4 for batch in batches)
+    owners = [{ordered[i]["id"].split("/")[0] for i in batch} for batch in batches]
+    for question, size in sizes.items():
+        holding = [n for n, batch in enumerate(owners) if question in batch]
+        if size <= 4:  # a question fits: it is in exactly one batch
+            assert len(holding) == 1, (question, owners)
+        else:  # f (6 records) fills one batch of 4, then 2 in the next
+            assert len(holding) == 2 and holding[1] == holding[0] + 1
+    # next fit: a batch is closed only when the next question (or its next chunk) does not fit
+    for batch, following in zip(batches, batches[1:], strict=False):
+        first = ordered[following[0]]["id"].split("/")[0]
+        chunk = min(4, sum(1 for i in following if ordered[i]["id"].split("/")[0] == first))
+        assert len(batch) + chunk > 4
+    assert question_of(records[0]) == "a"
+
+
+def test_order_question_batch_gives_the_trainer_whole_questions(
+    tiny_base_dir: Path, tmp_path: Path, loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]]
+) -> None:
+    """training.order=question_batch: questions of 4, 3 and 1 records; every batch at the loss holds whole
+    questions only, so no question is split across two steps."""
+    from selfrag.training.dataset import question_batches
+    from selfrag.training.run import run
+
+    full = question_records(6)
+    # q0, q1: 4 records; q2, q3: 3 (no support negative); q4, q5: 1 (gold only)
+    keep = {"q0": 4, "q1": 4, "q2": 3, "q3": 3, "q4": 1, "q5": 1}
+    kinds = ["gold", "easy-0", "hard-0", "support-negative-0"]
+    records = [r for r in full if kinds.index(r.id.split("/")[1]) < keep[r.id.split("/")[0]]]
+    path = tmp_path / "records.jsonl"
+    write_jsonl_atomic(path, [r.to_json() for r in records])
+    _, expected = question_batches([{"id": r.id} for r in records], records, seed=0, batch_size=4)
+    config = load_config(
+        TrainConfig, None, [],
+        model=str(tiny_base_dir), records=str(path), output_dir=str(tmp_path / "out"),
+        training={"learning_rate": 1e-3, "max_steps": len(expected), "batch_size": 4, "eval_fraction": 0.0,
+                  "max_length": 256, "save_steps": 1000, "order": "question_batch"},
+        lora={"r": 4, "alpha": 8, "dropout": 0.0},
+    )
+    run(config)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    token_ids = rf.reflection_ids(tokenizer)
+    labels_of = {r.id: encode_record(r, tokenizer, token_ids, "auto")["labels"] for r in records}
+
+    def question_of_row(row: list[int]) -> str:
+        unpadded = row[: max(i for i, t in enumerate(row) if t != IGNORE) + 1]
+        (question,) = {rid.split("/")[0] for rid, want in labels_of.items() if want[: len(unpadded)] == unpadded
+                       and all(t == IGNORE for t in want[len(unpadded):])}
+        return question
+
+    assert [len(labels) for labels, _ in loss_batches] == [len(batch) for batch in expected]
+    seen = [[question_of_row(row) for row in labels.tolist()] for labels, _ in loss_batches]
+    for rows in seen:  # each question in a batch has all its records there
+        for question in set(rows):
+            assert rows.count(question) == keep[question], seen
+    assert sorted(q for rows in seen for q in set(rows)) == sorted(keep)  # every question once
+
+
 def test_training_plot_draws_held_out_accuracy_without_eval_records(tmp_path: Path) -> None:
     """The quickstart trains with a held-out split but no eval_records: the judgement panel shows the held-out
     IsREL/IsSUP accuracy (it was an empty panel and a matplotlib legend warning); with nothing, it says why."""

@@ -95,12 +95,14 @@ def lora_weights(model: Any) -> dict[str, torch.Tensor]:
             if "lora_" in name or "trainable_tokens_delta" in name}
 
 
+@pytest.mark.parametrize("order", ["length", "question_batch"])
 def test_interrupted_and_resumed_run_ends_with_the_same_weights(
-    tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str
 ) -> None:
+    """question_batch reads its own batch list: the resumed run must skip exactly the finished batches too."""
     from transformers import Trainer
 
-    settings = {"max_steps": 4, "save_steps": 2, "batch_size": 2}
+    settings = {"max_steps": 4, "save_steps": 2, "batch_size": 2, "order": order}
     reference = run(make_config(tiny_base_dir, records_path, tmp_path / "uninterrupted", **settings))
     config = make_config(tiny_base_dir, records_path, tmp_path / "interrupted", **settings)
     real_step, calls = Trainer.training_step, []
