@@ -166,6 +166,22 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "training.seed=2", "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
          "judgement_items=100"],
     ),
+    "S-qs-order": (
+        "the quickstart's own training run: the recipe as shipped (S's schedule, seed 0) with the quickstart's "
+        "held-out 1% of questions (training.eval_fraction=0.01), which sets a different question order than the "
+        "arms' (all questions trained). Its adapter from `bash scripts/quickstart.sh` scored: `score-dir`",
+        ["training.eval_fraction=0.01", "judgement_items=100"],
+    ),
+    "S-qs-order-300steps": (
+        "the quickstart's run (S-qs-order) for 300 steps, what its WARNING advises (`max_steps=300`): does the "
+        "order that fails in 150 steps learn with twice the budget?",
+        ["training.eval_fraction=0.01", "training.max_steps=300", "training.eval_steps=75", "judgement_items=100"],
+    ),
+    "T-qs-order": (
+        "S-qs-order (the quickstart's question order, which three quickstart runs failed on) with batches of whole "
+        "questions (`training.order=question_batch`)",
+        ["training.eval_fraction=0.01", "training.order=question_batch", "judgement_items=100"],
+    ),
     "P-q50-repeat": (
         "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
         "150 steps: does repeating the same contrasts teach the hard negatives?",
@@ -202,6 +218,29 @@ def run_arm(name: str) -> None:
         subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     with (LOGS / f"{name}.txt").open("a") as log:
         log.write(f"wall_s {int(time.time() - start)}\n")
+
+
+def score_dir(model_dir: Path, items: int) -> Path:
+    """Score any trained model folder (e.g. a quickstart's ``selfrag-quickstart/model``) on the arms' held-out
+    judgement set (``runs/data-test``) -> ``<model_dir>/judgement-<items>.json``: the same items and figures as
+    the arms, so a quickstart run can be set beside them."""
+    import yaml
+
+    from selfrag.config import from_dict
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.export import load_trained
+    from selfrag.training.judgement import headline, judge, write_report
+    from selfrag.training.run import judgement_set
+
+    settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
+    settings.pop("overwrite", None)
+    settings["eval_records"] = COMMON[1].split("=", 1)[1]
+    config = from_dict(TrainConfig, settings)
+    model, tokenizer, meta = load_trained(model_dir)
+    report = judge(model, judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template), meta.token_ids, items)
+    path = write_report(model_dir / f"judgement-{items}.json", report)
+    print(f"{model_dir}: {headline(report)} ({items} items per class) -> {path}")
+    return path
 
 
 def score_arm(name: str, items: int) -> Path:
@@ -380,6 +419,9 @@ def main() -> None:
     rescore = sub.add_parser("score", help="re-score finished arms' adapters on more held-out items per class")
     rescore.add_argument("arms", nargs="+", choices=sorted(ARMS))
     rescore.add_argument("--items", type=int, default=300)
+    anyone = sub.add_parser("score-dir", help="score any trained model folder on the arms' held-out items")
+    anyone.add_argument("model_dir", type=Path)
+    anyone.add_argument("--items", type=int, default=100)
     answer = sub.add_parser("answers", help="single-pass answers of finished arms on held-out questions (selfrag eval)")
     answer.add_argument("arms", nargs="+", choices=sorted(ARMS))
     answer.add_argument("--questions", type=int, default=30)
@@ -392,6 +434,10 @@ def main() -> None:
         os.chdir(REPO)
         for arm in args.arms:
             answers_arm(arm, args.questions, args.with_plain)
+    elif args.command == "score-dir":
+        model_dir = args.model_dir.resolve()
+        os.chdir(REPO)
+        score_dir(model_dir, args.items)
     elif args.command == "score":
         os.chdir(REPO)  # the arms' config.yaml name their records relative to the repository
         for arm in args.arms:

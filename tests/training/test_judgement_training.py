@@ -326,38 +326,47 @@ def test_order_by_question_keeps_each_question_together_in_a_seeded_order() -> N
     assert question_of(Record("a/b/hard-0", "q", records[0].segments, records[0].utility)) == "a/b"
 
 
-def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
-    tiny_base_dir: Path, tmp_path: Path, loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]]
-) -> None:
-    """training.order=question: every batch of 4 at the loss holds exactly one question's 4 records."""
+def train_and_read_batches(
+    tiny_base_dir: Path, tmp_path: Path, records: list[Record], steps: int, order: str,
+    loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]],
+) -> list[list[str]]:
+    """Train ``steps`` steps in ``order`` on ``records``; the question of every row of every batch at the loss.
+
+    A question's records share their text here (only the ids differ), so a row's labels name one question."""
+    from transformers import AutoTokenizer
+
     from selfrag.training.run import run
 
-    records = question_records(4)
     path = tmp_path / "records.jsonl"
     write_jsonl_atomic(path, [r.to_json() for r in records])
     config = load_config(
         TrainConfig, None, [],
         model=str(tiny_base_dir), records=str(path), output_dir=str(tmp_path / "out"),
-        training={"learning_rate": 1e-3, "max_steps": 4, "batch_size": 4, "eval_fraction": 0.0, "max_length": 256,
-                  "save_steps": 1000, "order": "question"},
+        training={"learning_rate": 1e-3, "max_steps": steps, "batch_size": 4, "eval_fraction": 0.0,
+                  "max_length": 256, "save_steps": 1000, "order": order},
         lora={"r": 4, "alpha": 8, "dropout": 0.0},
     )
     run(config)
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     token_ids = rf.reflection_ids(tokenizer)
     labels_of = {r.id: encode_record(r, tokenizer, token_ids, "auto")["labels"] for r in records}
 
     def question_of_row(row: list[int]) -> str:
         unpadded = row[: max(i for i, t in enumerate(row) if t != IGNORE) + 1]
-        # a question's four records share their text here (only the ids differ): the row names one question
         (question,) = {rid.split("/")[0] for rid, want in labels_of.items() if want[: len(unpadded)] == unpadded
                        and all(t == IGNORE for t in want[len(unpadded):])}
         return question
 
-    assert len(loss_batches) == 4
-    batches = [{question_of_row(row) for row in labels.tolist()} for labels, _ in loss_batches]
+    return [[question_of_row(row) for row in labels.tolist()] for labels, _ in loss_batches]
+
+
+def test_order_question_puts_one_question_in_each_batch_the_trainer_sees(
+    tiny_base_dir: Path, tmp_path: Path, loss_batches: list[tuple[torch.Tensor, torch.Tensor | None]]
+) -> None:
+    """training.order=question: every batch of 4 at the loss holds exactly one question's 4 records."""
+    seen = train_and_read_batches(tiny_base_dir, tmp_path, question_records(4), 4, "question", loss_batches)
+    assert len(seen) == 4
+    batches = [set(rows) for rows in seen]
     assert all(len(questions) == 1 for questions in batches), batches
     assert len(set.union(*batches)) == 4
 
@@ -394,38 +403,15 @@ def test_order_question_batch_gives_the_trainer_whole_questions(
     """training.order=question_batch: questions of 4, 3 and 1 records; every batch at the loss holds whole
     questions only, so no question is split across two steps."""
     from selfrag.training.dataset import question_batches
-    from selfrag.training.run import run
 
     full = question_records(6)
     # q0, q1: 4 records; q2, q3: 3 (no support negative); q4, q5: 1 (gold only)
     keep = {"q0": 4, "q1": 4, "q2": 3, "q3": 3, "q4": 1, "q5": 1}
     kinds = ["gold", "easy-0", "hard-0", "support-negative-0"]
     records = [r for r in full if kinds.index(r.id.split("/")[1]) < keep[r.id.split("/")[0]]]
-    path = tmp_path / "records.jsonl"
-    write_jsonl_atomic(path, [r.to_json() for r in records])
     _, expected = question_batches([{"id": r.id} for r in records], records, seed=0, batch_size=4)
-    config = load_config(
-        TrainConfig, None, [],
-        model=str(tiny_base_dir), records=str(path), output_dir=str(tmp_path / "out"),
-        training={"learning_rate": 1e-3, "max_steps": len(expected), "batch_size": 4, "eval_fraction": 0.0,
-                  "max_length": 256, "save_steps": 1000, "order": "question_batch"},
-        lora={"r": 4, "alpha": 8, "dropout": 0.0},
-    )
-    run(config)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
-    token_ids = rf.reflection_ids(tokenizer)
-    labels_of = {r.id: encode_record(r, tokenizer, token_ids, "auto")["labels"] for r in records}
-
-    def question_of_row(row: list[int]) -> str:
-        unpadded = row[: max(i for i, t in enumerate(row) if t != IGNORE) + 1]
-        (question,) = {rid.split("/")[0] for rid, want in labels_of.items() if want[: len(unpadded)] == unpadded
-                       and all(t == IGNORE for t in want[len(unpadded):])}
-        return question
-
-    assert [len(labels) for labels, _ in loss_batches] == [len(batch) for batch in expected]
-    seen = [[question_of_row(row) for row in labels.tolist()] for labels, _ in loss_batches]
+    seen = train_and_read_batches(tiny_base_dir, tmp_path, records, len(expected), "question_batch", loss_batches)
+    assert [len(rows) for rows in seen] == [len(batch) for batch in expected]
     for rows in seen:  # each question in a batch has all its records there
         for question in set(rows):
             assert rows.count(question) == keep[question], seen
