@@ -170,7 +170,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "the quickstart's own training run: the recipe as shipped (S's schedule, seed 0) with the quickstart's "
         "held-out 1% of questions (training.eval_fraction=0.01), which sets a different question order than the "
         "arms' (all questions trained). Its adapter from `bash scripts/quickstart.sh` scored: `score-dir`",
-        ["training.eval_fraction=0.01", "judgement_items=100"],
+        ["training.eval_fraction=0.01", "training.max_steps=150", "judgement_items=100"],
     ),
     "S-qs-order-300steps": (
         "the quickstart's run (S-qs-order) for 300 steps, what its WARNING advises (`max_steps=300`): does the "
@@ -180,7 +180,8 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "T-qs-order": (
         "S-qs-order (the quickstart's question order, which three quickstart runs failed on) with batches of whole "
         "questions (`training.order=question_batch`)",
-        ["training.eval_fraction=0.01", "training.order=question_batch", "judgement_items=100"],
+        ["training.eval_fraction=0.01", "training.max_steps=150", "training.order=question_batch",
+         "judgement_items=100"],
     ),
     "P-q50-repeat": (
         "N on the records of 50 questions (184; `selfrag generate ... limit=50`), seen ~3.3 times in the same "
