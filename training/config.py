@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import typing
 from pathlib import Path
@@ -250,8 +251,20 @@ class TrainConfig:
             )
         if self.judgement_items < 1:
             problems.append(f"judgement_items must be >= 1, got {self.judgement_items}")
-        decay = (self.trl.get("lr_scheduler_kwargs") or {}).get("num_decay_steps")
-        if isinstance(decay, float) and not 0 < decay < 1:
+        scheduler = self.trl.get("lr_scheduler_kwargs")
+        if isinstance(scheduler, str):  # transformers also takes the JSON text of a mapping
+            try:
+                scheduler = json.loads(scheduler)
+            except ValueError:
+                scheduler = None
+            if not isinstance(scheduler, dict):
+                problems.append(f"trl.lr_scheduler_kwargs: expected a mapping (or its JSON text), got "
+                                f"{self.trl['lr_scheduler_kwargs']!r}; e.g. trl.lr_scheduler_kwargs.num_decay_steps=30")
+        decay = scheduler.get("num_decay_steps") if isinstance(scheduler, dict) else None
+        if decay is not None and (isinstance(decay, bool) or not isinstance(decay, int | float)):
+            problems.append(f"trl.lr_scheduler_kwargs.num_decay_steps: expected a step count or a ratio in (0, 1) of "
+                            f"training.max_steps, got {decay!r}")
+        elif isinstance(decay, float) and not 0 < decay < 1:
             problems.append(f"trl.lr_scheduler_kwargs.num_decay_steps: expected a step count or a ratio in (0, 1) of "
                             f"training.max_steps, got {decay}")
         elif isinstance(decay, float) and self.training.max_steps <= 0:

@@ -11,6 +11,7 @@ list of differences unless ``restart=true``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -346,7 +347,8 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "save_total_limit": 2,
     }
     options.update(config.trl)
-    scheduler = dict(options.get("lr_scheduler_kwargs") or {})
+    given = options.get("lr_scheduler_kwargs")
+    scheduler = dict(json.loads(given) if isinstance(given, str) else given or {})  # JSON text: checked by validate
     decay = scheduler.get("num_decay_steps")
     if isinstance(decay, float) and 0 < decay < 1 and training.max_steps > 0:
         # a ratio of the run, as transformers reads a float warmup_steps: the recipe's decay stays its last fifth

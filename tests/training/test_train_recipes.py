@@ -167,6 +167,15 @@ def test_cpu_recipe_holds_its_learning_rate_then_decays_over_the_last_fifth(step
 def test_a_decay_ratio_needs_max_steps(tmp_path: Path) -> None:
     from selfrag.errors import ConfigError
 
+    recipe = ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml"
+    paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
     with pytest.raises(ConfigError, match="ratio of training.max_steps"):
-        load_config(TrainConfig, ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml",
-                    [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}", "training.max_steps=-1"])
+        load_config(TrainConfig, recipe, [*paths, "training.max_steps=-1"])
+    for bad in ("nan", "1.5", ".nan"):  # one line each, no traceback
+        with pytest.raises(ConfigError, match="num_decay_steps: expected a step count or a ratio"):
+            load_config(TrainConfig, recipe, [*paths, f"trl.lr_scheduler_kwargs.num_decay_steps={bad}"])
+    # JSON text is transformers' own form too: read like the mapping, its ratio resolved the same way
+    config = load_config(TrainConfig, recipe, [*paths, "trl.lr_scheduler_kwargs='{\"num_decay_steps\": 0.2}'"])
+    assert sft_options(config, tmp_path / "c")["lr_scheduler_kwargs"] == {"num_decay_steps": 60}
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(TrainConfig, recipe, [*paths, "trl.lr_scheduler_kwargs=abc"])
