@@ -94,6 +94,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run as generate
+    from selfrag.evaluation.calibrate import VERSION as CALIBRATION_VERSION
     from selfrag.evaluation.calibrate import run as calibrate
     from selfrag.evaluation.config import CalibrateConfig, EvalConfig
     from selfrag.evaluation.data import query_to_row, records_to_label_rows
@@ -155,14 +156,15 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     stages.done("train")
 
     # ---- 4. Calibration: threshold and support bound measured on the dev questions -------------------
-    _banner(4, f"calibrate the retrieval threshold and support bound on {len(dev)} dev questions")
+    _banner(4, f"calibrate the retrieval threshold, relevance threshold and support bound on {len(dev)} dev questions")
     calibrate_config = from_dict(CalibrateConfig, {
         "data": split_dir / "dev.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS,
         "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
         "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
     })
     calibration_fp = stages.check("calibrate", [train_fp, _portable(to_dict(calibrate_config)),
-                                                file_digest(split_dir / "dev.jsonl")], [out / "calibration"])
+                                                file_digest(split_dir / "dev.jsonl"), CALIBRATION_VERSION],
+                                  [out / "calibration"])
     calibration_file = out / "calibration" / "calibration.json"
     if calibration_file.is_file() and stages.finished("calibrate"):
         print(f"calibration kept (same model and dev split): {calibration_file}")

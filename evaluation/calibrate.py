@@ -1,16 +1,22 @@
-"""``selfrag calibrate``: measure the retrieval threshold and the support bound on a dev split.
+"""``selfrag calibrate``: measure the retrieval threshold, the relevance threshold and the support bound on a dev split.
 
     selfrag calibrate --config configs/eval/demo.yaml model=runs/model data=runs/dev.jsonl target_false_abstain=0.1
 
-On every dev question: one decode step gives ``p_retrieve``; one always-retrieve pass gives the best
-candidate's support verdict and score. Then, simulated exactly as the runtime decides:
+On every dev question: one decode step gives ``p_retrieve``; one step on each retrieved passage gives its relevance
+score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:
 
 * threshold: maximises the balanced accuracy of ``p_retrieve > threshold`` against the gold ``needs_retrieval``
   (kept at the default when the dev data has no such labels);
-* support_bound: the largest bound whose false-abstain rate on answerable questions is at most the target.
+* relevance_threshold: maximises the balanced accuracy of ``relevance score >= t`` against the gold passages
+  (a retrieved passage is relevant when its id is in the question's ``gold_passage_ids``; kept at the default when
+  no dev question names one). A model can rank passages well and still call most of them ``[Irrelevant]``: its
+  generated verdict is the cut at 0.5;
+* support_bound: the largest bound whose false-abstain rate on answerable questions is at most the target,
+  simulated as the runtime judges the best candidate (an ``[Irrelevant]`` verdict, no support verdict,
+  ``[No support / Contradictory]`` or a support score below the bound: unsupported).
 
-Both are written into the model's ``selfrag.json`` (``calibration``); the runtime uses them whenever its
-config leaves ``threshold``/``support_bound`` unset.
+All three are written into the model's ``selfrag.json`` (``calibration``); the runtime uses them wherever its
+config leaves ``threshold``/``relevance_threshold``/``support_bound`` at their defaults.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from .metrics import rate
 logger = logging.getLogger(__name__)
 
 GRID = tuple(round(0.05 * step, 2) for step in range(20))  # 0.0 … 0.95
+#: what the calibration holds; part of the quickstart's stage fingerprint, so a new kind of calibration is redone
+VERSION = 2
 
 
 @dataclass
@@ -50,6 +58,9 @@ class CalibrationResult:
             f"threshold     = {c['threshold']:.2f}  (retrieve decision = gold on "
             f"{_pct(m['retrieve_decision_accuracy'])} "
             f"of dev questions; {c['threshold_reason']})",
+            f"relevance_threshold = {c['relevance_threshold']:.3g}  ({c['relevance_threshold_reason']}; gold passages "
+            f"judged [Relevant] {_pct(m.get('relevant_recall'))}, others [Irrelevant] "
+            f"{_pct(m.get('irrelevant_rejected'))})",
             f"support_bound = {c['support_bound']:.2f}  (false abstains {_pct(m['false_abstain_rate'])} <= target "
             f"{c['target_false_abstain']:.0%}: {m['target_met']}; abstains on {_pct(m['abstain_rate_unanswerable'])} "
             "of unanswerable)",
@@ -63,7 +74,7 @@ def _pct(value: float | None) -> str:
 
 
 def run(config: CalibrateConfig) -> CalibrationResult:
-    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.config import InferenceConfig, PruningConfig
     from selfrag.inference.retrievers import build_bm25
     from selfrag.inference.runtime import SelfRAG
 
@@ -82,8 +93,24 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     from selfrag.inference.scoring import retrieve_probability
 
     decisions = engine.generate(requests)
-    always = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=config.max_tokens, support_bound=0.0)
-    answers = SelfRAG(engine, retriever, always).answer_many([e.prompt for e in examples])
+    prompts = [e.prompt for e in examples]
+    # each retrieved passage's relevance score: one decode step per branch (the runtime's first step)
+    probe = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=1, max_rounds=0, use_calibration=False,
+                            pruning=PruningConfig(enabled=False))
+    passages = []
+    for example, answer in zip(examples, SelfRAG(engine, retriever, probe).answer_many(prompts), strict=True):
+        for candidate in answer.candidates:
+            if candidate.passage is not None:
+                passages.append({
+                    "id": example.id, "passage_id": candidate.passage.id,
+                    "relevance": None if candidate.score is None else candidate.score.relevance,
+                    "relevant": candidate.passage.id in example.gold_passage_ids,
+                })
+    labelled = any(example.gold_passage_ids for example in examples)
+    relevance_threshold, relevance_reason = choose_relevance_threshold(passages if labelled else [])
+    always = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=config.max_tokens, support_bound=0.0,
+                             relevance_threshold=relevance_threshold, use_calibration=False)
+    answers = SelfRAG(engine, retriever, always).answer_many(prompts)
     rows = []
     for example, decision, answer in zip(examples, decisions, answers, strict=True):
         best = answer.candidates[answer.chosen] if answer.chosen is not None else None
@@ -93,15 +120,22 @@ def run(config: CalibrateConfig) -> CalibrationResult:
             "answerable": example.answerable,
             "needs_retrieval": example.needs_retrieval,
             "p_retrieve": retrieve_probability(decision.score_logprobs[0] if decision.score_logprobs else {}, ids),
+            "relevance_token": None if score is None else score.relevance_token,
             "support_token": None if score is None else score.support_token,
             "support": None if score is None else score.support,
         })
     calibration = choose(rows, config.target_false_abstain)
-    calibration.update({"data": str(config.data), "dev_examples": len(rows),
-                        "date": datetime.now(UTC).isoformat(timespec="seconds")})
+    calibration.update({
+        "relevance_threshold": relevance_threshold,
+        "relevance_threshold_reason": relevance_reason,
+        "data": str(config.data), "dev_examples": len(rows), "version": VERSION,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    })
+    calibration["measured"].update(relevance_measures(passages, relevance_threshold))
     model_dir = Path(resolve_model(config.model))
     out = config.output_dir or model_dir
     write_jsonl_atomic(out / "calibration-records.jsonl", rows)
+    write_jsonl_atomic(out / "calibration-passages.jsonl", passages)
     write_json(out / "calibration.json", calibration)
     path = write_calibration(model_dir, calibration) if config.write else None
     return CalibrationResult(calibration, path)
@@ -113,7 +147,7 @@ def simulate(rows: Sequence[dict[str, Any]], threshold: float, bound: float) -> 
     for row in rows:
         p = row["p_retrieve"]
         retrieved = (p > threshold) if p is not None else bool(row["needs_retrieval"])
-        unsupported = row["support_token"] in (None, rf.NO_SUPPORT) or (
+        unsupported = row["relevance_token"] != rf.RELEVANT or row["support_token"] in (None, rf.NO_SUPPORT) or (
             bound > 0 and (row["support"] is None or row["support"] < bound)
         )
         outcome.append((retrieved, retrieved and unsupported))
@@ -137,6 +171,53 @@ def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]
     best = max(scores.values())
     tied = [t for t, s in scores.items() if s == best]
     return tied[len(tied) // 2], f"balanced accuracy {best:.1%} on {len(labelled)} labelled dev questions"
+
+
+def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[float, str]:
+    """The relevance threshold of best balanced accuracy against the gold passages (the middle of a tied range);
+    the default when the dev passages are not both relevant and irrelevant ones."""
+    from selfrag.inference.config import DEFAULT_RELEVANCE_THRESHOLD
+
+    scored = [p for p in passages if p["relevance"] is not None]
+    positives = [p["relevance"] for p in scored if p["relevant"]]
+    negatives = [p["relevance"] for p in scored if not p["relevant"]]
+    if not positives or not negatives:
+        return DEFAULT_RELEVANCE_THRESHOLD, (
+            "the dev questions' retrieved passages are not both gold and other passages (gold_passage_ids); "
+            f"kept the default {DEFAULT_RELEVANCE_THRESHOLD}, the model's own verdict"
+        )
+    # every distinct cut: the midpoints between neighbouring scores (scores may bunch up far from 0.5)
+    values = sorted(set(positives) | set(negatives))
+    cuts = [(low + high) / 2 for low, high in zip(values, values[1:], strict=False)] or [values[0]]
+    scores = {t: _balanced(positives, negatives, t) for t in cuts}
+    best = max(scores.values())
+    tied = [t for t, s in scores.items() if s == best]
+    threshold = float(f"{tied[len(tied) // 2]:.6g}")
+    return threshold, (
+        f"balanced accuracy {best:.1%} on {len(scored)} dev passages ({len(positives)} gold); the model's own "
+        f"verdict (0.5): {_balanced(positives, negatives, 0.5):.1%}"
+    )
+
+
+def _balanced(positives: Sequence[float], negatives: Sequence[float], threshold: float) -> float:
+    hit = sum(p >= threshold for p in positives) / len(positives)
+    rejected = sum(n < threshold for n in negatives) / len(negatives)
+    return (hit + rejected) / 2
+
+
+def relevance_measures(passages: Sequence[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """How the relevance verdict at ``threshold`` and at 0.5 (the model's own) agrees with the gold passages."""
+    scored = [p for p in passages if p["relevance"] is not None]
+    gold = [p for p in scored if p["relevant"]]
+    other = [p for p in scored if not p["relevant"]]
+    return {
+        "relevance_passages": len(scored),
+        "relevance_gold_passages": len(gold),
+        "relevant_recall": rate(sum(p["relevance"] >= threshold for p in gold), len(gold)),
+        "relevant_recall_at_0.5": rate(sum(p["relevance"] >= 0.5 for p in gold), len(gold)),
+        "irrelevant_rejected": rate(sum(p["relevance"] < threshold for p in other), len(other)),
+        "irrelevant_rejected_at_0.5": rate(sum(p["relevance"] < 0.5 for p in other), len(other)),
+    }
 
 
 def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -167,8 +248,9 @@ def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:
             "abstain_rate_unanswerable": rate(sum(outcome[i][1] for i in unanswerable), len(unanswerable)),
             "retrieve_decision_accuracy": rate(sum(a == b for a, b in decided), len(decided)),
             "note": None if feasible else (
-                "even support_bound 0 abstains too often: the model's own [No support / Contradictory] verdicts "
-                "exceed the target; use on_unsupported=flag or train longer"
+                "even support_bound 0 abstains too often: the model's own verdicts on its best passage ([Irrelevant] "
+                "at the relevance threshold, or [No support / Contradictory]) exceed the target; use "
+                "on_unsupported=flag or train longer"
             ),
         },
     }

@@ -20,6 +20,8 @@ MODES = ("adaptive", "always", "never")
 #: the built-in values; a model calibrated by ``selfrag calibrate`` replaces them (see ``use_calibration``)
 DEFAULT_THRESHOLD = 0.2
 DEFAULT_SUPPORT_BOUND = 0.0
+#: 0.5 on the two-token ratio is the model's own argmax between [Relevant] and [Irrelevant]
+DEFAULT_RELEVANCE_THRESHOLD = 0.5
 ON_UNSUPPORTED = ("abstain", "flag")
 FORMS = ("short", "long")
 ON_PARTIAL = ("keep", "rewrite", "drop")
@@ -72,6 +74,12 @@ class InferenceConfig:
         "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this",
         DEFAULT_THRESHOLD,
     )
+    relevance_threshold: float = help_field(
+        "a passage branch continues from [Relevant] when P([Relevant]) / (P([Relevant]) + P([Irrelevant])) at its "
+        "first position is at least this, else from [Irrelevant] (the verdict the policy acts on); 0.5 is the "
+        "model's own choice between the two; `selfrag calibrate` measures one on the dev split",
+        DEFAULT_RELEVANCE_THRESHOLD,
+    )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
     weights: ScoreWeights = help_field(
         "weights of relevance, support and utility in the ranking", default_factory=ScoreWeights
@@ -88,7 +96,8 @@ class InferenceConfig:
         DEFAULT_SUPPORT_BOUND,
     )
     use_calibration: bool = help_field(
-        "where threshold and support_bound are left at their defaults, use the values `selfrag calibrate` measured "
+        "where threshold, relevance_threshold and support_bound are left at their defaults, use the values "
+        "`selfrag calibrate` measured "
         "and wrote into the model's selfrag.json; false: always the values given here",
         True,
     )
@@ -140,6 +149,10 @@ class InferenceConfig:
             problems.append(f"on_unsupported must be one of {list(ON_UNSUPPORTED)}, got {self.on_unsupported!r}")
         if not 0.0 <= self.support_bound <= 1.0:
             problems.append(f"support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the token")
+        if not 0.0 <= self.relevance_threshold <= 1.0:
+            problems.append(
+                f"relevance_threshold must be in [0, 1], got {self.relevance_threshold}; 0.5 is the model's own choice"
+            )
         if not self.abstain_text.strip():
             problems.append("abstain_text is empty; give the sentence shown when the runtime abstains")
         problems += self._validate_policy()
@@ -150,14 +163,16 @@ class InferenceConfig:
         return problems
 
     def resolved(self, calibration: Mapping[str, Any] | None = None) -> InferenceConfig:
-        """A copy whose threshold/support_bound, where left at their defaults, are the model's calibrated values."""
+        """A copy whose threshold/relevance_threshold/support_bound, where left at their defaults, are the model's
+        calibrated values."""
         if not self.use_calibration or not calibration:
             return self
         changes: dict[str, Any] = {}
-        if self.threshold == DEFAULT_THRESHOLD and isinstance(calibration.get("threshold"), int | float):
-            changes["threshold"] = float(calibration["threshold"])
-        if self.support_bound == DEFAULT_SUPPORT_BOUND and isinstance(calibration.get("support_bound"), int | float):
-            changes["support_bound"] = float(calibration["support_bound"])
+        for name, default in (("threshold", DEFAULT_THRESHOLD), ("relevance_threshold", DEFAULT_RELEVANCE_THRESHOLD),
+                              ("support_bound", DEFAULT_SUPPORT_BOUND)):
+            value = calibration.get(name)
+            if getattr(self, name) == default and isinstance(value, int | float) and not isinstance(value, bool):
+                changes[name] = float(value)
         return dataclasses.replace(self, **changes)
 
     def _validate_policy(self) -> list[str]:

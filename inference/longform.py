@@ -41,7 +41,7 @@ from . import policy
 from .answer import Answer, AnswerSegment, Candidate
 from .engines.base import Generation, GenerationRequest, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
-from .scoring import relevance_score, retrieve_probability, score_continuation
+from .scoring import relevance_entry, relevance_score, relevance_verdict, retrieve_probability, score_continuation
 
 if TYPE_CHECKING:
     from .runtime import SelfRAG
@@ -164,13 +164,16 @@ class LongForm:
     def _wants_evidence(self, beam: _Beam) -> bool:
         return bool(beam.ids) and beam.ids[-1] == self.ids.id(rf.RETRIEVAL)
 
-    def _decode(self, prompts: list[tuple[int, ...]], max_tokens: int | None = None) -> list[Generation]:
+    def _decode(
+        self, prompts: list[tuple[int, ...]], max_tokens: int | None = None, keep_prefix: bool = False
+    ) -> list[Generation]:
         requests = [
             GenerationRequest(
                 prompt_ids=prompt,
                 max_tokens=max_tokens or self.config.long_form.segment_tokens,
                 stop_token_ids=self.stop_ids,
                 score_token_ids=self.ids.all_ids,
+                keep_prefix=keep_prefix,
             )
             for prompt in prompts
         ]
@@ -320,7 +323,8 @@ class LongForm:
     def _branches(self, beam: _Beam, base: tuple[int, ...], hits: list[Hit]) -> list[tuple[_Beam, Generation]]:
         tokenizer = self.rag.engine.tokenizer
         contexts = [base + tuple(passage_ids(tokenizer, self.ids, hit.passage)) for hit in hits]
-        first = self._decode([self.prompt + ids for ids in contexts], max_tokens=1)
+        first = self._decode([self.prompt + ids for ids in contexts], max_tokens=1, keep_prefix=True)
+        first = self._relevance(beam, hits, first)
         keep = self._prune(beam, hits, first)
         rest = [i for i in keep if first[i].finish_reason == "length"]
         more = self._decode([self.prompt + contexts[i] + first[i].token_ids for i in rest])
@@ -334,6 +338,14 @@ class LongForm:
             child.retrievals += 1
             children.append((self._extend(child, generation, hits[i].passage), generation))
         return children
+
+    def _relevance(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[Generation]:
+        """Each branch's relevance verdict read at ``relevance_threshold`` (as the short form does)."""
+        threshold = self.config.relevance_threshold
+        verdicts = [relevance_verdict(g, self.ids, threshold) for g in first]  # one-token decodes
+        entry = relevance_entry([hit.passage.id for hit in hits], verdicts, threshold)
+        self.trace.append(entry | {"segment": beam.written})
+        return [verdict.generation for verdict in verdicts]
 
     def _prune(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[int]:
         pruning = self.config.pruning

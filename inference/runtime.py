@@ -42,7 +42,14 @@ from .answer import Answer, AnswerSegment, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit, context_problem
 from .events import StreamEvent, TraceEvent, final_events
-from .scoring import relevance_score, retrieve_probability, score_continuation
+from .scoring import (
+    RelevanceVerdict,
+    relevance_entry,
+    relevance_score,
+    relevance_verdict,
+    retrieve_probability,
+    score_continuation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -319,7 +326,13 @@ class SelfRAG:
         return found
 
     def _decode_branches(self, works: Sequence[_Work]) -> None:
-        """Decode every passage branch of ``works`` (one call; two with pruning) and append the candidates."""
+        """Decode every passage branch of ``works`` and append the candidates.
+
+        With pruning (the default): the relevance token of every branch first (its verdict read at
+        ``relevance_threshold``, weak branches stopped), then the rest of each survivor from that verdict. Without:
+        every branch whole in one call, and again from the verdict only where the verdict differs from the token the
+        model generated.
+        """
         tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
         branches = [
             (work, hit, work.prompt + tuple(passage_ids(tokenizer, ids, hit.passage)))
@@ -327,32 +340,50 @@ class SelfRAG:
             for hit in work.hits
         ]
         owners = [work for work, _, _ in branches]
-        pruning = self.config.pruning
-        if not pruning.enabled or self.config.max_tokens == 1:
-            generations = self._call(
-                [self._continuation_request(p, self.config.max_tokens) for _, _, p in branches], owners
-            )
-            pruned = [False] * len(branches)
-        else:
-            first = self._call(
-                [replace(self._continuation_request(p, 1), keep_prefix=True) for _, _, p in branches], owners
-            )
-            pruned = self._prune(works, branches, first)
-            rest = [i for i, g in enumerate(first) if not pruned[i] and g.finish_reason == "length"]
-            more = self._call(
-                [
-                    self._continuation_request(branches[i][2] + first[i].token_ids, self.config.max_tokens - 1)
-                    for i in rest
-                ],
-                [owners[i] for i in rest],
-            )
-            generations = list(first)
-            for i, generation in zip(rest, more, strict=True):
-                generations[i] = concat_generations(first[i], generation)
+        max_tokens = self.config.max_tokens
+        pruning = self.config.pruning.enabled and max_tokens > 1
+        whole = self._call(
+            [replace(self._continuation_request(p, 1 if pruning else max_tokens), keep_prefix=pruning)
+             for _, _, p in branches],
+            owners,
+        )
+        verdicts = self._relevance(works, branches, whole)
+        first = [verdict.generation for verdict in verdicts]  # a whole decode unless its verdict was overridden
+        pruned = self._prune(works, branches, first) if pruning else [False] * len(branches)
+        # continue from the verdict: every survivor of the pruning step; without pruning only an overridden branch
+        rest = [
+            i
+            for i, g in enumerate(first)
+            if max_tokens > 1
+            and not pruned[i]
+            and g.finish_reason == "length"
+            and (pruning or verdicts[i].overridden)
+        ]
+        more = self._call(
+            [self._continuation_request(branches[i][2] + first[i].token_ids, max_tokens - 1) for i in rest],
+            [owners[i] for i in rest],
+        )
+        generations = list(first)
+        for i, generation in zip(rest, more, strict=True):
+            generations[i] = concat_generations(first[i], generation)
         for (work, hit, _), generation, was_pruned in zip(branches, generations, pruned, strict=True):
             prefix = tuple(passage_ids(tokenizer, ids, hit.passage))
             candidate = self._candidate(hit.passage, prefix, generation)
             work.candidates.append(replace(candidate, pruned=was_pruned, round=work.round))
+
+    def _relevance(
+        self, works: Sequence[_Work], branches: list[Any], first: list[Generation]
+    ) -> list[RelevanceVerdict]:
+        """Each branch's relevance verdict read at ``relevance_threshold`` (see :func:`relevance_verdict`)."""
+        threshold = self.config.relevance_threshold
+        verdicts = [relevance_verdict(g, self.engine.token_ids, threshold) for g in first]
+        for work in works:
+            mine = [i for i, branch in enumerate(branches) if branch[0] is work]
+            if mine:
+                passages = [branches[i][1].passage.id for i in mine]
+                entry = relevance_entry(passages, [verdicts[i] for i in mine], threshold)
+                work.trace.append(entry | {"round": work.round})
+        return verdicts
 
     def _prune(self, works: Sequence[_Work], branches: list[Any], first: list[Generation]) -> list[bool]:
         pruning = self.config.pruning

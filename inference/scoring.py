@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.reflection import Group, ReflectionIds
+
+from .engines.base import Generation
 
 COMPONENTS = ("relevance", "support", "utility")
 
@@ -47,6 +50,67 @@ def relevance_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> 
         return None
     relevant, irrelevant = probabilities
     return _ratio(relevant, relevant + irrelevant)
+
+
+@dataclass(frozen=True)
+class RelevanceVerdict:
+    """A passage branch's first position read at a threshold: the generation to continue from and why."""
+
+    generation: Generation  # the decode as given; only its first position, the verdict, where that was overridden
+    score: float | None  # relevance_score at the first position (None: neither token has a log-prob)
+    token: str | None  # the verdict the branch continues from (the generated token when score is None)
+    generated: str | None  # the token the model itself generated there (None: not a relevance token)
+
+    @property
+    def overridden(self) -> bool:
+        return self.score is not None and self.token != self.generated
+
+
+def relevance_verdict(first: Generation, token_ids: ReflectionIds, threshold: float) -> RelevanceVerdict:
+    """``[Relevant]`` when the relevance score at the branch's first position is ``>= threshold``, else
+    ``[Irrelevant]``. Where the model generated another token there, the generation becomes that one verdict token
+    (to be continued from it: the branch then rests on the verdict the policy acts on).
+
+    A model can rank passages well while its generated (argmax) verdict sits on one side; the threshold, measured by
+    ``selfrag calibrate``, moves the cut. A decode whose score cannot be read (neither token reported) is left as
+    generated.
+    """
+    generated_id = first.token_ids[0] if first.token_ids else None
+    generated = None
+    if generated_id is not None and token_ids.group_of_id(int(generated_id)) is Group.RELEVANCE:
+        generated = token_ids.token(int(generated_id))
+    score = relevance_score(first.score_logprobs[0], token_ids) if first.score_logprobs else None
+    if score is None:
+        return RelevanceVerdict(first, None, generated, generated)
+    token = rf.RELEVANT if score >= threshold else rf.IRRELEVANT
+    if token != generated:  # a stop or end-of-sequence id here becomes the verdict too, so the branch goes on
+        first = Generation(
+            token_ids=(token_ids.id(token),),
+            text=token,
+            score_logprobs=first.score_logprobs[:1],
+            finish_reason="length",
+            prompt_tokens=first.prompt_tokens,
+            seconds=first.seconds,
+            score_bounds=first.score_bounds[:1],
+        )
+    return RelevanceVerdict(first, score, token, generated)
+
+
+def relevance_entry(
+    passage_ids: Sequence[str], verdicts: Sequence[RelevanceVerdict], threshold: float
+) -> dict[str, Any]:
+    """The trace entry of one set of branches' relevance verdicts."""
+    overridden = [pid for pid, v in zip(passage_ids, verdicts, strict=True) if v.overridden]
+    return {
+        "step": "relevance",
+        "relevance_threshold": threshold,
+        "relevance": {pid: v.score for pid, v in zip(passage_ids, verdicts, strict=True)},
+        "chosen": {pid: v.token for pid, v in zip(passage_ids, verdicts, strict=True)},
+        "generated": {pid: v.generated for pid, v in zip(passage_ids, verdicts, strict=True)},
+        "overridden": overridden,
+        "reason": f"{rf.RELEVANT} where the relevance score is >= {threshold}, else {rf.IRRELEVANT}; "
+        f"{len(overridden)} of {len(verdicts)} differ from the token the model generated",
+    }
 
 
 def support_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:

@@ -26,7 +26,8 @@ class ModelMeta:
     prompt_template: str
     base_model: str
     kind: Literal["adapter", "merged"]
-    #: measured by ``selfrag calibrate``: threshold, support_bound and how they were measured (None: not calibrated)
+    #: measured by ``selfrag calibrate``: threshold, relevance_threshold, support_bound and how they were measured
+    #: (None: not calibrated)
     calibration: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:

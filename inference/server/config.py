@@ -60,8 +60,8 @@ class ServeConfig:
     max_top_k: int = help_field("largest top_k a request may ask for (each passage is one decode)", 20)
     graceful_shutdown_s: float = help_field("on shutdown, how long in-flight requests may still take", 30.0)
     inference: InferenceConfig = help_field(
-        "default runtime settings; a request may override mode, top_k, threshold, on_unsupported, support_bound "
-        "and max_tokens",
+        "default runtime settings; a request may override mode, top_k, threshold, relevance_threshold, on_unsupported, "
+        "support_bound and max_tokens",
         default_factory=InferenceConfig,
     )
 

@@ -2,7 +2,7 @@
 
 Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
 servers do. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
-``mode``, ``top_k``, ``threshold``, ``on_unsupported``, ``support_bound``.
+``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``support_bound``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class ChatCompletionRequest(_Lenient):
     top_k: int | None = Field(default=None, ge=1, description="Self-RAG: passages retrieved and decoded")
     threshold: float | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: adaptive mode retrieves when p_retrieve exceeds this"
+    )
+    relevance_threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Self-RAG: a passage is judged [Relevant] when its relevance score is at "
+        "least this"
     )
     on_unsupported: Literal["abstain", "flag"] | None = Field(
         default=None, description="Self-RAG: abstain, or flag (low_confidence) an unsupported answer"

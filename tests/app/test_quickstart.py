@@ -36,6 +36,10 @@ def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) ->
     assert "learning_rate: 0.001" in resolved and "r: 16" in resolved and "max_steps: 2" in resolved
     calibration = json.loads((out / "model" / "selfrag.json").read_text())["calibration"]
     assert 0 <= calibration["threshold"] <= 1 and calibration["dev_examples"] == 3
+    assert 0 <= calibration["relevance_threshold"] <= 1 and calibration["version"] == 2
+    passages_file = out / "calibration" / "calibration-passages.jsonl"
+    scored = [json.loads(line) for line in passages_file.read_text().splitlines()]
+    assert len(scored) == 3 * 3 and all(isinstance(p["relevant"], bool) for p in scored)  # 3 dev questions x top 3
     results = json.loads((out / "eval" / "results.json").read_text())
     assert report["eval"]["modes"] == results["modes"]
     assert {"no_retrieval", "plain_rag", "single_pass"} <= set(results["modes"])

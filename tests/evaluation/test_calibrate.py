@@ -10,18 +10,30 @@ import pytest
 
 from selfrag import reflection as rf
 from selfrag.artifacts import ModelMeta, load_meta, save_meta, write_calibration
-from selfrag.evaluation.calibrate import choose, choose_threshold, simulate
-from selfrag.inference.config import DEFAULT_THRESHOLD, InferenceConfig
+from selfrag.evaluation.calibrate import (
+    CalibrationResult,
+    choose,
+    choose_relevance_threshold,
+    choose_threshold,
+    relevance_measures,
+    simulate,
+)
+from selfrag.inference.config import DEFAULT_RELEVANCE_THRESHOLD, DEFAULT_THRESHOLD, InferenceConfig
 from selfrag.inference.engines import ScriptedEngine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.reflection import ReflectionIds
 
 
 def row(
-    p: float | None, needs: bool | None, answerable: bool, token: str | None, support: float | None
+    p: float | None, needs: bool | None, answerable: bool, token: str | None, support: float | None,
+    relevance: str | None = rf.RELEVANT,
 ) -> dict[str, Any]:
     return {"p_retrieve": p, "needs_retrieval": needs, "answerable": answerable, "support_token": token,
-            "support": support}
+            "support": support, "relevance_token": relevance}
+
+
+def passage(relevance: float | None, relevant: bool) -> dict[str, Any]:
+    return {"id": "q", "passage_id": "p", "relevance": relevance, "relevant": relevant}
 
 
 def test_threshold_separates_the_gold_decisions() -> None:
@@ -60,6 +72,46 @@ def test_simulate_matches_the_runtime_rule() -> None:
     rows = [row(0.1, False, True, rf.NO_SUPPORT, 0.1), row(0.5, True, True, rf.FULLY_SUPPORTED, 0.3)]
     assert simulate(rows, threshold=0.2, bound=0.0) == [(False, False), (True, False)]
     assert simulate(rows, threshold=0.2, bound=0.5) == [(False, False), (True, True)]
+    # the runtime's policy: a best candidate judged [Irrelevant] (or with no verdict) is unsupported, whatever IsSUP
+    irrelevant = [row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9, relevance=token) for token in (rf.IRRELEVANT, None)]
+    assert simulate(irrelevant, threshold=0.2, bound=0.0) == [(True, True), (True, True)]
+
+
+def test_relevance_threshold_separates_gold_passages_where_the_verdict_does_not() -> None:
+    """The model ranks the gold passages first but calls everything [Irrelevant] (all scores < 0.5): the cut moves
+    to between the two groups, and the verdict at 0.5 is reported beside it."""
+    passages = [passage(0.30, True), passage(0.22, True), passage(0.12, False), passage(0.05, False),
+                passage(0.02, False), passage(None, False)]
+    threshold, reason = choose_relevance_threshold(passages)
+    assert threshold == pytest.approx(0.17)  # the midpoint of 0.12 and 0.22
+    assert "balanced accuracy 100.0% on 5 dev passages (2 gold)" in reason and "verdict (0.5): 50.0%" in reason
+    measured = relevance_measures(passages, threshold)
+    assert measured["relevant_recall"] == 1.0 and measured["relevant_recall_at_0.5"] == 0.0
+    assert measured["irrelevant_rejected"] == 1.0 and measured["relevance_passages"] == 5
+
+
+def test_relevance_threshold_tie_takes_the_middle_and_scores_far_below_a_grid_still_separate() -> None:
+    passages = [passage(0.004, True), passage(0.003, True), passage(0.001, False), passage(0.0005, False)]
+    threshold, _ = choose_relevance_threshold(passages)
+    assert 0.001 < threshold < 0.003
+    overlapping = [passage(0.6, True), passage(0.2, True), passage(0.4, False), passage(0.1, False)]
+    threshold, reason = choose_relevance_threshold(overlapping)
+    assert "balanced accuracy 75.0%" in reason and threshold in (pytest.approx(0.15), pytest.approx(0.5))
+
+
+@pytest.mark.parametrize("passages", [[], [passage(0.3, True)], [passage(0.3, False), passage(None, True)]])
+def test_relevance_threshold_without_both_classes_keeps_the_default(passages) -> None:  # type: ignore[no-untyped-def]
+    threshold, reason = choose_relevance_threshold(passages)
+    assert threshold == DEFAULT_RELEVANCE_THRESHOLD and "kept the default" in reason
+
+
+def test_summary_names_all_three_values() -> None:
+    calibration = choose([row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9)], target=0.1)
+    calibration.update({"relevance_threshold": 0.17, "relevance_threshold_reason": "balanced accuracy 100.0%"})
+    calibration["measured"].update(relevance_measures([passage(0.3, True), passage(0.1, False)], 0.17))
+    text = CalibrationResult(calibration, None).summary()
+    assert "relevance_threshold = 0.17  (balanced accuracy 100.0%; gold passages judged [Relevant] 100.0%" in text
+    assert "support_bound = " in text and "not written" in text
 
 
 def test_calibration_in_selfrag_json_reaches_the_runtime(
@@ -67,14 +119,16 @@ def test_calibration_in_selfrag_json_reaches_the_runtime(
 ) -> None:
     save_meta(tmp_path, ModelMeta(token_ids, "add", "auto", "base", "adapter"))
     assert load_meta(tmp_path).calibration is None  # type: ignore[union-attr]
-    write_calibration(tmp_path, {"threshold": 0.95, "support_bound": 0.3})
+    values = {"threshold": 0.95, "support_bound": 0.3, "relevance_threshold": 0.12}
+    write_calibration(tmp_path, values)
     meta = load_meta(tmp_path)
-    assert meta is not None and meta.calibration == {"threshold": 0.95, "support_bound": 0.3}
+    assert meta is not None and meta.calibration == values
     assert json.loads((tmp_path / "selfrag.json").read_text())["base_model"] == "base"  # other keys kept
 
     world_engine.calibration = meta.calibration  # type: ignore[attr-defined]  # what HFEngine sets from selfrag.json
     runtime = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
     assert (runtime.config.threshold, runtime.config.support_bound) == (0.95, 0.3)
+    assert runtime.config.relevance_threshold == 0.12
     explicit = SelfRAG(world_engine, None, InferenceConfig(mode="never", threshold=0.5, support_bound=0.1))
     assert (explicit.config.threshold, explicit.config.support_bound) == (0.5, 0.1)  # the user's values win
     off = SelfRAG(world_engine, None, InferenceConfig(mode="never", use_calibration=False))

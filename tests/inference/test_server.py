@@ -160,6 +160,8 @@ def test_request_fields_map_to_runtime_settings(server: LiveServer, shared_engin
     assert len(rank["candidates"]) == 1 and one["trace"][0]["mode"] == "always"
     high = ask(server, CAPITAL, threshold=0.95).model_extra["selfrag"]
     assert high["retrieved"] is False and high["trace"][0]["threshold"] == 0.95
+    strict = ask(server, CAPITAL, mode="always", relevance_threshold=0.99).model_extra["selfrag"]
+    assert next(step for step in strict["trace"] if step["step"] == "relevance")["relevance_threshold"] == 0.99
     ask(server, ARITHMETIC, max_tokens=3)
     assert shared_engine.calls[-1][0].max_tokens == 3
     # Fields this server does not use are ignored, as OpenAI-compatible servers do.
@@ -190,6 +192,7 @@ def _user(question: str = CAPITAL) -> list[dict[str, Any]]:
     ({"model": MODEL, "messages": _user(), "top_k": 0}, 400, "top_k"),
     ({"model": MODEL, "messages": _user(), "top_k": 1000}, 400, "top_k"),
     ({"model": MODEL, "messages": _user(), "threshold": 1.5}, 400, "threshold"),
+    ({"model": MODEL, "messages": _user(), "relevance_threshold": -0.5}, 400, "relevance_threshold"),
     ({"model": MODEL, "messages": _user(), "on_unsupported": "ignore"}, 400, "on_unsupported"),
     ({"model": MODEL, "messages": _user(), "max_tokens": 100000}, 400, "max_tokens"),
     ({"model": MODEL, "messages": _user(), "n": 2}, 400, "n"),
@@ -462,8 +465,8 @@ def test_openapi_schema_is_served(server: LiveServer) -> None:
     assert {"200", "400", "401", "404", "413", "429", "503", "504"} <= set(chat["responses"])
     components = schema["components"]["schemas"]
     request_fields = set(components["ChatCompletionRequest"]["properties"])
-    assert {"model", "messages", "stream", "max_tokens", "mode", "top_k", "threshold", "on_unsupported"} <= \
-        request_fields
+    assert {"model", "messages", "stream", "max_tokens", "mode", "top_k", "threshold", "relevance_threshold",
+            "on_unsupported"} <= request_fields
     extension = set(components["SelfragExtension"]["properties"])
     assert {"citations", "retrieved", "abstained", "low_confidence", "low_confidence_reason", "trace"} <= extension
     assert "securitySchemes" not in schema["components"]  # no key configured: the schema claims none

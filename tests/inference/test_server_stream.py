@@ -174,8 +174,9 @@ def test_trace_events_arrive_while_the_answer_is_still_being_decoded(gated, serv
                 if first[-1].get("choices") and first[-1]["choices"][0]["delta"].get("content"):
                     break
         steps = [chunk["selfrag"]["step"]["step"] for chunk in first if chunk.get("selfrag", {}).get("type") == "trace"]
-        # the first retrieval, the decision to retrieve again and the beam step: all before LYON is decoded
-        assert steps == ["retrieve", "decide", "beam"] and not engine.decoded(LYON)
+        # the first retrieval, its relevance verdict, the decision to retrieve again and the beam step: all before
+        # LYON is decoded
+        assert steps == ["retrieve", "relevance", "decide", "beam"] and not engine.decoded(LYON)
         engine.gate.set()
         rest = [line for line in lines if line.startswith("data: ")]
     assert rest[-1] == "data: [DONE]"
