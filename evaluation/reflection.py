@@ -7,7 +7,9 @@ For each labelled item and type, one decode step after the gold prefix (the pape
 * support: ``… [Relevant or gold] {answer}`` -> s_sup;
 * utility: ``… [support or gold]`` (or ``prompt [No Retrieval] {answer}`` without a passage) -> s_use.
 
-The predicted token is the argmax within the type's group; the score is the runtime's score of that type.
+The predicted token is the argmax within the type's group; the score is the runtime's score of that type. The runtime
+does not act on the relevance argmax but on ``score >= relevance_threshold`` (the model's calibrated cut); given that
+threshold, :func:`agreement` reports the relevance verdicts at it too (``relevance.at_threshold``).
 """
 
 from __future__ import annotations
@@ -76,13 +78,21 @@ def predict(engine: Engine, items: Sequence[LabelExample]) -> list[dict[str, Any
     return rows
 
 
-def agreement(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per type: accuracy, confusion matrix and AUROC (see :func:`selfrag.evaluation.metrics.reflection_agreement`)."""
+def agreement(rows: Sequence[Mapping[str, Any]], relevance_threshold: float | None = None) -> dict[str, Any]:
+    """Per type: accuracy, confusion matrix and AUROC (see :func:`selfrag.evaluation.metrics.reflection_agreement`);
+    with ``relevance_threshold``, relevance's ``at_threshold``: the same for the verdict the runtime acts on."""
     result = {}
     for kind, group in LABEL_GROUPS.items():
         items = [row for row in rows if row["type"] == kind]
         if items:
             result[kind] = reflection_agreement(items, rf.tokens_of(group), POSITIVE[kind])
+    relevance = [row for row in rows if row["type"] == "relevance"]
+    if relevance and relevance_threshold is not None:
+        verdicts = [{**row, "predicted": None if row["score"] is None else
+                     (rf.RELEVANT if row["score"] >= relevance_threshold else rf.IRRELEVANT)} for row in relevance]
+        at = reflection_agreement(verdicts, rf.tokens_of(LABEL_GROUPS["relevance"]), POSITIVE["relevance"])
+        result["relevance"]["at_threshold"] = {"threshold": relevance_threshold, "accuracy": at["accuracy"],
+                                               "confusion": at["confusion"]}
     return result
 
 

@@ -64,13 +64,21 @@ def reflection_table(agreement: Mapping[str, Mapping[str, Any]]) -> str:
     for kind, result in agreement.items():
         auroc = "n/a" if result["auroc"] is None else f"{result['auroc']:.3f}"
         lines.append(f"| {kind} | {result['items']} | {fmt(result['accuracy'], True)} | {auroc} |")
+        if "at_threshold" in result:
+            at = result["at_threshold"]
+            lines.append(f"| {kind}: runtime verdict (score >= {at['threshold']:.3g}) | {result['items']} | "
+                         f"{fmt(at['accuracy'], True)} | |")
     for kind, result in agreement.items():
-        confusion = result["confusion"]
-        lines += ["", f"{kind}: gold (rows) x predicted (columns)", "",
-                  "| gold \\ predicted | " + " | ".join(confusion["columns"]) + " |",
-                  "| --- |" + " ---: |" * len(confusion["columns"])]
-        lines += [f"| {label} | " + " | ".join(str(c) for c in row) + " |"
-                  for label, row in zip(confusion["labels"], confusion["matrix"], strict=True)]
+        tables = [(f"{kind}: gold (rows) x predicted (columns)", result["confusion"])]
+        if "at_threshold" in result:
+            tables.append((f"{kind}: gold (rows) x the runtime's verdict at score >= "
+                           f"{result['at_threshold']['threshold']:.3g} (columns)", result["at_threshold"]["confusion"]))
+        for title, confusion in tables:
+            lines += ["", title, "",
+                      "| gold \\ predicted | " + " | ".join(confusion["columns"]) + " |",
+                      "| --- |" + " ---: |" * len(confusion["columns"])]
+            lines += [f"| {label} | " + " | ".join(str(c) for c in row) + " |"
+                      for label, row in zip(confusion["labels"], confusion["matrix"], strict=True)]
     return "\n".join(lines) + "\n"
 
 

@@ -129,7 +129,9 @@ def run(config: EvalConfig) -> EvalResult:
 
         predictions = predict(engines.trained(), labels)
         write_jsonl_atomic(out / "reflection.jsonl", predictions)
-        reflection = agreement(predictions)
+        # the relevance verdict as single-pass acts on it: at the model's calibrated (or configured) threshold
+        calibration = getattr(engines.trained(), "calibration", None)
+        reflection = agreement(predictions, inference.resolved(calibration).relevance_threshold)
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
     table = report.markdown_table(summaries, unavailable, config.judge.kind) if summaries else "(no mode ran)\n"

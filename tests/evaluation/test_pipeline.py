@@ -14,6 +14,7 @@ from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.data import LabelExample
 from selfrag.evaluation.judge import Claim, CriticJudge, OverlapJudge
 from selfrag.evaluation.reflection import agreement, predict
+from selfrag.evaluation.report import reflection_table
 from selfrag.inference.engines import ScriptedEngine
 from selfrag.trajectory import Passage
 
@@ -50,6 +51,15 @@ def test_reflection_predictions(world_engine: ScriptedEngine) -> None:
     assert result["relevance"]["accuracy"] == 1.0
     assert result["relevance"]["confusion"]["matrix"] == [[1, 0, 0], [0, 1, 0]]
     assert result["retrieve"]["confusion"]["labels"] == list(rf.tokens_of(rf.Group.RETRIEVE))
+    assert "at_threshold" not in result["relevance"]
+    # the runtime's verdict at a calibrated cut: 0.9 and 0.2 are both >= 0.1, so Lyon is judged [Relevant] too
+    low = agreement(rows, relevance_threshold=0.1)["relevance"]
+    assert low["accuracy"] == 1.0 and low["at_threshold"]["threshold"] == 0.1  # the argmax figure is unchanged
+    assert low["at_threshold"]["accuracy"] == 0.5 and low["at_threshold"]["confusion"]["matrix"] == [[1, 0, 0],
+                                                                                                    [1, 0, 0]]
+    table = reflection_table({"relevance": low})
+    assert "| relevance: runtime verdict (score >= 0.1) | 2 | 50.0% | |" in table
+    assert "relevance: gold (rows) x the runtime's verdict at score >= 0.1 (columns)" in table
 
 
 def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,6 +91,7 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     assert results["modes"]["no_retrieval"]["unsupported_claim_rate"] is None  # nothing cited, nothing judged
     assert "prompted" in results["modes"] or "prompted" in results["unavailable"]
     assert results["reflection"]["relevance"]["items"] == 1
+    assert results["reflection"]["relevance"]["at_threshold"]["threshold"] == 0.5  # uncalibrated: the default cut
     table = (out / "table.md").read_text()
     assert "| answer contains gold (answerable) | 100.0% |" in table and "single-pass Self-RAG" in table
     assert (out / "quality.png").stat().st_size > 1000 and (out / "cost.png").stat().st_size > 1000
