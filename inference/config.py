@@ -25,6 +25,7 @@ DEFAULT_RELEVANCE_THRESHOLD = 0.5
 ON_UNSUPPORTED = ("abstain", "flag")
 FORMS = ("short", "long")
 ON_PARTIAL = ("keep", "rewrite", "drop")
+ON_ALL_IRRELEVANT = ("unsupported", "no_retrieval")
 
 
 @dataclass
@@ -120,6 +121,13 @@ class InferenceConfig:
         "the query of a re-retrieval round; {question} and {generated} (the unsupported text) are filled in",
         "{question} {generated}",
     )
+    on_all_irrelevant: Literal["unsupported", "no_retrieval"] = help_field(
+        "when the model judges every passage retrieved for a question [Irrelevant]: unsupported (re-retrieve, then "
+        "on_unsupported) or no_retrieval (answer at once from the prompt + [No Retrieval], uncited, "
+        "low_confidence=true with the reason: the model found the corpus of no use for this question, as for "
+        "arithmetic or common knowledge; short form only)",
+        "unsupported",
+    )
     on_partial: Literal["keep", "rewrite", "drop"] = help_field(
         "a [Partially supported] sentence: keep it, rewrite it with partial_template, or drop it from the answer",
         "keep",
@@ -195,6 +203,10 @@ class InferenceConfig:
                 problems.append(f"{name} has a bad placeholder ({error}); use {{question}}, {{generated}} or {{text}}")
             if slot and "{" + slot + "}" not in template:
                 problems.append(f"{name} must contain {{{slot}}}, got {template!r}")
+        if self.on_all_irrelevant not in ON_ALL_IRRELEVANT:
+            problems.append(
+                f"on_all_irrelevant must be one of {list(ON_ALL_IRRELEVANT)}, got {self.on_all_irrelevant!r}"
+            )
         if self.on_partial not in ON_PARTIAL:
             problems.append(f"on_partial must be one of {list(ON_PARTIAL)}, got {self.on_partial!r}")
         for name in ("relevance_bound", "margin"):

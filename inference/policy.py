@@ -13,6 +13,9 @@ Decisions this module makes (each is tested in ``tests/inference/test_runtime*.p
 * **Unsupported** (re-retrieve, then abstain or flag): the model judged the passage ``[Irrelevant]``
   (its support verdict is about evidence it rejected), no support verdict at all, ``[No support /
   Contradictory]`` on any sentence, or a support score below ``support_bound``.
+* **Nothing relevant** (``on_all_irrelevant=no_retrieval``): when every passage of every round so far is
+  ``[Irrelevant]``, the runtime answers from the prompt + ``[No Retrieval]`` at once, uncited and flagged; the
+  default (``unsupported``) treats it like any unsupported best candidate.
 * **Shipped text**: the candidate's sentences; ``[Partially supported]`` ones kept, rewritten with
   ``partial_template`` or dropped (``on_partial``). A sentence cites the passage it was generated from:
   the retrieved passage, kept by ``[Continue to Use Evidence]``; a ``[No Retrieval]`` sentence cites
@@ -84,6 +87,13 @@ def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
     if bound > 0 and (score.support is None or score.support < bound):
         return False, f"support score {score.support} is below support_bound {bound}"
     return True, f"the model judged the best continuation {score.support_token}"
+
+
+def all_irrelevant(candidates: Sequence[Candidate]) -> bool:
+    """Whether every candidate is a passage the model judged ``[Irrelevant]`` (and there is at least one)."""
+    return bool(candidates) and all(
+        c.passage is not None and c.score is not None and c.score.relevance_token == rf.IRRELEVANT for c in candidates
+    )
 
 
 def segments_of(candidate: Candidate) -> list[AnswerSegment]:

@@ -202,8 +202,19 @@ class SelfRAG:
         while active:
             self._decode_branches(active)
             again = [work for work in active if self._judge_round(work)]
+            self._answer_without_passages([w for w in active if w.outcome and w.outcome[0] == "no_retrieval"])
             yield
             active = self._retrieve(again)
+
+    def _answer_without_passages(self, works: Sequence[_Work]) -> None:
+        """Decode ``prompt + [No Retrieval]`` for works whose every passage was judged irrelevant (one call)."""
+        for work in works:
+            work.prefix = (self._no_retrieval_id,)
+        results = self._call(
+            [self._continuation_request(work.prompt + work.prefix, self.config.max_tokens) for work in works], works
+        )
+        for work, generation in zip(works, results, strict=True):
+            work.answer_generation = generation
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -428,6 +439,14 @@ class SelfRAG:
         entry["round"] = work.round
         work.trace.append(entry)
         chosen = work.candidates[best]
+        if self.config.on_all_irrelevant == "no_retrieval" and policy.all_irrelevant(work.candidates):
+            reason = f"the model judged all {len(work.candidates)} retrieved passages {rf.IRRELEVANT}"
+            work.outcome = ("no_retrieval", best, reason)
+            work.trace.append(
+                self._support_entry(chosen, "answer_without_retrieval", reason, work.round)
+                | {"why": f"on_all_irrelevant=no_retrieval: the answer comes from the prompt + {rf.NO_RETRIEVAL}"}
+            )
+            return False
         supported, reason = policy.judge(chosen, self.config)
         if supported:
             work.outcome = ("accept", best, reason)
@@ -505,7 +524,7 @@ class SelfRAG:
     # -- the answer ---------------------------------------------------------------------------------
 
     def _finish(self, work: _Work) -> Answer:
-        if not work.retrieve:
+        if not work.retrieve or (work.outcome is not None and work.outcome[0] == "no_retrieval"):
             return self._finish_without_retrieval(work)
         assert work.outcome is not None, "every retrieving question ends with an outcome"
         action, best, _ = work.outcome
@@ -532,7 +551,8 @@ class SelfRAG:
         generation = work.answer_generation
         assert generation is not None, "the no-retrieval path always decodes"
         candidate = self._candidate(None, work.prefix, generation)
-        work.candidates = [candidate]
+        work.candidates.append(candidate)  # after the irrelevant passages' candidates, where there were any
+        chosen = len(work.candidates) - 1
         step: dict[str, Any] = {
             "step": "generate",
             "chosen": "answer_without_retrieval",
@@ -541,6 +561,8 @@ class SelfRAG:
             "problems": list(candidate.problems),
         }
         reasons = []
+        if work.outcome is not None:  # on_all_irrelevant=no_retrieval: retrieved, every passage judged irrelevant
+            reasons.append(f"flagged: {work.outcome[2]}; answered without sources")
         if candidate.truncated:
             step["truncated"] = candidate.truncated
             reasons.append(f"truncated: {candidate.truncated}")
@@ -552,7 +574,7 @@ class SelfRAG:
             if choice is None:
                 reasons.append("closed set: the answer matches none of the choices")
         text = join_or_choice(work, segments) if segments else candidate.answer
-        return self._answer(work, text, 0, segments, reasons, low_confidence=bool(reasons))
+        return self._answer(work, text, chosen, segments, reasons, low_confidence=bool(reasons))
 
     def _answer(
         self,

@@ -186,6 +186,50 @@ def test_partially_supported_sentence(build, mode, expected) -> None:  # type: i
     assert answer.abstained is (mode == "drop")
 
 
+# -- every passage irrelevant --------------------------------------------------------------------------------
+
+ALONE = [(rf.NO_RETRIEVAL, {rf.NO_RETRIEVAL: 0.9}), "Paris alone.", U5]  # prompt + [No Retrieval] -> this
+
+
+def test_all_irrelevant_answers_without_passages_when_configured(build) -> None:  # type: ignore[no-untyped-def]
+    table = {"prompt": ALONE, PARIS: seg("Lyon.", relevance=IRR), LYON: seg("Nice.", relevance=IRR)}
+    rag, engine, retriever = build(table, passages=[PARIS, LYON], on_all_irrelevant="no_retrieval")
+    answer = rag.answer(Q)
+    assert answer.answer == "Paris alone." and not answer.abstained and answer.low_confidence
+    assert answer.citations == () and answer.retrieved and retriever.queries == [Q]  # no re-retrieval round
+    assert answer.reasons == (f"flagged: the model judged all 2 retrieved passages {rf.IRRELEVANT}; answered "
+                              "without sources",)
+    [support] = step(answer, "support")
+    assert support["chosen"] == "answer_without_retrieval" and "on_all_irrelevant=no_retrieval" in support["why"]
+    assert step(answer, "generate")[0]["chosen"] == "answer_without_retrieval"
+    assert len(answer.candidates) == 3 and answer.chosen == 2 and answer.candidates[2].passage is None
+    assert answer.engine_calls == len(engine.calls) == 3  # relevance step, the rest, the answer without passages
+    events = list(rag.stream(Q))
+    assert [e.text for e in events if isinstance(e, SegmentEvent)] == ["Paris alone."]
+    assert events[-1].answer.low_confidence
+
+
+def test_all_irrelevant_by_default_is_unsupported(build) -> None:  # type: ignore[no-untyped-def]
+    table = {"prompt": ALONE, PARIS: seg("Lyon.", relevance=IRR), LYON: seg("Nice.", relevance=IRR)}
+    rag, _, retriever = build(table, passages=[PARIS, LYON], top_k=1, max_rounds=1)
+    answer = rag.answer(Q)
+    assert answer.abstained and len(retriever.queries) == 2 and not step(answer, "generate")
+
+
+def test_a_relevant_passage_in_an_earlier_round_means_no_fallback(build) -> None:  # type: ignore[no-untyped-def]
+    """Round 0's passage was relevant but did not support the answer; round 1's is irrelevant: the corpus is not
+    useless for this question, so the policy abstains instead of answering without sources."""
+    table = {"prompt": ALONE, PARIS: seg("Berlin.", support=NONE), LYON: seg("Nice.", relevance=IRR)}
+    rag, _, _ = build(table, passages=[PARIS, LYON], top_k=1, max_rounds=1, on_all_irrelevant="no_retrieval")
+    answer = rag.answer(Q)
+    assert answer.abstained and [e["chosen"] for e in step(answer, "support")][-1] == "abstain"
+
+
+def test_on_all_irrelevant_is_validated() -> None:
+    problems = InferenceConfig(on_all_irrelevant="answer").validate()  # type: ignore[arg-type]
+    assert problems == ["on_all_irrelevant must be one of ['unsupported', 'no_retrieval'], got 'answer'"]
+
+
 # -- pruning -----------------------------------------------------------------------------------------------
 
 
@@ -246,17 +290,25 @@ VERDICTS = st.fixed_dictionaries({
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(verdicts=st.lists(VERDICTS, min_size=3, max_size=3), action=st.sampled_from(["abstain", "flag"]),
-       rounds=st.integers(0, 1), partial=st.sampled_from(["keep", "rewrite", "drop"]), pruning=st.booleans())
-def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, pruning) -> None:  # type: ignore[no-untyped-def]
+       rounds=st.integers(0, 1), partial=st.sampled_from(["keep", "rewrite", "drop"]), pruning=st.booleans(),
+       irrelevant=st.sampled_from(["unsupported", "no_retrieval"]))
+def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, pruning, irrelevant) -> None:  # type: ignore[no-untyped-def]
     passages = (PARIS, LYON, NICE)
     table = {p: seg(f"{p.title} says {i}.", **v) for i, (p, v) in enumerate(zip(passages, verdicts, strict=True))}
+    table["prompt"] = ALONE
     rag, _, _ = build(table, top_k=1 if rounds else 3, max_rounds=rounds, on_unsupported=action, on_partial=partial,
-                      pruning=PruningConfig(enabled=pruning))
+                      pruning=PruningConfig(enabled=pruning), on_all_irrelevant=irrelevant)
     events = list(rag.stream(Q))
     answer = events[-1].answer
     assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == answer.answer
     last = step(answer, "support")[-1]
     chosen = answer.candidates[answer.chosen]
+    tried = [c for c in answer.candidates if c.passage is not None]
+    if irrelevant == "no_retrieval" and all(c.score.relevance_token == rf.IRRELEVANT for c in tried):
+        assert last["chosen"] == "answer_without_retrieval" and chosen.passage is None
+        assert answer.answer == "Paris alone." and answer.low_confidence and answer.citations == ()
+        return
+    assert last["chosen"] != "answer_without_retrieval"
     assert last["passage_id"] == chosen.passage.id
     supported, _ = policy.judge(chosen, rag.config)
     assert last["chosen"] == ("accept" if supported else action)
