@@ -1,7 +1,8 @@
 """Metrics, as pure functions over per-example records (no model, no engine): each is tested on hand-made data.
 
 * ``match``: a normalised gold string occurs in the normalised answer (the Self-RAG paper's metric);
-  ``accuracy``: exact match for QA, the chosen label for a closed set, the true/false verdict for a claim.
+  ``accuracy``: exact match for QA, the chosen label for a closed set, the true/false verdict for a claim;
+  ``f1``: SQuAD's token F1 against the best gold (QA only): partial credit for a span that overlaps the gold.
 * reflection agreement: accuracy and a confusion matrix per type, AUROC of each type's score;
 * unsupported-claim rate, abstain rate on unanswerable and false-abstain rate on answerable questions,
   retrieval and re-retrieval rates, engine calls and tokens per query, latency p50/p95.
@@ -30,6 +31,19 @@ def match(answer: str, golds: Iterable[str]) -> bool:
     """A gold answer occurs in the answer, after normalisation (the paper's ``match``)."""
     normalized = f" {normalize(answer)} "
     return any(normalize(gold) and f" {normalize(gold)} " in normalized for gold in golds)
+
+
+def token_f1(answer: str, golds: Iterable[str]) -> float:
+    """SQuAD's token F1 of the normalised answer against each normalised gold, the best one (0 without golds)."""
+    predicted = normalize(answer).split()
+    best = 0.0
+    for gold in golds:
+        truth = normalize(gold).split()
+        common = sum(min(predicted.count(t), truth.count(t)) for t in set(predicted) & set(truth))
+        if common:
+            precision, recall = common / len(predicted), common / len(truth)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
 
 
 def exact_match(answer: str, golds: Iterable[str]) -> bool:
@@ -135,6 +149,7 @@ def reflection_agreement(
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Every mode-level figure over one mode's per-example records (see :mod:`selfrag.evaluation.run`)."""
     answerable = [r for r in records if r["answerable"]]
+    answerable_qa = [r for r in answerable if r.get("kind", "qa") == "qa"]
     unanswerable = [r for r in records if not r["answerable"]]
     judged = [c for r in records if not r["abstained"] for c in r.get("claims", []) if c["supported"] is not None]
     seconds = [r["seconds"] for r in records]
@@ -148,6 +163,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "match": rate(sum(match(r["answer"], r["gold_answers"]) for r in answerable if not r["abstained"]),
                       len(answerable)),
         "accuracy": rate(sum(is_correct(r) for r in answerable if not r["abstained"]), len(answerable)),
+        # an abstention scores 0, as a wrong answer does; over answerable QA questions only
+        "f1": rate(sum(token_f1(r["answer"], r["gold_answers"]) for r in answerable_qa if not r["abstained"]),
+                   len(answerable_qa)),
         "unsupported_claim_rate": rate(sum(not c["supported"] for c in judged), len(judged)),
         "claims_judged": len(judged),
         "abstain_rate_unanswerable": rate(sum(r["abstained"] for r in unanswerable), len(unanswerable)),

@@ -15,6 +15,7 @@ logger = logging.getLogger(__name__)
 ROWS: tuple[tuple[str, str, bool], ...] = (
     ("match", "answer contains gold (answerable)", True),
     ("accuracy", "accuracy (answerable)", True),
+    ("f1", "token F1 (answerable, SQuAD)", True),
     ("unsupported_claim_rate", "unsupported claims (lower is better)", True),
     ("abstain_rate_unanswerable", "abstains on unanswerable", True),
     ("false_abstain_rate", "false abstains on answerable (lower is better)", True),
@@ -83,7 +84,7 @@ def reflection_table(agreement: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def write_plots(summaries: Mapping[str, Mapping[str, Any]], directory: Path) -> list[Path]:
-    """quality.png (match, unsupported, abstain, false abstain per mode) and cost.png (latency, calls, tokens)."""
+    """quality.png (match, F1, unsupported, abstain, false abstain per mode) and cost.png (latency, calls, tokens)."""
     try:
         import matplotlib
 
@@ -95,7 +96,7 @@ def write_plots(summaries: Mapping[str, Mapping[str, Any]], directory: Path) -> 
     modes = list(summaries)
     titles = [MODE_TITLES[m] for m in modes]
     paths = []
-    quality = [("match", "answer contains gold"), ("unsupported_claim_rate", "unsupported claims"),
+    quality = [("match", "answer contains gold"), ("f1", "token F1"), ("unsupported_claim_rate", "unsupported claims"),
                ("abstain_rate_unanswerable", "abstains: unanswerable"), ("false_abstain_rate", "false abstains")]
     figure, axis = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(modes)
@@ -106,7 +107,7 @@ def write_plots(summaries: Mapping[str, Mapping[str, Any]], directory: Path) -> 
         # a metric the mode has no figure for (no claims judged, no unanswerable question) reads n/a, not 0
         axis.bar_label(bars, labels=["n/a" if value is None else f"{100 * value:.0f}" for value in raw], fontsize=7)
     axis.set_xticks([k + width * (len(modes) - 1) / 2 for k in range(len(quality))], [t for _, t in quality])
-    axis.set_ylabel("% of questions (claims for 'unsupported')")
+    axis.set_ylabel("% of questions (claims for 'unsupported'; mean F1 x 100)")
     axis.set_ylim(0, 110)
     axis.set_title("Quality by mode (higher is better for the first and third group)")
     axis.legend(fontsize=8)

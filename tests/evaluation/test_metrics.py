@@ -17,6 +17,19 @@ def test_match_is_gold_string_in_answer_after_normalisation() -> None:
     assert not metrics.match("anything", [""])  # an empty gold never matches
 
 
+@pytest.mark.parametrize(("answer", "golds", "expected"), [
+    ("Kemal Atatürk", ["working through Turkish modernist Mustafa Kemal Atatürk"], 4 / 9),  # P 1, R 2/7
+    ("the oil revenues", ["oil revenues were not benefitting", "the revenues"], 2 * 0.5 * 1 / 1.5),  # best gold
+    ("Paris Paris", ["Paris"], 2 * 0.5 * 1 / 1.5),  # a repeated token counts once per gold occurrence
+    ("The Song dynasty.", ["the Song dynasty"], 1.0),
+    ("Lyon", ["Paris"], 0.0),
+    ("anything", [], 0.0),
+    ("", ["Paris"], 0.0),
+])
+def test_token_f1_is_squads(answer: str, golds: list[str], expected: float) -> None:
+    assert metrics.token_f1(answer, golds) == pytest.approx(expected)
+
+
 def test_exact_match_ignores_case_punctuation_articles() -> None:
     assert metrics.exact_match("The Eiffel Tower.", ["eiffel tower"])
     assert not metrics.exact_match("the Eiffel Tower in Paris", ["eiffel tower"])
@@ -99,6 +112,7 @@ def test_summarize_known_rates() -> None:
     summary = metrics.summarize(records)
     assert summary["match"] == pytest.approx(2 / 3)
     assert summary["accuracy"] == pytest.approx(1 / 3)
+    assert summary["f1"] == pytest.approx((0.5 + 1 + 0) / 3)  # "it is paris": P 1/3, R 1; the abstention: 0
     assert summary["unsupported_claim_rate"] == pytest.approx(1 / 3) and summary["claims_judged"] == 3
     assert summary["false_abstain_rate"] == pytest.approx(1 / 3)
     assert summary["abstain_rate_unanswerable"] == 0.5
