@@ -228,6 +228,7 @@ class SelfRAG:
             max_tokens=self.config.max_tokens,
             stop_token_ids=self._stop_ids(),
             score_token_ids=self.engine.token_ids.all_ids,
+            keep_prefix=True,  # every passage branch extends the question: an engine that keeps KV prefills it once
         )
 
     def _continuation_request(self, prompt: Sequence[int], max_tokens: int) -> GenerationRequest:

@@ -34,8 +34,9 @@ class GenerationRequest:
     temperature: float = 0.0
     score_token_ids: tuple[int, ...] = ()
     adapter: str | None = None
-    #: a hint: the caller will continue this prompt plus the token decoded here (pruning), so an engine that keeps
-    #: prompt KV between calls (the hf engine's PrefixCache) keeps this one; others ignore it
+    #: a hint: the caller will send prompts that extend this one (the runtime's passage branches extend its decision's
+    #: question; pruning's continuation adds the token decoded here), so an engine that keeps prompt KV between calls
+    #: (the hf engine's PrefixCache) keeps this one; others ignore it
     keep_prefix: bool = False
 
     def __post_init__(self) -> None:

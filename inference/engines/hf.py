@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,16 +143,17 @@ class HFEngine:
         prompts = [tuple(request.prompt_ids) for request in batch]
         cache: Any = None
         resumed = self.prefixes.take(prompts)
-        if resumed is not None:  # every prompt is a kept prompt plus one token: prefill that token alone
+        if resumed is not None:  # every prompt extends a kept prompt: prefill only what follows it
             input_ids, attention_mask, position_ids, cache = self._resume(prompts, resumed)
         else:
             input_ids, attention_mask = self._left_pad(prompts)
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
         rows = [_Row() for _ in batch]
-        # a pruning step's one-token decode keeps its prompts' KV for their continuation (keep_prefix); a plain
+        # a prompt the caller will extend keeps its KV (keep_prefix): the runtime's decision (its passage branches
+        # extend the question) and a pruning step's one-token decode (its continuation adds that token); a plain
         # relevance score (calibration, evaluation) is never continued and keeps nothing
         kept_rows = [row for row, request in enumerate(batch) if request.keep_prefix]
-        keep = settings.max_tokens == 1 and self.prefixes.enabled and bool(kept_rows)
+        keep = self.prefixes.enabled and bool(kept_rows)
         use_cache = settings.max_tokens > 1 or keep
         for step in range(settings.max_tokens):
             output = self.model(
@@ -208,28 +209,34 @@ class HFEngine:
         return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]
 
     def _resume(
-        self, prompts: Sequence[tuple[int, ...]], kept: Sequence[list[tuple[torch.Tensor, torch.Tensor]]]
+        self, prompts: Sequence[tuple[int, ...]], kept: Sequence[tuple[list[tuple[torch.Tensor, torch.Tensor]], int]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
-        """Inputs for prompts whose all-but-last tokens' KV was kept: the kept KV left-padded into one batch cache,
-        the last token of each prompt as the input, its position after its own prefix."""
+        """Inputs for prompts that extend a kept prompt: the kept KV left-padded into one batch cache, each prompt's
+        remaining ids as the input (left-padded: the mask has a gap between a short prefix and a short suffix), their
+        positions after their own prefix."""
         from transformers import DynamicCache
 
-        lengths = [len(prompt) - 1 for prompt in prompts]
-        width = max(lengths)
+        lengths = [length for _, length in kept]
+        suffixes = [prompt[length:] for prompt, length in zip(prompts, lengths, strict=True)]
+        width, span = max(lengths), max(len(suffix) for suffix in suffixes)
+        entries = [entry for entry, _ in kept]
         layers = []
-        for layer in range(len(kept[0])):
-            keys, values = kept[0][layer]
+        for layer in range(len(entries[0])):
+            keys, values = entries[0][layer]
             shape = (len(prompts), keys.shape[1], width, keys.shape[3])
             batch_keys, batch_values = keys.new_zeros(shape), values.new_zeros(shape)
-            for row, (length, entry) in enumerate(zip(lengths, kept, strict=True)):
+            for row, (length, entry) in enumerate(zip(lengths, entries, strict=True)):
                 batch_keys[row, :, width - length :] = entry[layer][0][0]
                 batch_values[row, :, width - length :] = entry[layer][1][0]
             layers.append((batch_keys, batch_values))
-        mask = torch.zeros((len(prompts), width + 1), dtype=torch.long)
-        for row, length in enumerate(lengths):
-            mask[row, width - length :] = 1
-        input_ids = torch.tensor([[prompt[-1]] for prompt in prompts], dtype=torch.long)
-        positions = torch.tensor([[length] for length in lengths], dtype=torch.long)
+        mask = torch.zeros((len(prompts), width + span), dtype=torch.long)
+        input_ids = torch.full((len(prompts), span), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((len(prompts), span), dtype=torch.long)
+        for row, (length, suffix) in enumerate(zip(lengths, suffixes, strict=True)):
+            mask[row, width - length : width] = 1
+            mask[row, width + span - len(suffix) :] = 1
+            input_ids[row, span - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            positions[row, span - len(suffix) :] = torch.arange(length, length + len(suffix))
         cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
         return input_ids.to(self.device), mask.to(self.device), positions.to(self.device), cache
 
@@ -272,20 +279,24 @@ class HFEngine:
 
 
 class PrefixCache:
-    """The KV of prompts decoded for one token with ``keep_prefix``, kept so that the continuation (the prompt plus
-    that token) prefills one token instead of the whole prompt.
+    """The KV of prompts decoded with ``keep_prefix``, kept so that a later prompt extending one prefills only the
+    ids after it.
 
-    The runtime's pruning decodes every passage branch's relevance token first and continues the survivors; with no
-    KV kept between engine calls, each survivor's prompt (question and passage) was prefilled twice. Entries are
-    per prompt, unpadded, and used once (a continuation takes its entry out); the oldest go first past
-    ``max_bytes``. A batch resumes only when every prompt in it has its prefix kept (else it prefills as before).
-    Models with sliding-window or other non-plain cache layers are not kept (``enabled`` turns off).
+    Two uses in the runtime: its decision decodes the question, and every passage branch extends the question (each
+    branch prefilled the question again); pruning decodes every branch's relevance token first and continues the
+    survivors (each survivor's question and passage were prefilled twice). A prompt resumes from its longest kept
+    prefix. Entries are per prompt and unpadded; one resumed with a single new id (pruning's continuation, never
+    extended again) is taken out, a shorter shared one (the question) stays for the next branches and re-retrieval
+    rounds; the oldest go first past ``max_bytes``. A batch resumes only when every prompt in it extends a kept
+    prompt (else it prefills as before). Models with sliding-window or other non-plain cache layers are not kept
+    (``enabled`` turns off).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.enabled = max_bytes > 0
         self.entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self.lengths: Counter[int] = Counter()  # how many entries have each prompt length (the prefixes to try)
         self.bytes = 0
         self.hits = self.misses = 0
 
@@ -304,39 +315,64 @@ class PrefixCache:
             self.enabled = False  # sliding windows, quantised or offloaded caches: positions would not line up
             self.clear()
             return
-        width = attention_mask.shape[1]
         for row in rows:
             prompt = prompts[row]
-            length = int(attention_mask[row].sum())
-            entry = [(layer.keys[row : row + 1, :, width - length :].clone(),
-                      layer.values[row : row + 1, :, width - length :].clone()) for layer in layers]
-            if prompt in self.entries:
-                self.bytes -= self._size(self.entries.pop(prompt))
+            # the row's own positions: left padding, and in a resumed batch the gap between prefix and suffix, skipped
+            columns = attention_mask[row].nonzero(as_tuple=True)[0].to(layers[0].keys.device)
+            entry = [(layer.keys[row : row + 1, :, columns].clone(), layer.values[row : row + 1, :, columns].clone())
+                     for layer in layers]
+            self._pop(prompt)
             self.entries[prompt] = entry
+            self.lengths[len(prompt)] += 1
             self.bytes += self._size(entry)
         while self.entries and self.bytes > self.max_bytes:
-            _, oldest = self.entries.popitem(last=False)
-            self.bytes -= self._size(oldest)
+            self._pop(next(iter(self.entries)))
+
+    def _pop(self, prompt: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        entry = self.entries.pop(prompt, None)
+        if entry is not None:
+            self.bytes -= self._size(entry)
+            self.lengths[len(prompt)] -= 1
+            if not self.lengths[len(prompt)]:
+                del self.lengths[len(prompt)]
+        return entry
+
+    def kept_length(self, prompt: Sequence[int]) -> int:
+        """The length of the longest kept prompt that ``prompt`` extends by at least one id (0: none)."""
+        if not self.enabled or not self.entries:
+            return 0
+        for length in sorted(self.lengths, reverse=True):
+            if length < len(prompt) and tuple(prompt[:length]) in self.entries:
+                return length
+        return 0
 
     def has(self, prompt: Sequence[int]) -> bool:
-        """Whether ``prompt`` can resume: its all-but-last tokens' KV is kept."""
-        return self.enabled and len(prompt) >= 2 and tuple(prompt[:-1]) in self.entries
+        """Whether ``prompt`` can resume: it extends a kept prompt."""
+        return self.kept_length(prompt) > 0
 
-    def take(self, prompts: Sequence[tuple[int, ...]]) -> list[list[tuple[torch.Tensor, torch.Tensor]]] | None:
-        """The kept KV of each prompt's all-but-last tokens, removed from the cache; None unless all are kept."""
+    def take(
+        self, prompts: Sequence[tuple[int, ...]]
+    ) -> list[tuple[list[tuple[torch.Tensor, torch.Tensor]], int]] | None:
+        """Each prompt's longest kept prefix: (its KV, its length); None unless every prompt has one. A prefix
+        resumed with a single new id is taken out of the cache (used once); a shorter one stays."""
         if not self.enabled or not self.entries:
             return None
-        if any(len(prompt) < 2 or prompt[:-1] not in self.entries for prompt in prompts):
+        lengths = [self.kept_length(prompt) for prompt in prompts]
+        if not all(lengths):
             self.misses += 1
             return None
         self.hits += 1
-        taken = [self.entries[prompt[:-1]] for prompt in prompts]
-        for prefix in {prompt[:-1] for prompt in prompts}:
-            self.bytes -= self._size(self.entries.pop(prefix))
+        taken = [(self.entries[prompt[:length]], length) for prompt, length in zip(prompts, lengths, strict=True)]
+        for prompt, length in zip(prompts, lengths, strict=True):
+            if len(prompt) - length == 1:
+                self._pop(prompt[:length])
+            elif prompt[:length] in self.entries:
+                self.entries.move_to_end(prompt[:length])  # recently used: evicted last
         return taken
 
     def clear(self) -> None:
         self.entries.clear()
+        self.lengths.clear()
         self.bytes = 0
 
 

@@ -305,3 +305,47 @@ def test_prefix_cache_batches_kept_prompts_together(merged_dir: Path) -> None:
     assert engine.prefixes.hits == 1 and engine.prefixes.misses == 1  # the pair resumed; the third prefilled
     plain = HFEngine(merged_dir, batch_size=2, prefix_cache_mb=0)
     assert [g.token_ids for g in resumed] == [g.token_ids for g in plain.generate(requests)]
+
+
+def test_branches_resume_from_the_kept_question(merged_dir: Path) -> None:
+    """The runtime's pattern: the decision decodes the question (kept), passage branches of different lengths extend
+    it (prefilling only the passage), their one-token relevance step is kept in turn (its KV holds the gap between
+    question and passage), and each continuation resumes from that: every output equals a full prefill's."""
+    cached = HFEngine(merged_dir, batch_size=4)
+    plain = HFEngine(merged_dir, batch_size=4, prefix_cache_mb=0)
+    question = _prompts(cached)[0]
+    text = cached.tokenizer
+    passages = [tuple(text.encode(t, add_special_tokens=False)) for t in
+                ("Paris is the capital of France.", "Lyon.", "The Seine flows through Paris to the sea at Le Havre.")]
+    score_ids = cached.token_ids.all_ids
+    cached.generate([GenerationRequest(question, max_tokens=4, score_token_ids=score_ids, keep_prefix=True)])
+    assert cached.prefixes.kept_length(question + passages[0]) == len(question)
+    branches = [question + p for p in passages]
+    steps = [GenerationRequest(b, max_tokens=1, score_token_ids=score_ids, keep_prefix=True) for b in branches]
+    first = cached.generate(steps)
+    assert cached.prefixes.hits == 1 and question in cached.prefixes.entries  # shared: it stays for the next round
+    reference_first = plain.generate(steps)
+    for mine, theirs in zip(first, reference_first, strict=True):
+        assert mine.token_ids == theirs.token_ids
+        assert mine.score_logprobs[0] == pytest.approx(theirs.score_logprobs[0], abs=1e-4)
+    more = [GenerationRequest(b + g.token_ids, max_tokens=6, score_token_ids=score_ids)
+            for b, g in zip(branches, first, strict=True)]
+    resumed = cached.generate(more)
+    assert cached.prefixes.hits == 2 and all(b not in cached.prefixes.entries for b in branches)  # used once
+    for mine, theirs in zip(resumed, plain.generate(more), strict=True):
+        assert mine.token_ids == theirs.token_ids and len(mine.token_ids) > 1
+        for a, b in zip(mine.score_logprobs, theirs.score_logprobs, strict=True):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_a_prompt_resumes_from_its_longest_kept_prefix(merged_dir: Path) -> None:
+    engine = HFEngine(merged_dir, batch_size=4)
+    question = _prompts(engine)[1]
+    engine.generate([GenerationRequest(question, max_tokens=1, keep_prefix=True)])
+    longer = question + (11, 12, 13)
+    engine.generate([GenerationRequest(longer, max_tokens=1, keep_prefix=True)])
+    assert engine.prefixes.kept_length(longer + (14, 15)) == len(longer)
+    assert engine.prefixes.kept_length(question + (11, 99)) == len(question)
+    assert engine.prefixes.kept_length(question) == 0 and engine.prefixes.kept_length(question[:3]) == 0
+    engine.prefixes.clear()
+    assert engine.prefixes.kept_length(longer + (14,)) == 0 and not engine.prefixes.lengths
