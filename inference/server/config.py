@@ -61,7 +61,7 @@ class ServeConfig:
     graceful_shutdown_s: float = help_field("on shutdown, how long in-flight requests may still take", 30.0)
     inference: InferenceConfig = help_field(
         "default runtime settings; a request may override mode, top_k, threshold, relevance_threshold, on_unsupported, "
-        "support_bound and max_tokens",
+        "on_all_irrelevant, support_bound and max_tokens",
         default_factory=InferenceConfig,
     )
 

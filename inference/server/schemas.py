@@ -2,7 +2,8 @@
 
 Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
 servers do. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
-``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``support_bound``.
+``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``on_all_irrelevant``,
+``support_bound``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class ChatCompletionRequest(_Lenient):
     )
     on_unsupported: Literal["abstain", "flag"] | None = Field(
         default=None, description="Self-RAG: abstain, or flag (low_confidence) an unsupported answer"
+    )
+    on_all_irrelevant: Literal["unsupported", "no_retrieval"] | None = Field(
+        default=None, description="Self-RAG: when every retrieved passage is judged [Irrelevant], treat it as "
+        "unsupported (re-retrieve, then on_unsupported) or answer without passages (flagged)"
     )
     support_bound: float | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: a support score below this counts as unsupported"

@@ -162,6 +162,10 @@ def test_request_fields_map_to_runtime_settings(server: LiveServer, shared_engin
     assert high["retrieved"] is False and high["trace"][0]["threshold"] == 0.95
     strict = ask(server, CAPITAL, mode="always", relevance_threshold=0.99).model_extra["selfrag"]
     assert next(step for step in strict["trace"] if step["step"] == "relevance")["relevance_threshold"] == 0.99
+    alone = ask(server, CAPITAL, mode="always", relevance_threshold=1.0, on_all_irrelevant="no_retrieval")
+    extension = alone.model_extra["selfrag"]
+    assert [s["chosen"] for s in extension["trace"] if s["step"] == "support"] == ["answer_without_retrieval"]
+    assert extension["low_confidence"] and extension["citations"] == [] and alone.choices[0].message.content
     ask(server, ARITHMETIC, max_tokens=3)
     assert shared_engine.calls[-1][0].max_tokens == 3
     # Fields this server does not use are ignored, as OpenAI-compatible servers do.
@@ -193,6 +197,7 @@ def _user(question: str = CAPITAL) -> list[dict[str, Any]]:
     ({"model": MODEL, "messages": _user(), "top_k": 1000}, 400, "top_k"),
     ({"model": MODEL, "messages": _user(), "threshold": 1.5}, 400, "threshold"),
     ({"model": MODEL, "messages": _user(), "relevance_threshold": -0.5}, 400, "relevance_threshold"),
+    ({"model": MODEL, "messages": _user(), "on_all_irrelevant": "answer"}, 400, "on_all_irrelevant"),
     ({"model": MODEL, "messages": _user(), "on_unsupported": "ignore"}, 400, "on_unsupported"),
     ({"model": MODEL, "messages": _user(), "max_tokens": 100000}, 400, "max_tokens"),
     ({"model": MODEL, "messages": _user(), "n": 2}, 400, "n"),
