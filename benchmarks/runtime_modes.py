@@ -98,13 +98,17 @@ def main() -> None:
                         help="the transformers engine's kept prompt KV (0: off, every call prefills in full)")
     parser.add_argument("--modes", default="plain-rag,single-pass,single-always,single-no-prune,prompted-critic",
                         help="comma-separated modes to run, plain-rag first (the ratios' baseline)")
+    parser.add_argument("--max-rounds", type=int, default=2,
+                        help="re-retrieval rounds of the Self-RAG modes (the runtime's default 2; 0: none)")
     args = parser.parse_args()
+    if args.max_rounds < 0:
+        parser.error(f"--max-rounds must be >= 0, got {args.max_rounds}")
 
     engine = Counting(HFEngine(args.model, batch_size=64, prefix_cache_mb=args.prefix_cache_mb))
     retriever = build_bm25(DEMO_CORPUS)
-    config = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
-    always = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, mode="always")
-    no_prune = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
+    config = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, max_rounds=args.max_rounds)
+    always = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, mode="always", max_rounds=args.max_rounds)
+    no_prune = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens, max_rounds=args.max_rounds)
     no_prune.pruning.enabled = False
     questions = [q.question for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"][: args.questions]
     modes = [
@@ -119,8 +123,8 @@ def main() -> None:
     if unknown or wanted[0] != "plain-rag":
         parser.error(f"--modes: unknown {unknown} or plain-rag not first; choose from {[m for m, _ in modes]}")
     modes = [(label, answer) for label, answer in modes if label in wanted]
-    print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, engine {engine.name}, "
-          f"prefix cache {args.prefix_cache_mb:g} MB")
+    print(f"{len(questions)} questions, top_k={args.top_k}, max_tokens={args.max_tokens}, "
+          f"max_rounds={args.max_rounds}, engine {engine.name}, prefix cache {args.prefix_cache_mb:g} MB")
     print(
         f"{'mode':<17}{'median s':>9}{'p95 s':>8}{'calls':>7}{'requests':>9}{'tokens':>8}"
         f"{'median/plain':>13}{'p95/plain':>10}",
