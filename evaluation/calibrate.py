@@ -65,6 +65,9 @@ class CalibrationResult:
             f"{c['target_false_abstain']:.0%}: {m['target_met']}; abstains on {_pct(m['abstain_rate_unanswerable'])} "
             "of unanswerable)",
         ]
+        if "re_retrieved" in m:
+            lines.append(f"re-retrieval: {m['re_retrieved']} of {c['dev_examples']} dev questions went on to another "
+                         f"round; {m['rescued_by_re_retrieval']} of them were answered there (max_rounds=0 skips it)")
         lines.append(f"written to {self.path}" if self.path else "not written (write=false)")
         return "\n".join(lines)
 
@@ -115,6 +118,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     for example, decision, answer in zip(examples, decisions, answers, strict=True):
         best = answer.candidates[answer.chosen] if answer.chosen is not None else None
         score = best.score if best is not None else None
+        supports = [step for step in answer.trace if step.get("step") == "support"]
         rows.append({
             "id": example.id,
             "answerable": example.answerable,
@@ -123,6 +127,9 @@ def run(config: CalibrateConfig) -> CalibrationResult:
             "relevance_token": None if score is None else score.relevance_token,
             "support_token": None if score is None else score.support_token,
             "support": None if score is None else score.support,
+            # re-retrieval rounds run, and whether one of them found what the first round did not (its answer accepted)
+            "rounds": sum(step.get("step") == "retrieve" for step in answer.trace),
+            "rescued": bool(supports) and supports[-1].get("chosen") == "accept" and supports[-1].get("round", 0) > 0,
         })
     calibration = choose(rows, config.target_false_abstain)
     calibration.update({
@@ -132,6 +139,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     })
     calibration["measured"].update(relevance_measures(passages, relevance_threshold))
+    calibration["measured"].update(rounds_measures(rows))
     model_dir = Path(resolve_model(config.model))
     out = config.output_dir or model_dir
     write_jsonl_atomic(out / "calibration-records.jsonl", rows)
@@ -218,6 +226,13 @@ def relevance_measures(passages: Sequence[dict[str, Any]], threshold: float) -> 
         "irrelevant_rejected": rate(sum(p["relevance"] < threshold for p in other), len(other)),
         "irrelevant_rejected_at_0.5": rate(sum(p["relevance"] < 0.5 for p in other), len(other)),
     }
+
+
+def rounds_measures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What re-retrieval did on the dev questions (always retrieving): how many went on to another round, and how many
+    of those a later round answered (their best candidate accepted)."""
+    again = [row for row in rows if row.get("rounds", 1) > 1]
+    return {"re_retrieved": len(again), "rescued_by_re_retrieval": sum(bool(row.get("rescued")) for row in again)}
 
 
 def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:

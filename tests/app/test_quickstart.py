@@ -37,6 +37,8 @@ def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) ->
     calibration = json.loads((out / "model" / "selfrag.json").read_text())["calibration"]
     assert 0 <= calibration["threshold"] <= 1 and calibration["dev_examples"] == 3
     assert 0 <= calibration["relevance_threshold"] <= 1 and calibration["version"] == 2
+    measured = calibration["measured"]
+    assert 0 <= measured["rescued_by_re_retrieval"] <= measured["re_retrieved"] <= 3
     passages_file = out / "calibration" / "calibration-passages.jsonl"
     scored = [json.loads(line) for line in passages_file.read_text().splitlines()]
     assert len(scored) == 3 * 3 and all(isinstance(p["relevant"], bool) for p in scored)  # 3 dev questions x top 3

@@ -16,6 +16,7 @@ from selfrag.evaluation.calibrate import (
     choose_relevance_threshold,
     choose_threshold,
     relevance_measures,
+    rounds_measures,
     simulate,
 )
 from selfrag.inference.config import DEFAULT_RELEVANCE_THRESHOLD, DEFAULT_THRESHOLD, InferenceConfig
@@ -105,12 +106,19 @@ def test_relevance_threshold_without_both_classes_keeps_the_default(passages) ->
     assert threshold == DEFAULT_RELEVANCE_THRESHOLD and "kept the default" in reason
 
 
-def test_summary_names_all_three_values() -> None:
-    calibration = choose([row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9)], target=0.1)
-    calibration.update({"relevance_threshold": 0.17, "relevance_threshold_reason": "balanced accuracy 100.0%"})
+def test_summary_names_all_three_values_and_what_re_retrieval_did() -> None:
+    rows = [row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 1, "rescued": False},
+            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 3, "rescued": False},
+            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 2, "rescued": True}]
+    calibration = choose(rows, target=0.1)
+    calibration.update({"relevance_threshold": 0.17, "relevance_threshold_reason": "balanced accuracy 100.0%",
+                        "dev_examples": 3})
     calibration["measured"].update(relevance_measures([passage(0.3, True), passage(0.1, False)], 0.17))
+    calibration["measured"].update(rounds_measures(rows))
+    assert calibration["measured"]["re_retrieved"] == 2 and calibration["measured"]["rescued_by_re_retrieval"] == 1
     text = CalibrationResult(calibration, None).summary()
     assert "relevance_threshold = 0.17  (balanced accuracy 100.0%; gold passages judged [Relevant] 100.0%" in text
+    assert "re-retrieval: 2 of 3 dev questions went on to another round; 1 of them were answered there" in text
     assert "support_bound = " in text and "not written" in text
 
 
