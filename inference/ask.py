@@ -109,6 +109,14 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
             for candidate in step["candidates"]:
                 mark = "*" if candidate.get("passage_id") == step.get("chosen") else " "
                 lines.append(f"  {mark} {candidate.get('passage_id')}: {_scores(candidate)}")
+        elif name == "relevance":
+            lines.append(f"relevance: at >= {step['relevance_threshold']:.3g}")
+            for passage, verdict in step["chosen"].items():
+                score = step["relevance"].get(passage)
+                shown = "no score" if score is None else f"{score:.3f}"
+                was = step["generated"].get(passage)
+                note = f"  (the model wrote {was or 'no verdict'})" if passage in step["overridden"] else ""
+                lines.append(f"    {passage}: {verdict} {shown}{note}")
         elif name == "beam":
             kept = ", ".join(f"{beam['score']:.2f} ({beam['segments']} sentences)" for beam in step["chosen"])
             lines.append(f"beam: kept {kept} — {step['reason']}")

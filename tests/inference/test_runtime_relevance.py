@@ -127,6 +127,16 @@ def test_a_first_token_that_is_no_verdict_becomes_one(world) -> None:  # type: i
     assert entry["overridden"] == ["p-paris"] and answer.answer == "Paris." and not answer.abstained
 
 
+def test_ask_shows_each_verdict_and_what_the_model_wrote(world) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.inference.ask import format_trace
+
+    make, segments, _ = world
+    rag, _ = make(whole(segments, LOW, rf.IRRELEVANT), relevance_threshold=0.25)
+    lines = format_trace(rag.answer(Q).trace)
+    at = lines.index("relevance: at >= 0.25")
+    assert lines[at + 1] == f"    p-paris: {rf.RELEVANT} 0.300  (the model wrote {rf.IRRELEVANT})"
+
+
 def test_an_unreadable_score_leaves_the_generated_token(token_ids) -> None:  # type: ignore[no-untyped-def]
     generated = Generation((token_ids.id(rf.IRRELEVANT),), rf.IRRELEVANT, ({},), "length", 5, 0.0)
     verdict = relevance_verdict(generated, token_ids, 0.1)
