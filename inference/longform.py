@@ -41,7 +41,13 @@ from . import policy
 from .answer import Answer, AnswerSegment, Candidate
 from .engines.base import Generation, GenerationRequest, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
-from .scoring import relevance_entry, relevance_score, relevance_verdict, retrieve_probability, score_continuation
+from .scoring import (
+    RelevanceVerdict,
+    relevance_entry,
+    relevance_verdict,
+    retrieve_probability,
+    score_continuation,
+)
 
 if TYPE_CHECKING:
     from .runtime import SelfRAG
@@ -324,8 +330,9 @@ class LongForm:
         tokenizer = self.rag.engine.tokenizer
         contexts = [base + tuple(passage_ids(tokenizer, self.ids, hit.passage)) for hit in hits]
         first = self._decode([self.prompt + ids for ids in contexts], max_tokens=1, keep_prefix=True)
-        first = self._relevance(beam, hits, first)
-        keep = self._prune(beam, hits, first)
+        verdicts = self._relevance(beam, hits, first)
+        first = [verdict.generation for verdict in verdicts]
+        keep = self._prune(beam, hits, [verdict.score for verdict in verdicts])
         rest = [i for i in keep if first[i].finish_reason == "length"]
         more = self._decode([self.prompt + contexts[i] + first[i].token_ids for i in rest])
         generations = {i: first[i] for i in keep}
@@ -339,17 +346,16 @@ class LongForm:
             children.append((self._extend(child, generation, hits[i].passage), generation))
         return children
 
-    def _relevance(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[Generation]:
+    def _relevance(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[RelevanceVerdict]:
         """Each branch's relevance verdict read at ``relevance_threshold`` (as the short form does)."""
         threshold = self.config.relevance_threshold
         verdicts = [relevance_verdict(g, self.ids, threshold) for g in first]  # one-token decodes
         entry = relevance_entry([hit.passage.id for hit in hits], verdicts, threshold)
         self.trace.append(entry | {"segment": beam.written})
-        return [verdict.generation for verdict in verdicts]
+        return verdicts
 
-    def _prune(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[int]:
+    def _prune(self, beam: _Beam, hits: list[Hit], relevance: list[float | None]) -> list[int]:
         pruning = self.config.pruning
-        relevance = [relevance_score(g.score_logprobs[0], self.ids) if g.score_logprobs else None for g in first]
         known = [value for value in relevance if value is not None]
         if not pruning.enabled or not known:
             return list(range(len(hits)))

@@ -45,7 +45,6 @@ from .events import StreamEvent, TraceEvent, final_events
 from .scoring import (
     RelevanceVerdict,
     relevance_entry,
-    relevance_score,
     relevance_verdict,
     retrieve_probability,
     score_continuation,
@@ -361,7 +360,8 @@ class SelfRAG:
         )
         verdicts = self._relevance(works, branches, whole)
         first = [verdict.generation for verdict in verdicts]  # a whole decode unless its verdict was overridden
-        pruned = self._prune(works, branches, first) if pruning else [False] * len(branches)
+        scores = [verdict.score for verdict in verdicts]
+        pruned = self._prune(works, branches, scores) if pruning else [False] * len(branches)
         # continue from the verdict: every survivor of the pruning step; without pruning only an overridden branch
         rest = [
             i
@@ -397,11 +397,9 @@ class SelfRAG:
                 work.trace.append(entry | {"round": work.round})
         return verdicts
 
-    def _prune(self, works: Sequence[_Work], branches: list[Any], first: list[Generation]) -> list[bool]:
+    def _prune(self, works: Sequence[_Work], branches: list[Any], relevance: list[float | None]) -> list[bool]:
+        """Which branches stop after their relevance token (their scores, read once by :meth:`_relevance`)."""
         pruning = self.config.pruning
-        relevance = [
-            relevance_score(g.score_logprobs[0], self.engine.token_ids) if g.score_logprobs else None for g in first
-        ]
         pruned = [False] * len(branches)
         for work in works:
             mine = [i for i, branch in enumerate(branches) if branch[0] is work]
