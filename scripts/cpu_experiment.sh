@@ -2,7 +2,7 @@
 # The larger CPU experiment, one command: the quickstart's pipeline at the "full" size — the training issue's full CPU
 # recipe (three epochs when that recipe file is absent), 150 held-out demo questions in the table (TEST_QUESTIONS=N; the
 # demo holds 1,249, and the prompted-critic baseline costs ~15 s a question on 2 cores: 150 are ~40 min of it, the
-# whole run about 1.5 h), a larger dev split.
+# whole run about 1.5 h), a larger dev split (DEV_QUESTIONS=N, default 40: 120 passages for the relevance threshold).
 #
 #     bash scripts/cpu_experiment.sh                       # writes runs/cpu-experiment/{eval/table.md,eval/*.png,...}
 #     OUT=runs/exp2 bash scripts/cpu_experiment.sh epochs=2 # any quickstart key=value passes through
@@ -23,7 +23,7 @@ if [ ! -f "$RECIPE" ]; then
 fi
 mkdir -p "$OUT"
 start=$(date +%s)
-.venv/bin/selfrag quickstart output_dir="$OUT" recipe="$RECIPE" test_questions="${TEST_QUESTIONS:-150}" dev_questions=20 \
+.venv/bin/selfrag quickstart output_dir="$OUT" recipe="$RECIPE" test_questions="${TEST_QUESTIONS:-150}" dev_questions="${DEV_QUESTIONS:-40}" \
     min_well_formed=0 "${extra[@]}" "$@"
 seconds=$(( $(date +%s) - start ))
 {
