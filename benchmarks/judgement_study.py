@@ -179,6 +179,13 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "order that fails in 150 steps learn with twice the budget?",
         ["training.eval_fraction=0.01", "training.max_steps=300", "training.eval_steps=75", "judgement_items=100"],
     ),
+    "U-qs-order-full": (
+        "S-qs-order-300steps (the quickstart's recipe and question order, 300 steps) as full fine-tuning "
+        "(`method=full`): every weight trains at 1e-4, the reflection rows' steps x100 (1e-2, as the LoRA "
+        "recipe's rows: 1e-3 x 10)",
+        ["method=full", "training.learning_rate=1e-4", "training.row_lr_multiplier=100",
+         "training.eval_fraction=0.01", "training.max_steps=300", "training.eval_steps=75", "judgement_items=100"],
+    ),
     "T-qs-order": (
         "S-qs-order (the quickstart's question order, which three quickstart runs failed on) with batches of whole "
         "questions (`training.order=question_batch`)",

@@ -138,7 +138,9 @@ class TrainingOptions:
     )
     row_lr_multiplier: float = help_field(
         "Learning rate of the reflection-token rows (PEFT trainable tokens) as a multiple of learning_rate; "
-        "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant].",
+        "the rows start at their initialisation and must move far to separate [Relevant] from [Irrelevant]. "
+        "With method=full the rows share the embedding matrix, so each optimizer step they take is scaled "
+        "instead (the same thing for Adam).",
         default=1.0,
     )
     order: Literal["length", "question", "question_batch"] = help_field(
@@ -195,7 +197,8 @@ class TrainingOptions:
 
 @dataclasses.dataclass
 class TrainConfig:
-    """``selfrag train``: a LoRA adapter that emits the reflection tokens itself."""
+    """``selfrag train``: a LoRA adapter (or, with ``method: full``, a whole fine-tuned model) that emits the
+    reflection tokens itself."""
 
     model: str = help_field("Base model: a built-in name (smollm2-135m-instruct), a local directory, or a hub id.")
     records: Path = help_field("Trajectory records (JSONL, from `selfrag generate`).")
@@ -215,7 +218,14 @@ class TrainConfig:
     prompt_template: Literal["auto", "chat", "paper"] = help_field(
         "Prompt format: 'auto' uses the model's chat template when it has one, else the paper's.", default="auto"
     )
-    lora: LoraOptions = help_field("LoRA settings.", default_factory=LoraOptions)
+    method: Literal["lora", "full"] = help_field(
+        "'lora': a LoRA adapter on the frozen base (output_dir holds the adapter; `selfrag export` merges it). "
+        "'full': every weight trains, the reflection rows included, and output_dir holds a whole model "
+        "(selfrag.json kind merged) that the engines and vLLM load as it stands; lora.* and peft are not used. "
+        "135M fits a CPU (~2 GB with AdamW); a 7-8B base needs an FSDP or ZeRO-3 accelerate config.",
+        default="lora",
+    )
+    lora: LoraOptions = help_field("LoRA settings (method lora).", default_factory=LoraOptions)
     training: TrainingOptions = help_field("Optimisation settings.", default_factory=TrainingOptions)
     trl: dict[str, Any] = help_field(
         "Extra trl.SFTConfig options, passed through (e.g. {bf16: true, warmup_steps: 0.03}).", default_factory=dict
@@ -249,6 +259,12 @@ class TrainConfig:
             problems += _check_pass_through(
                 "quantization", self.quantization, _init_names("transformers", "BitsAndBytesConfig"), {}
             )
+        if self.method == "full" and self.quantization:
+            problems.append("method=full trains every weight and needs an unquantised base; quantization (QLoRA) "
+                            "is for method=lora: remove quantization or set method=lora")
+        if self.method == "full" and self.peft:
+            problems.append(f"peft options ({', '.join(sorted(self.peft))}) apply to method=lora; remove them or "
+                            "set method=lora")
         if self.judgement_items < 1:
             problems.append(f"judgement_items must be >= 1, got {self.judgement_items}")
         scheduler = self.trl.get("lr_scheduler_kwargs")

@@ -49,6 +49,8 @@ from selfrag.training.tokens import (
     linear_module_names,
     prepare_tokens,
     resolve_strategy,
+    set_rows_to_mean,
+    set_rows_to_words,
 )
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,8 @@ class TrainResult:
     skipped_too_long: int
     resumed_from: str | None
     accuracy_during: list[dict[str, Any]] = field(default_factory=list)  # at each checkpoint: step + accuracy
-    model: Any = field(default=None, repr=False, compare=False)  # the trained PeftModel, in memory
+    model: Any = field(default=None, repr=False, compare=False)  # the trained PeftModel (method full: the model)
+    kind: str = "adapter"  # what output_dir holds: "adapter", or "merged" (a whole model, method full)
 
     def summary(self) -> str:
         """A few lines for people: where the adapter is, the loss curve's ends, held-out accuracy."""
@@ -81,7 +84,8 @@ class TrainResult:
             f"{name} {value:.0%}" for name, value in self.accuracy.items() if isinstance(value, float)
         )
         lines = [
-            f"adapter written to {self.output_dir} ({self.train_examples} training examples, "
+            f"{'adapter' if self.kind == 'adapter' else 'fine-tuned model'} written to {self.output_dir} "
+            f"({self.train_examples} training examples, "
             f"{self.held_out_examples} held out, {self.skipped_too_long} skipped as too long)",
             (f"loss {first:.3f} -> {last:.3f} over {len(self.losses)} logged steps" if self.losses
              else "loss not logged (fewer steps than training.logging_steps)")
@@ -138,6 +142,8 @@ def run(config: TrainConfig) -> TrainResult:
         callbacks.append(
             _accuracy_callback(held_out_set.examples, token_ids, judgement_examples, during_items, config.training)
         )
+    if config.method == "full" and config.training.row_lr_multiplier != 1.0:
+        callbacks.append(_row_step_callback(model, token_ids, config.training.row_lr_multiplier))
     with _lora_head_allowed(model):
         trainer = _plain_loss_trainer(
             model=model,
@@ -153,7 +159,7 @@ def run(config: TrainConfig) -> TrainResult:
             start=answer_start(config.training.loss_weights, token_ids),
             batches=batches,
         )
-    check_sharding(trainer, prepared.strategy)
+    check_sharding(trainer, prepared.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
@@ -169,10 +175,11 @@ def run(config: TrainConfig) -> TrainResult:
         logger.info("judgement on %s: %s", config.eval_records, headline(judgement))
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
-    save_adapter(trainer, model, output_dir)
+    kind: Literal["adapter", "merged"] = "merged" if config.method == "full" else "adapter"
+    save_adapter(trainer, model, output_dir, kind)
     tokenizer.save_pretrained(str(output_dir))
     base_model = base_model_name(config.model, prepared.base_path)
-    save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, "adapter"))
+    save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, kind))
     write_resolved(config, output_dir)
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
@@ -180,7 +187,7 @@ def run(config: TrainConfig) -> TrainResult:
     plot(output_dir / PLOT_FILE, losses, during)
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
-        train_set.skipped + held_out_set.skipped, resume, during, model,
+        train_set.skipped + held_out_set.skipped, resume, during, model, kind,
     )
     write_metrics(result)
     return result
@@ -217,12 +224,29 @@ def prepare_model(config: TrainConfig) -> PreparedModel:
     strategy = resolve_strategy(tokenizer, config.tokens.strategy)
     token_ids = prepare_tokens(model, tokenizer, strategy, init=config.tokens.init)
     template = resolve_template(tokenizer, config.prompt_template)
-    model = get_peft_model(model, lora_config(config, token_ids, model, strategy))
-    if strategy == "reserved":
-        init_reserved_lora(model, token_ids, _base_rows(tokenizer))
-    trainable, total = model.get_nb_trainable_parameters()
-    logger.info("tokens.strategy=%s; trainable parameters: %d of %d", strategy, trainable, total)
+    if config.method == "full":
+        if strategy == "reserved":  # no LoRA to hold the start values: the reserved rows themselves are set
+            start_reserved_rows(model, tokenizer, token_ids, config.tokens.init)
+        model.requires_grad_(True)
+        total = sum(parameter.numel() for parameter in model.parameters())
+        trainable = total
+    else:
+        model = get_peft_model(model, lora_config(config, token_ids, model, strategy))
+        if strategy == "reserved":
+            init_reserved_lora(model, token_ids, _base_rows(tokenizer))
+        trainable, total = model.get_nb_trainable_parameters()
+    logger.info("method=%s, tokens.strategy=%s; trainable parameters: %d of %d", config.method, strategy,
+                trainable, total)
     return PreparedModel(model, tokenizer, token_ids, template, base_path, strategy)
+
+
+def start_reserved_rows(model: Any, tokenizer: Any, token_ids: ReflectionIds, init: str) -> None:
+    """method=full with strategy reserved: the reserved rows start at the mean of the real rows (or at their
+    words' embeddings, ``tokens.init=words``), as the LoRA of method lora makes them start."""
+    ids = sorted(token_ids.all_ids)
+    set_rows_to_mean(model, ids, _base_rows(tokenizer))
+    if init == "words":
+        set_rows_to_words(model, tokenizer, {i: token for token, i in token_ids.token_to_id.items()})
 
 
 def model_load_options(config: TrainConfig) -> dict[str, Any]:
@@ -282,9 +306,18 @@ def _lora_head_allowed(model: Any) -> Iterator[None]:
         del model.get_output_embeddings
 
 
-def check_sharding(trainer: Any, strategy: str) -> None:
-    """Refuse strategy ``reserved`` under FSDP / DeepSpeed: sharded parameters bypass its gradient masks."""
-    if strategy == "reserved" and (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
+def check_sharding(trainer: Any, strategy: str, config: TrainConfig | None = None) -> None:
+    """Refuse what sharded parameters break: strategy ``reserved``'s gradient masks (LoRA), and method full's
+    scaled row steps, which index the embedding matrix that FSDP / ZeRO-3 hold in shards."""
+    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+    full = config is not None and config.method == "full"
+    if sharded and full and config is not None and config.training.row_lr_multiplier != 1.0:
+        raise ConfigError([
+            f"training.row_lr_multiplier={config.training.row_lr_multiplier} with method=full scales the "
+            "reflection rows' steps inside the embedding matrix, which FSDP and DeepSpeed ZeRO-3 shard; set "
+            "training.row_lr_multiplier=1 or launch with configs/accelerate/ddp.yaml or single_gpu.yaml"
+        ])
+    if strategy == "reserved" and sharded and not full:
         raise ConfigError([
             "tokens.strategy=reserved keeps the other rows of its embed_tokens/lm_head LoRA at zero with gradient "
             "masks, which FSDP and DeepSpeed ZeRO-3 bypass; launch with configs/accelerate/ddp.yaml or "
@@ -292,17 +325,22 @@ def check_sharding(trainer: Any, strategy: str) -> None:
         ])
 
 
-def save_adapter(trainer: Any, model: Any, output_dir: Path) -> None:
-    """Write the adapter once: gathered from the shards under FSDP/DeepSpeed, else from the main process.
+def save_adapter(trainer: Any, model: Any, output_dir: Path, kind: str = "adapter") -> None:
+    """Write the adapter (or, ``kind`` merged, the whole model) once: gathered from the shards under
+    FSDP/DeepSpeed, else from the main process.
 
     Strategy ``add``: the base is resized before the adapter loads and the new rows live in the
     trainable-token deltas; ``reserved``: the base is unchanged. Either way the full embedding matrix need
-    not be saved with the adapter (and vLLM's loader skips it).
+    not be saved with the adapter (and vLLM's loader skips it). method full: the model with its grown
+    embedding, as ``from_pretrained`` reads it.
     """
     if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
         trainer.save_model(str(output_dir))  # gathers the sharded weights; writes on the main process only
     elif trainer.is_world_process_zero():
-        model.save_pretrained(str(output_dir), save_embedding_layers=False)
+        if kind == "merged":
+            model.save_pretrained(str(output_dir))
+        else:
+            model.save_pretrained(str(output_dir), save_embedding_layers=False)
 
 
 def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
@@ -592,6 +630,39 @@ def _accuracy_callback(
                 evaluate(state, model)
 
     return ReflectionAccuracyCallback()
+
+
+def _row_step_callback(model: Any, token_ids: ReflectionIds, multiplier: float) -> Any:
+    """method=full: each optimizer step of the reflection rows (input embeddings, and an untied head) is scaled
+    by ``multiplier``, their ``row_lr_multiplier``.
+
+    The rows share one parameter with every other row, so no optimizer group can give them their own rate;
+    for Adam(W) a step scaled after the fact is the step of a ``multiplier`` times larger learning rate (the
+    moments do not depend on the rate).
+    """
+    from transformers import TrainerCallback
+
+    ids = sorted(token_ids.all_ids)
+
+    def matrices() -> list[Any]:
+        embedding = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+        untied = head is not None and head.weight.data_ptr() != embedding.data_ptr()
+        return [embedding, head.weight] if untied else [embedding]
+
+    class RowStepCallback(TrainerCallback):
+        before: list[Any] = []
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.before = [weight[ids].detach().clone() for weight in matrices()]
+
+        def on_optimizer_step(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            with torch.no_grad():
+                for weight, old in zip(matrices(), self.before, strict=True):
+                    weight[ids] = old + multiplier * (weight[ids] - old)
+            self.before = []
+
+    return RowStepCallback()
 
 
 def last_checkpoint(checkpoints: Path) -> str | None:

@@ -50,3 +50,13 @@ def test_required_fields_and_unknown_keys() -> None:
 def test_valid_pass_through_options_are_kept() -> None:
     config = load_config(TrainConfig, overrides=["trl.warmup_steps=0.1", "peft.use_rslora=true"], **REQUIRED)
     assert config.trl == {"warmup_steps": 0.1} and config.peft == {"use_rslora": True}
+
+
+def test_full_fine_tuning_refuses_lora_only_settings() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(TrainConfig, overrides=["method=full", "quantization.load_in_4bit=true", "peft.use_rslora=true"],
+                    **REQUIRED)
+    problems = caught.value.problems
+    assert any("method=full trains every weight and needs an unquantised base" in p for p in problems)
+    assert any("peft options (use_rslora) apply to method=lora" in p for p in problems)
+    assert load_config(TrainConfig, overrides=["method=full"], **REQUIRED).method == "full"

@@ -25,6 +25,12 @@ def make_config(base: Path, records: Path, out: Path, **training: Any) -> TrainC
                        training=settings, lora={"r": 4, "alpha": 8, "dropout": 0.0})
 
 
+def make_full_config(base: Path, records: Path, out: Path, **training: Any) -> TrainConfig:
+    config = make_config(base, records, out, **{"learning_rate": 1e-3, **training})
+    config.method = "full"
+    return config
+
+
 @pytest.fixture(scope="module")
 def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("records") / "records.jsonl"
@@ -90,21 +96,30 @@ def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Pat
     assert head.data_ptr() == embed.data_ptr()  # still tied
 
 
+def all_weights(model: Any) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
 def lora_weights(model: Any) -> dict[str, torch.Tensor]:
     return {name: value.detach().clone() for name, value in model.state_dict().items()
             if "lora_" in name or "trainable_tokens_delta" in name}
 
 
-@pytest.mark.parametrize("order", ["length", "question_batch"])
+@pytest.mark.parametrize("order", ["length", "question_batch", "full"])
 def test_interrupted_and_resumed_run_ends_with_the_same_weights(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str
 ) -> None:
-    """question_batch reads its own batch list: the resumed run must skip exactly the finished batches too."""
+    """question_batch reads its own batch list: the resumed run must skip exactly the finished batches too.
+    "full": method=full (every weight, the row steps scaled by a callback) resumes from its checkpoint too."""
     from transformers import Trainer
 
-    settings = {"max_steps": 4, "save_steps": 2, "batch_size": 2, "order": order}
-    reference = run(make_config(tiny_base_dir, records_path, tmp_path / "uninterrupted", **settings))
-    config = make_config(tiny_base_dir, records_path, tmp_path / "interrupted", **settings)
+    settings: dict[str, Any] = {"max_steps": 4, "save_steps": 2, "batch_size": 2, "order": order}
+    build = make_config
+    if order == "full":
+        settings.update(order="length", row_lr_multiplier=10.0)
+        build = make_full_config
+    reference = run(build(tiny_base_dir, records_path, tmp_path / "uninterrupted", **settings))
+    config = build(tiny_base_dir, records_path, tmp_path / "interrupted", **settings)
     real_step, calls = Trainer.training_step, []
 
     def killed_at_step_3(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -118,10 +133,12 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(
         run(config)
     monkeypatch.setattr(Trainer, "training_step", real_step)
     assert not (Path(config.output_dir) / "adapter_model.safetensors").exists()
+    assert not (Path(config.output_dir) / "model.safetensors").exists()
     resumed = run(config)
     assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-2")
     assert [entry["step"] for entry in resumed.losses] == [1.0, 2.0, 3.0, 4.0]
-    expected, actual = lora_weights(reference.model), lora_weights(resumed.model)
+    weights = lora_weights if order != "full" else all_weights
+    expected, actual = weights(reference.model), weights(resumed.model)
     assert expected.keys() == actual.keys() and expected
     for name in expected:
         torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=1e-6, msg=name)
@@ -209,3 +226,96 @@ def test_a_bad_records_file_fails_before_the_model_loads(
     with pytest.raises(SelfragError) as error:
         train_run.run(config)
     assert f"{bad}:1" in str(error.value)
+
+
+# --- method: full -----------------------------------------------------------------------------------------------
+
+
+def test_full_fine_tuning_trains_every_weight_and_writes_a_whole_model(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path
+) -> None:
+    config = make_full_config(tiny_base_dir, records_path, tmp_path / "full")
+    initial = {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+    result = run(config)
+    assert result.losses[-1]["loss"] < result.losses[0]["loss"]
+    final = result.model.state_dict()
+    assert set(final) == set(initial) and not any("lora_" in name for name in final)  # the plain model, no PEFT
+    for name, value in final.items():
+        assert not torch.equal(value, initial[name]), f"{name} did not train"
+    embedding = final["model.embed_tokens.weight"]
+    token_ids = load_meta(config.output_dir).token_ids  # type: ignore[union-attr]
+    rows = torch.tensor(sorted(token_ids.all_ids))
+    assert (embedding[rows] != initial["model.embed_tokens.weight"][rows]).any(dim=1).all()  # every new row moved
+
+    out = Path(config.output_dir)
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    meta = load_meta(out)
+    assert meta is not None and meta.kind == "merged" and meta.strategy == "add"
+    assert "fine-tuned model written to" in result.summary()
+    model, tokenizer, _ = load_trained(out)  # loads as it stands, no base, no adapter
+    ids = sample_ids(tokenizer)
+    result.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)
+    from selfrag.errors import InputError
+
+    with pytest.raises(InputError, match="needs no export"):
+        export(out, tmp_path / "merged")
+
+
+def test_full_fine_tuning_scales_the_reflection_rows_steps(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path
+) -> None:
+    """row_lr_multiplier under method=full: the rows' first step is k times the plain step, nothing else differs."""
+    runs = {k: run(make_full_config(tiny_base_dir, records_path, tmp_path / f"x{k}", max_steps=1,
+                                    row_lr_multiplier=k)) for k in (1.0, 10.0)}
+    start = prepare_model(make_full_config(tiny_base_dir, records_path, tmp_path / "start")).model.state_dict()
+    token_ids = load_meta(tmp_path / "x1.0").token_ids  # type: ignore[union-attr]
+    rows = torch.tensor(sorted(token_ids.all_ids))
+    others = torch.ones(start["model.embed_tokens.weight"].shape[0], dtype=torch.bool)
+    others[rows] = False
+    plain, scaled = (runs[k].model.state_dict() for k in (1.0, 10.0))
+    base_rows = start["model.embed_tokens.weight"][rows]
+    plain_step = plain["model.embed_tokens.weight"][rows] - base_rows
+    assert plain_step.abs().max() > 0
+    torch.testing.assert_close(scaled["model.embed_tokens.weight"][rows] - base_rows, 10 * plain_step,
+                               rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(scaled["model.embed_tokens.weight"][others], plain["model.embed_tokens.weight"][others],
+                               rtol=0, atol=1e-7)  # a step is ~1e-3 (lr); threads leave ~1e-9 of noise
+    for name in plain:
+        if name != "model.embed_tokens.weight" and name != "lm_head.weight":
+            torch.testing.assert_close(scaled[name], plain[name], rtol=0, atol=1e-7, msg=name)
+
+
+def test_full_fine_tuning_with_reserved_tokens_starts_the_rows_at_the_mean(
+    tiny_tokenizer, records_path: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    names = [f"<|reserved_special_token_{n}|>" for n in range(16)]
+    tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    base = tmp_path / "base"
+    LlamaForCausalLM(config).save_pretrained(str(base))
+    tokenizer.save_pretrained(str(base))
+    train_config = make_full_config(base, records_path, tmp_path / "full", max_steps=2)
+    train_config.tokens.strategy = "reserved"
+    prepared = prepare_model(train_config)
+    rows = torch.tensor(sorted(prepared.token_ids.all_ids))
+    known = len(tiny_tokenizer)
+    for weight in (prepared.model.get_input_embeddings().weight, prepared.model.get_output_embeddings().weight):
+        mean = weight[:known].mean(dim=0)
+        torch.testing.assert_close(weight[rows], mean.expand(len(rows), -1))
+    result = run(train_config)
+    meta = load_meta(train_config.output_dir)
+    assert meta is not None and meta.kind == "merged" and meta.strategy == "reserved"
+    model, reloaded, _ = load_trained(train_config.output_dir)
+    assert len(reloaded) == len(tokenizer)
+    ids = sample_ids(reloaded)
+    result.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)
