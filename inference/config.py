@@ -125,7 +125,8 @@ class InferenceConfig:
         "when the model judges every passage retrieved for a question [Irrelevant]: unsupported (re-retrieve, then "
         "on_unsupported) or no_retrieval (answer at once from the prompt + [No Retrieval], uncited, "
         "low_confidence=true with the reason: the model found the corpus of no use for this question, as for "
-        "arithmetic or common knowledge; short form only)",
+        "arithmetic or common knowledge; in long form the segment whose passages were all judged irrelevant is "
+        "written that way and the answer goes on)",
         "unsupported",
     )
     on_partial: Literal["keep", "rewrite", "drop"] = help_field(

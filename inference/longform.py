@@ -282,6 +282,7 @@ class LongForm:
         prefix_text = " ".join(segment.text for segment in beam.segments)
         query = " ".join(f"{self.question} {prefix_text}".split())
         tried = set(beam.evidence)
+        judged = irrelevant = 0  # branches of this step, and those the model judged [Irrelevant]
         for round_ in range(self.config.max_rounds + 1):
             hits = self._search(query, tried)
             self.trace.append(
@@ -302,6 +303,10 @@ class LongForm:
             good = [child for (child, _), (ok, _) in zip(children, verdicts, strict=True) if ok]
             if good:
                 return good
+            judged += len(children)
+            irrelevant += sum(self._judged_irrelevant(generation) for _, generation in children)
+            if self.config.on_all_irrelevant == "no_retrieval" and judged and irrelevant == judged:
+                return [self._without_evidence(beam, base, round_, judged)]
             best_child, best_generation = max(children, key=lambda pair: pair[0].score)
             reason = verdicts[children.index((best_child, best_generation))][1]
             query = policy.rewrite_query(self.config, self.question, prefix_text + " " + _last_text(best_child))
@@ -388,6 +393,30 @@ class LongForm:
         if bound > 0 and (score.support is None or score.support < bound):
             return False, f"support score {score.support} is below support_bound {bound}"
         return True, f"the model judged the segment {score.support_token}"
+
+    def _judged_irrelevant(self, generation: Generation) -> bool:
+        score = score_continuation(generation.token_ids, generation.score_logprobs, self.ids, self.rag.weights)
+        return score.relevance_token == rf.IRRELEVANT
+
+    def _without_evidence(self, beam: _Beam, base: tuple[int, ...], round_: int, judged: int) -> _Beam:
+        """on_all_irrelevant=no_retrieval: every passage of this retrieval step was judged [Irrelevant], so the
+        segment is written from the text so far + [No Retrieval] (uncited, flagged), as the short form answers."""
+        reason = f"the model judged all {judged} retrieved passages {rf.IRRELEVANT}"
+        self.trace.append(
+            {
+                "step": "support",
+                "segment": beam.written,
+                "round": round_,
+                "chosen": "answer_without_retrieval",
+                "reason": reason,
+                "why": f"on_all_irrelevant=no_retrieval: the segment comes from the text so far + {rf.NO_RETRIEVAL}",
+            }
+        )
+        child = beam.child(base + (self.ids.id(rf.NO_RETRIEVAL),))
+        child.retrievals += 1  # the retrieval happened (and counts against long_form.depth); nothing of it is used
+        child.reasons.append(f"flagged: {reason}; segment {beam.written + 1} was written without sources")
+        (generation,) = self._decode([self.prompt + child.ids])
+        return self._extend(child, generation, None)
 
     def _give_up(self, beam: _Beam, best: _Beam | None, reason: str) -> _Beam:
         if best is not None and self.config.on_unsupported == "flag":

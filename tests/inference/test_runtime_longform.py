@@ -34,6 +34,8 @@ def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
         for key, steps in (table.items() if isinstance(table, dict) else table):
             if key == "prompt":
                 ids = tuple(encode_prompt(reflection_tokenizer, QUESTION))
+            elif key == "no_retrieval":  # the prompt + [No Retrieval] (on_all_irrelevant=no_retrieval)
+                ids = tuple(encode_prompt(reflection_tokenizer, QUESTION)) + (token_ids.id(rf.NO_RETRIEVAL),)
             elif isinstance(key, Passage):
                 ids = passage_key(reflection_tokenizer, token_ids, key)
             else:  # (passage, text generated after it, the decision token): a continuation without new evidence
@@ -167,6 +169,45 @@ def test_unsupported_after_the_last_round(build, action) -> None:  # type: ignor
         assert answer.abstained and answer.answer == rag.config.abstain_text and answer.segments == ()
     else:
         assert answer.low_confidence and answer.answer == "Made up." and answer.reasons[0].startswith("flagged")
+
+
+IRRELEVANT_ONLY = [(rf.IRRELEVANT, {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}), "Off topic.", (rf.NO_SUPPORT, NONE),
+                   ("[Utility:1]", {"[Utility:1]": 1})]
+
+
+@pytest.mark.parametrize("setting", ["no_retrieval", "unsupported"])
+def test_every_passage_irrelevant_writes_the_segment_without_retrieval(build, setting) -> None:  # type: ignore[no-untyped-def]
+    rag, engine, retriever = build({
+        PARIS: IRRELEVANT_ONLY, LYON: IRRELEVANT_ONLY,
+        "no_retrieval": ["Two plus two is four.", ("[Utility:5]", UTILITY_5)],
+    }, passages=(PARIS, LYON), mode="always", top_k=1, max_rounds=1, on_all_irrelevant=setting,
+        long_form=LongFormConfig(width=1), pruning=OFF)
+    answer = rag.answer(QUESTION)
+    support = [e for e in answer.trace if e["step"] == "support"]
+    if setting == "unsupported":  # as before: re-retrieve, then abstain
+        assert len(retriever.queries) == 2 and answer.abstained
+        assert [e["chosen"] for e in support] == ["re-retrieve", "abstain"]
+        return
+    # Paris (round 0) was judged irrelevant and nothing else was retrieved: no second round, the segment is
+    # written at once from [No Retrieval], uncited and flagged
+    assert len(retriever.queries) == 1
+    assert [e["chosen"] for e in support] == ["answer_without_retrieval"]
+    assert "all 1 retrieved passages [Irrelevant]" in support[0]["reason"]
+    assert answer.answer == "Two plus two is four." and answer.citations == ()
+    assert [(s.text, s.passage) for s in answer.segments] == [("Two plus two is four.", None)]
+    assert answer.low_confidence and not answer.abstained
+    assert any("written without sources" in reason for reason in answer.reasons)
+    assert answer.retrieved  # it did retrieve; nothing it found was used
+
+
+def test_a_relevant_but_unsupported_passage_is_no_reason_to_answer_without_retrieval(build) -> None:  # type: ignore[no-untyped-def]
+    unsupported = [(rf.RELEVANT, RELEVANT), "Made up.", (rf.NO_SUPPORT, NONE), ("[Utility:1]", {"[Utility:1]": 1})]
+    rag, _, retriever = build({PARIS: unsupported, LYON: IRRELEVANT_ONLY}, passages=(PARIS, LYON), mode="always",
+                              top_k=1, max_rounds=1, on_all_irrelevant="no_retrieval",
+                              long_form=LongFormConfig(width=1), pruning=OFF)
+    answer = rag.answer(QUESTION)
+    assert len(retriever.queries) == 2 and answer.abstained  # Paris was relevant: the usual unsupported path
+    assert "answer_without_retrieval" not in [e["chosen"] for e in answer.trace if e["step"] == "support"]
 
 
 def test_invalid_long_form_settings_are_refused(build) -> None:  # type: ignore[no-untyped-def]
