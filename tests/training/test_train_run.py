@@ -182,7 +182,8 @@ def test_cli_refusal_is_one_line_without_traceback(
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def reserved_base(tiny_tokenizer: Any, path: Path) -> tuple[Path, Any]:
+    """A tiny untied Llama base whose tokenizer has 16 Llama-3-style reserved tokens (strategy reserved)."""
     import copy
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -192,9 +193,13 @@ def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path
     tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
-    base = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(str(base))
-    tokenizer.save_pretrained(str(base))
+    LlamaForCausalLM(config).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path, tokenizer
+
+
+def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    base, tokenizer = reserved_base(tiny_tokenizer, tmp_path / "base")
     train_config = make_config(base, records_path, tmp_path / "adapter", max_steps=3)
     train_config.tokens.strategy = "reserved"
     result = run(train_config)
@@ -290,18 +295,7 @@ def test_full_fine_tuning_scales_the_reflection_rows_steps(
 def test_full_fine_tuning_with_reserved_tokens_starts_the_rows_at_the_mean(
     tiny_tokenizer, records_path: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    import copy
-
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    names = [f"<|reserved_special_token_{n}|>" for n in range(16)]
-    tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
-    base = tmp_path / "base"
-    LlamaForCausalLM(config).save_pretrained(str(base))
-    tokenizer.save_pretrained(str(base))
+    base, tokenizer = reserved_base(tiny_tokenizer, tmp_path / "base")
     train_config = make_full_config(base, records_path, tmp_path / "full", max_steps=2)
     train_config.tokens.strategy = "reserved"
     prepared = prepare_model(train_config)
