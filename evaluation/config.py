@@ -19,24 +19,26 @@ MODE_TITLES = {
     "prompted": "prompted-critic Self-RAG",
     "single_pass": "single-pass Self-RAG",
 }
-JUDGES = ("critic", "llm", "overlap", "none")
+JUDGES = ("critic", "llm", "nli", "overlap", "none")
 
 
 @dataclass
 class JudgeConfig:
     """Who decides whether a sentence of an answer is supported by the passages it came from."""
 
-    kind: Literal["critic", "llm", "overlap", "none"] = help_field(
+    kind: Literal["critic", "llm", "nli", "overlap", "none"] = help_field(
         "critic: the trained model's own IsSUP token after the passage and the sentence; llm: a model through an "
-        "engine asked yes/no (judge.model); overlap: content-word overlap >= judge.threshold (no model); none: skip",
+        "engine asked yes/no (judge.model); nli: an NLI classifier's P(entailment) of the sentence given the "
+        "passage (judge.model); overlap: content-word overlap >= judge.threshold (no model); none: skip",
         "critic",
     )
     model: str | None = help_field(
-        "the judge's model for kind=llm (a directory or built-in name); null: the base model", None
+        "the judge's model: kind=llm a directory or built-in name (null: the base model); kind=nli a directory or "
+        "hub id of a sequence-classification model with an entailment label (required)", None
     )
     threshold: float = help_field(
         "critic: a sentence is supported when its support score (p(Full)+0.5 p(Partial))/sum is at least this; "
-        "overlap: the share of the sentence's content words found in the passage",
+        "nli: P(entailment); overlap: the share of the sentence's content words found in the passage",
         0.5,
     )
 
@@ -46,6 +48,9 @@ class JudgeConfig:
             problems.append(f"kind must be one of {list(JUDGES)}, got {self.kind!r}")
         if not 0 <= self.threshold <= 1:
             problems.append(f"threshold must be in [0, 1], got {self.threshold}")
+        if self.kind == "nli" and not self.model:
+            problems.append("kind=nli needs judge.model: a local NLI model directory or a hub id (e.g. "
+                            "cross-encoder/nli-deberta-v3-xsmall)")
         return problems
 
 

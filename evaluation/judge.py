@@ -3,6 +3,8 @@
 * ``critic``: the trained model itself: ``prompt + [Retrieval]<paragraph>passage</paragraph>[Relevant] + sentence``
   and its support score at the next position, ``(p(Full) + 0.5 p(Partial)) / sum`` >= threshold;
 * ``llm``: any model through an engine, asked yes/no;
+* ``nli``: a natural-language-inference classifier (premise: the passage, hypothesis: the sentence), supported
+  when P(entailment) >= threshold — any transformers sequence-classification model whose labels name entailment;
 * ``overlap``: no model: the share of the sentence's content words found in the passage >= threshold.
 
 A sentence with no passage gets ``None`` (not judged): an answer given without retrieval cites nothing.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from selfrag import reflection as rf
 from selfrag.inference.engines.base import Engine, GenerationRequest
@@ -108,6 +110,75 @@ class LLMJudge:
         ]
         generations = self.engine.generate(requests) if requests else []
         return _any_per_claim(claims, pairs, [claim_prediction(g.text) == "true" for g in generations])
+
+
+class NLIJudge:
+    """An NLI cross-encoder: a claim is supported when some passage it came from entails it, P(entailment) >=
+    ``threshold``. The premise (the passage) is truncated to fit ``max_length``, never the sentence.
+
+    ``NLIJudge.load(name)`` takes a local directory or a hub id (where the machine has hub access), e.g.
+    ``cross-encoder/nli-deberta-v3-xsmall`` or ``MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli``.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, threshold: float = 0.5, batch_size: int = 16, max_length: int = 512
+    ) -> None:
+        self.model, self.tokenizer, self.threshold = model, tokenizer, threshold
+        self.batch_size, self.max_length = batch_size, max_length
+        self.entailment = entailment_label(model.config, getattr(model.config, "name_or_path", "") or "the model")
+
+    @classmethod
+    def load(cls, name: str, threshold: float = 0.5) -> NLIJudge:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from selfrag.errors import InputError
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForSequenceClassification.from_pretrained(name)
+        except (OSError, ValueError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise InputError(
+                f"judge.model {name!r}: no NLI model could be loaded ({first}); pass a local directory of a "
+                "transformers sequence-classification model, or a hub id on a machine with hub access"
+            ) from None
+        model.eval()
+        return cls(model, tokenizer, threshold)
+
+    def probabilities(self, claims: Sequence[Claim]) -> tuple[list[tuple[int, Passage]], list[float]]:
+        import torch
+
+        pairs = _pairs(claims)
+        values: list[float] = []
+        for start in range(0, len(pairs), self.batch_size):
+            batch = pairs[start : start + self.batch_size]
+            inputs = self.tokenizer(
+                [passage.render() for _, passage in batch],
+                [claims[index].sentence for index, _ in batch],
+                truncation="only_first", max_length=self.max_length, padding=True, return_tensors="pt",
+            )
+            with torch.no_grad():
+                logits = self.model(**inputs).logits.float()
+            values += torch.softmax(logits, dim=-1)[:, self.entailment].tolist()
+        return pairs, values
+
+    def judge(self, claims: Sequence[Claim]) -> list[bool | None]:
+        pairs, values = self.probabilities(claims)
+        return _any_per_claim(claims, pairs, [value >= self.threshold for value in values])
+
+
+def entailment_label(config: Any, name: str) -> int:
+    """The class index whose label names entailment (``entailment``, ``ENTAILMENT``, ``entail`` ...)."""
+    from selfrag.errors import InputError
+
+    labels = {int(index): str(label) for index, label in (getattr(config, "id2label", None) or {}).items()}
+    found = [index for index, label in labels.items() if label.lower().startswith("entail")]
+    if len(found) != 1:
+        raise InputError(
+            f"judge.model {name}: its labels {sorted(labels.values())} name no single entailment class; use an NLI "
+            "model (labels entailment / neutral / contradiction), e.g. cross-encoder/nli-deberta-v3-xsmall"
+        )
+    return found[0]
 
 
 class OverlapJudge:

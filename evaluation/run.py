@@ -27,7 +27,7 @@ from . import metrics, report
 from .config import MODE_TITLES, EvalConfig
 from .data import Example, load_examples, load_reflection_labels, split_sentences
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
-from .judge import Claim, CriticJudge, Judge, LLMJudge, OverlapJudge
+from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
 from .resume import AnswerStore, mode_fingerprint, model_identity
 
@@ -89,6 +89,8 @@ def run(config: EvalConfig) -> EvalResult:
     out = config.output_dir
     write_resolved(config, out)
     engines = _Engines(config)
+    # an NLI judge loads its own model: a wrong judge.model fails here, before any question is answered
+    nli = _judge(config, engines) if config.judge.kind == "nli" else None
 
     records: dict[str, list[dict[str, Any]]] = {}
     unavailable: dict[str, str] = {}
@@ -118,7 +120,7 @@ def run(config: EvalConfig) -> EvalResult:
         records[mode] = done + rest
         store.finish(mode)
 
-    judge = _judge(config, engines)
+    judge = nli or _judge(config, engines)
     for mode, rows in records.items():
         _judge_claims(judge, rows)
         write_jsonl_atomic(out / "records" / f"{mode}.jsonl", rows)
@@ -188,6 +190,9 @@ def _judge(config: EvalConfig, engines: _Engines) -> Judge | None:
         return OverlapJudge(config.judge.threshold)
     if kind == "llm":
         return LLMJudge(engines.plain(config.judge.model))
+    if kind == "nli":
+        assert config.judge.model is not None  # validated
+        return NLIJudge.load(config.judge.model, config.judge.threshold)
     return CriticJudge(engines.trained(), config.judge.threshold)
 
 
