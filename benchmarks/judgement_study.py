@@ -37,7 +37,8 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "P-q50-repeat": " (a benchmark beside it for ~20 min)", "N-seed2": " (tests beside it for ~3 min)",
           "R-seed2-constant-lr": " (a fresh-clone CI run beside it for ~20 min)",
           "S-seed2-wsd": " (tests beside it for ~1 min)", "T-qs-order": " (alone)",
-          "S-qs-order-300steps": " (tests beside it for ~3 min)"}
+          "S-qs-order-300steps": " (tests beside it for ~3 min)",
+          "U-qs-order-full": " (unit tests beside it for ~2 min)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
