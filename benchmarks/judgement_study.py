@@ -187,6 +187,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         ["method=full", "training.learning_rate=1e-4", "training.row_lr_multiplier=100",
          "training.eval_fraction=0.01", "training.max_steps=300", "training.eval_steps=75", "judgement_items=100"],
     ),
+    "V-q215-3epochs": (
+        "the issue's lead ('800 clean records x 3 epochs reached 0.99 / 0.98') with today's quickstart recipe: the "
+        "records of 215 questions (796; `selfrag generate ... limit=215`), question order, 600 steps = 3 epochs",
+        ["records=runs/data-train-q215/records.jsonl", "training.max_steps=600", "training.eval_steps=150",
+         "judgement_items=100"],
+    ),
     "T-qs-order": (
         "S-qs-order (the quickstart's question order, which three quickstart runs failed on) with batches of whole "
         "questions (`training.order=question_batch`)",
