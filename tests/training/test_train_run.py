@@ -313,3 +313,27 @@ def test_full_fine_tuning_with_reserved_tokens_starts_the_rows_at_the_mean(
     result.model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_sharded_launches_refuse_what_shards_break(sharded: bool, tiny_base_dir: Path, records_path: Path,
+                                                  tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from selfrag.errors import ConfigError
+    from selfrag.training.run import check_sharding
+
+    trainer = SimpleNamespace(is_fsdp_enabled=sharded, is_deepspeed_enabled=False)
+    full = make_full_config(tiny_base_dir, records_path, tmp_path / "f", row_lr_multiplier=10.0)
+    plain_full = make_full_config(tiny_base_dir, records_path, tmp_path / "g")
+    lora = make_config(tiny_base_dir, records_path, tmp_path / "l")
+    check_sharding(trainer, "reserved", plain_full)  # full + reserved: no gradient masks, nothing to refuse
+    check_sharding(trainer, "add", lora)
+    if not sharded:
+        check_sharding(trainer, "add", full)
+        check_sharding(trainer, "reserved", lora)
+        return
+    with pytest.raises(ConfigError, match="row_lr_multiplier=10.0 with method=full"):
+        check_sharding(trainer, "add", full)
+    with pytest.raises(ConfigError, match="tokens.strategy=reserved keeps the other rows"):
+        check_sharding(trainer, "reserved", lora)
