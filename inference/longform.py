@@ -42,6 +42,7 @@ from .answer import Answer, AnswerSegment, Candidate
 from .engines.base import Generation, GenerationRequest, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .scoring import (
+    CandidateScore,
     RelevanceVerdict,
     relevance_entry,
     relevance_verdict,
@@ -299,12 +300,14 @@ class LongForm:
                 break
             tried.update(hit.passage.id for hit in hits)
             children = self._branches(beam, base, hits)
-            verdicts = [self._verdict(child, generation) for child, generation in children]
+            scores = [score_continuation(g.token_ids, g.score_logprobs, self.ids, self.rag.weights)
+                      for _, g in children]
+            verdicts = [self._verdict(score) for score in scores]
             good = [child for (child, _), (ok, _) in zip(children, verdicts, strict=True) if ok]
             if good:
                 return good
             judged += len(children)
-            irrelevant += sum(self._judged_irrelevant(generation) for _, generation in children)
+            irrelevant += sum(score.relevance_token == rf.IRRELEVANT for score in scores)
             if self.config.on_all_irrelevant == "no_retrieval" and judged and irrelevant == judged:
                 return [self._without_evidence(beam, base, round_, judged)]
             best_child, best_generation = max(children, key=lambda pair: pair[0].score)
@@ -381,8 +384,7 @@ class LongForm:
         )
         return keep
 
-    def _verdict(self, child: _Beam, generation: Generation) -> tuple[bool, str]:
-        score = score_continuation(generation.token_ids, generation.score_logprobs, self.ids, self.rag.weights)
+    def _verdict(self, score: CandidateScore) -> tuple[bool, str]:
         if score.relevance_token == rf.IRRELEVANT:
             return False, f"the model judged the passage {rf.IRRELEVANT}"
         if score.support_token is None:
@@ -393,10 +395,6 @@ class LongForm:
         if bound > 0 and (score.support is None or score.support < bound):
             return False, f"support score {score.support} is below support_bound {bound}"
         return True, f"the model judged the segment {score.support_token}"
-
-    def _judged_irrelevant(self, generation: Generation) -> bool:
-        score = score_continuation(generation.token_ids, generation.score_logprobs, self.ids, self.rag.weights)
-        return score.relevance_token == rf.IRRELEVANT
 
     def _without_evidence(self, beam: _Beam, base: tuple[int, ...], round_: int, judged: int) -> _Beam:
         """on_all_irrelevant=no_retrieval: every passage of this retrieval step was judged [Irrelevant], so the
