@@ -38,7 +38,9 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "R-seed2-constant-lr": " (a fresh-clone CI run beside it for ~20 min)",
           "S-seed2-wsd": " (tests beside it for ~1 min)", "T-qs-order": " (alone)",
           "S-qs-order-300steps": " (tests beside it for ~3 min)",
-          "U-qs-order-full": " (unit tests beside it for ~2 min)"}
+          "U-qs-order-full": " (unit tests beside it for ~2 min)", "V-q215-3epochs": " (alone)",
+          "W-qs-order-rank1": " (unit tests beside it for ~1 min)", "W-qs-order-rank1-150steps": " (alone)",
+          "W-seed2-rank1": " (alone)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -186,6 +188,26 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "recipe's rows: 1e-3 x 10)",
         ["method=full", "training.learning_rate=1e-4", "training.row_lr_multiplier=100",
          "training.eval_fraction=0.01", "training.max_steps=300", "training.eval_steps=75", "judgement_items=100"],
+    ),
+    "W-qs-order-rank1": (
+        "S-qs-order-300steps with a pairwise IsREL ranking term (`training.relevance_rank=1`): each batch's "
+        "[Relevant] positions ranked above its [Irrelevant] ones (softplus of the margin difference), i.e. a "
+        "question's gold passage above its own hard negative",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=300",
+         "training.eval_steps=75", "judgement_items=100"],
+    ),
+    "W-qs-order-rank1-150steps": (
+        "S-qs-order (the quickstart's order, 150 steps: 0.65 / 0.62 without the term) with "
+        "`training.relevance_rank=1`: does the ranking term bring the jump inside the 150-step budget?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "judgement_items=100"],
+    ),
+    "W-seed2-rank1": (
+        "S-seed2-wsd (another order and seed, 150 steps: 0.968 / 0.760) with `training.relevance_rank=1`",
+        ["tokens.init=words", "training.loss_weights.relevance=5", "training.loss_weights.support=5",
+         "training.row_lr_multiplier=10", "training.max_steps=150", "training.order=question", "training.seed=2",
+         "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
+         "training.relevance_rank=1", "judgement_items=100"],
     ),
     "V-q215-3epochs": (
         "the issue's lead ('800 clean records x 3 epochs reached 0.99 / 0.98') with today's quickstart recipe: the "

@@ -143,6 +143,14 @@ class TrainingOptions:
         "instead (the same thing for Adam).",
         default=1.0,
     )
+    relevance_rank: float = help_field(
+        "Weight of a pairwise ranking term on IsREL, added to the loss: for every [Relevant]-labelled and "
+        "[Irrelevant]-labelled IsREL position of one micro-batch, softplus(m_irrelevant - m_relevant), with m the "
+        "logit of [Relevant] minus that of [Irrelevant], averaged over the pairs. With order: question a batch holds "
+        "one question's gold passage and its negatives, so the term ranks a question's own evidence above its "
+        "same-article hard negative, the contrast the cross-entropy of each record alone leaves weakest. 0: off.",
+        default=0.0,
+    )
     order: Literal["length", "question", "question_batch"] = help_field(
         "Order of the training examples: 'length' batches examples of similar length in random order (least "
         "padding); 'question' keeps each question's records together (its gold passage, easy, hard and support "
@@ -188,6 +196,8 @@ class TrainingOptions:
             problems.append(
                 f"row_lr_multiplier must be > 0, got {self.row_lr_multiplier}; 1 trains the rows at learning_rate"
             )
+        if self.relevance_rank < 0:
+            problems.append(f"relevance_rank must be >= 0, got {self.relevance_rank}; 0 turns the ranking term off")
         if self.eval_steps < 0:
             problems.append(f"eval_steps must be >= 0, got {self.eval_steps}; 0 scores at each checkpoint")
         if not 0 <= self.eval_fraction < 1:

@@ -158,6 +158,7 @@ def run(config: TrainConfig) -> TrainResult:
             row_lr_multiplier=config.training.row_lr_multiplier,
             start=answer_start(config.training.loss_weights, token_ids),
             batches=batches,
+            rank=relevance_rank(config.training.relevance_rank, token_ids),
         )
     check_sharding(trainer, prepared.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -498,8 +499,41 @@ def answer_start(weights: dict[str, float], token_ids: ReflectionIds) -> AnswerS
     return AnswerStart(torch.tensor(after), torch.tensor(sorted(token_ids.all_ids)), float(weights["answer_start"]))
 
 
+@dataclass(frozen=True)
+class RelevanceRank:
+    """The pairwise IsREL ranking term (``training.relevance_rank``): the two verdict ids and the weight."""
+
+    relevant: int
+    irrelevant: int
+    weight: float
+
+
+def relevance_rank(weight: float, token_ids: ReflectionIds) -> RelevanceRank | None:
+    """:class:`RelevanceRank` for ``training.relevance_rank`` (None when 0)."""
+    if weight <= 0:
+        return None
+    return RelevanceRank(token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT), float(weight))
+
+
+def rank_loss(logits: Any, targets: Any, rank: RelevanceRank) -> Any:
+    """Mean ``softplus(m_neg - m_pos)`` over every (``[Relevant]``, ``[Irrelevant]``) pair of IsREL positions.
+
+    ``logits``: one row per labelled position, ``targets`` its label; ``m`` = logit([Relevant]) -
+    logit([Irrelevant]) at the position. Zero (no gradient) when the positions hold only one of the verdicts.
+    """
+    positive, negative = targets == rank.relevant, targets == rank.irrelevant
+    if not bool(positive.any()) or not bool(negative.any()):
+        return logits.new_zeros(())
+    margin = logits[:, rank.relevant].float() - logits[:, rank.irrelevant].float()
+    return torch.nn.functional.softplus(margin[negative][None, :] - margin[positive][:, None]).mean()
+
+
 def masked_loss(
-    model: Any, inputs: dict[str, Any], table: Any, start: AnswerStart | None = None
+    model: Any,
+    inputs: dict[str, Any],
+    table: Any,
+    start: AnswerStart | None = None,
+    rank: RelevanceRank | None = None,
 ) -> tuple[Any, Any]:
     """The loss of :func:`weighted_loss` with logits computed only where a label is read.
 
@@ -507,7 +541,8 @@ def masked_loss(
     (transformers' ``logits_to_keep`` with a bool mask): in Self-RAG records most positions are the masked
     prompt and passage, so this skips most of the ``length x vocab`` head and its backward. ``table`` None
     is the plain mean over the labelled positions of the micro-batch; ``start`` reweights the first answer
-    word after a verdict. Returns ``(loss, outputs)``.
+    word after a verdict; ``rank`` adds the pairwise IsREL term (:func:`rank_loss`) times its weight.
+    Returns ``(loss, outputs)``.
     """
     labels = inputs["labels"]
     keep = predicting_positions(labels)
@@ -515,14 +550,18 @@ def masked_loss(
     targets = labels[:, 1:][labels[:, 1:] != -100]
     ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
     if table is None and start is None:
-        return ce.mean() if ce.numel() else ce.sum(), outputs
-    weights = table.to(ce.device)[targets] if table is not None else torch.ones_like(ce)
-    if start is not None:
-        previous = inputs["input_ids"][keep]  # the token read at each predicting position
-        verdict_before = torch.isin(previous, start.after.to(ce.device))
-        first_word = verdict_before & ~torch.isin(targets, start.reflection.to(ce.device))
-        weights = torch.where(first_word, torch.full_like(weights, start.weight), weights)
-    return (ce * weights).sum() / weights.sum().clamp_min(1e-8), outputs
+        loss = ce.mean() if ce.numel() else ce.sum()
+    else:
+        weights = table.to(ce.device)[targets] if table is not None else torch.ones_like(ce)
+        if start is not None:
+            previous = inputs["input_ids"][keep]  # the token read at each predicting position
+            verdict_before = torch.isin(previous, start.after.to(ce.device))
+            first_word = verdict_before & ~torch.isin(targets, start.reflection.to(ce.device))
+            weights = torch.where(first_word, torch.full_like(weights, start.weight), weights)
+        loss = (ce * weights).sum() / weights.sum().clamp_min(1e-8)
+    if rank is not None:
+        loss = loss + rank.weight * rank_loss(logits, targets, rank)
+    return loss, outputs
 
 
 def _plain_loss_trainer(
@@ -530,6 +569,7 @@ def _plain_loss_trainer(
     row_lr_multiplier: float = 1.0,
     start: AnswerStart | None = None,
     batches: list[list[int]] | None = None,
+    rank: RelevanceRank | None = None,
     **kwargs: Any,
 ) -> Any:
     """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
@@ -553,7 +593,7 @@ def _plain_loss_trainer(
         loss_is_scaled_for_ga = False  # type: ignore[assignment]  # TRL declares it None; transformers bool | None
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-            loss, outputs = masked_loss(model, inputs, loss_weights, start)
+            loss, outputs = masked_loss(model, inputs, loss_weights, start, rank)
             return (loss, outputs) if return_outputs else loss
 
         def get_train_dataloader(self):  # type: ignore[no-untyped-def]

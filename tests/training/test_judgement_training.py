@@ -20,7 +20,14 @@ from selfrag.reflection import Group
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import IGNORE, encode_record, reflection_positions
 from selfrag.training.judgement import auroc, auroc_interval, judge
-from selfrag.training.run import answer_start, loss_weight_table, masked_loss, weighted_loss
+from selfrag.training.run import (
+    answer_start,
+    loss_weight_table,
+    masked_loss,
+    rank_loss,
+    relevance_rank,
+    weighted_loss,
+)
 from selfrag.training.tokens import MEANING, prepare_tokens
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -135,14 +142,71 @@ def test_answer_start_weighs_the_first_answer_word_after_a_verdict(prepared) -> 
     assert torch.isclose(loss, expected, rtol=1e-5)
 
 
+def test_rank_loss_ranks_each_relevant_position_above_each_irrelevant_one(prepared) -> None:  # type: ignore[no-untyped-def]
+    """The pairwise IsREL term: mean softplus(m_neg - m_pos) over the (pos, neg) pairs, m = logit(Rel) - logit(Irr)."""
+    _, tokenizer, token_ids, _ = prepared
+    vocab = len(tokenizer)
+    rank = relevance_rank(2.0, token_ids)
+    assert rank is not None and relevance_rank(0.0, token_ids) is None
+    rel, irr = token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)
+    word = tokenizer.encode("the", add_special_tokens=False)[0]
+    targets = torch.tensor([rel, irr, word, rel, irr])
+    logits = torch.zeros(5, vocab)
+    margins = [1.0, 0.5, 9.0, -0.25, -2.0]  # row 2 is an answer word: never part of a pair
+    for row, margin in enumerate(margins):
+        logits[row, rel], logits[row, irr] = margin, 0.0
+    logits.requires_grad_(True)
+    loss = rank_loss(logits, targets, rank)
+    pairs = [(p, n) for p in (1.0, -0.25) for n in (0.5, -2.0)]
+    expected = sum(torch.nn.functional.softplus(torch.tensor(n - p)) for p, n in pairs) / len(pairs)
+    assert torch.isclose(loss, expected)
+    loss.backward()
+    grad = logits.grad
+    assert grad is not None
+    # raising a [Relevant] position's margin, or lowering an [Irrelevant] one's, lowers the loss
+    assert grad[0, rel] < 0 and grad[3, rel] < 0 and grad[1, rel] > 0 and grad[4, rel] > 0
+    assert torch.equal(grad[2], torch.zeros(vocab))  # the answer word gets no gradient from the term
+    # the worse-ranked pair (-0.25 vs 0.5) pulls harder than the well-separated one (1.0 vs -2.0)
+    assert -grad[3, rel] > -grad[0, rel]
+    # one verdict only in the batch: no pair, no term
+    only = rank_loss(logits.detach(), torch.tensor([rel, word, rel, word, rel]), rank)
+    assert float(only) == 0.0
+
+
+def test_masked_loss_adds_the_weighted_rank_term(prepared, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import selfrag.training.run as train_run
+
+    model, tokenizer, token_ids, _ = prepared
+    rel, irr = token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)
+    word = tokenizer.encode("the", add_special_tokens=False)[0]
+    ids = torch.tensor([[5, 6, rel, word], [5, 7, irr, word]])
+    labels = torch.tensor([[IGNORE, IGNORE, rel, word], [IGNORE, IGNORE, irr, IGNORE]])
+    inputs = {"input_ids": ids, "labels": labels}
+    rank = relevance_rank(3.0, token_ids)
+    seen = {}
+
+    def term(logits, targets, given):  # type: ignore[no-untyped-def]
+        seen["targets"], seen["rank"] = targets.tolist(), given
+        return torch.tensor(0.25)
+
+    monkeypatch.setattr(train_run, "rank_loss", term)
+    with torch.no_grad():
+        plain, _ = masked_loss(model, inputs, None)
+        ranked, _ = masked_loss(model, inputs, None, None, rank)
+    assert torch.isclose(ranked, plain + 3.0 * 0.25, atol=1e-5)
+    assert seen == {"targets": [rel, word, irr], "rank": rank}  # every labelled position, in row order
+
+
 def test_loss_weight_keys_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(
-            TrainConfig, None, ["training.loss_weights.relevanse=2", "training.row_lr_multiplier=0"],
+            TrainConfig, None,
+            ["training.loss_weights.relevanse=2", "training.row_lr_multiplier=0", "training.relevance_rank=-1"],
             model="m", records="r.jsonl", output_dir=str(tmp_path),
         )
     text = str(error.value)
     assert "relevanse" in text and "did you mean relevance" in text and "row_lr_multiplier must be > 0" in text
+    assert "relevance_rank must be >= 0, got -1" in text
 
 
 def test_words_init_starts_relevant_and_irrelevant_apart(tiny_tokenizer, tiny_model_builder) -> None:  # type: ignore[no-untyped-def]
@@ -224,17 +288,25 @@ def test_a_tiny_model_learns_a_judgement_that_depends_on_the_passage(learned) ->
     assert (folder / "out" / "training.png").stat().st_size > 1000
 
 
+#: the ``rank`` argument of each ``masked_loss`` call the ``loss_batches`` spy saw
+RANKS: list[Any] = []
+
+
 @pytest.fixture
 def loss_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """Each batch's labels and the loss-weight table as they reach the loss (a spy on ``masked_loss``)."""
+    """Each batch's labels and the loss-weight table as they reach the loss (a spy on ``masked_loss``); the
+    ranking term each batch got is in ``loss_batches_rank``."""
     import selfrag.training.run as train_run
 
     captured: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     real = train_run.masked_loss
 
-    def spy(model: Any, inputs: Any, table: Any, start: Any = None) -> Any:
+    def spy(model: Any, inputs: Any, table: Any, start: Any = None, rank: Any = None) -> Any:
         captured.append((inputs["labels"].detach().clone(), None if table is None else table.clone()))
-        return real(model, inputs, table, start)
+        RANKS.append(rank)
+        return real(model, inputs, table, start, rank)
+
+    RANKS.clear()
 
     monkeypatch.setattr(train_run, "masked_loss", spy)
     return captured
@@ -254,17 +326,19 @@ def test_the_trainer_sees_every_reflection_label(
         TrainConfig, None, [],
         model=str(tiny_base_dir), records=str(path), output_dir=str(tmp_path / "out"),
         training={"learning_rate": 1e-3, "max_steps": 4, "batch_size": 4, "eval_fraction": 0.0, "max_length": 256,
-                  "save_steps": 1000, "loss_weights": {"support": 2.0}},
+                  "save_steps": 1000, "loss_weights": {"support": 2.0}, "relevance_rank": 0.5},
         lora={"r": 4, "alpha": 8, "dropout": 0.0},
     )
     result = run(config)
     assert len(captured) == 4
+    assert len(RANKS) == 4 and all(rank is not None and rank.weight == 0.5 for rank in RANKS)
     seen = [row for labels, _ in captured for row in labels.tolist()]
     tokenizer, token_ids = result.model, None  # noqa: F841
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     token_ids = rf.reflection_ids(tokenizer)
+    assert (RANKS[0].relevant, RANKS[0].irrelevant) == (token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT))
     expected = [encode_record(r, tokenizer, token_ids, "auto")["labels"] for r in records]
     for want in expected:
         # the batch row that holds this example, padded with IGNORE
