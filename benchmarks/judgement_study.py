@@ -47,6 +47,8 @@ COMMON = [
     "training.eval_fraction=0",
     "training.eval_steps=50",
     "training.save_steps=1000",
+    # the recipe sets relevance_rank: 1 since adcfdf8; every arm before W ran without it (W arms set it again)
+    "training.relevance_rank=0",
 ]
 #: arm name -> (what it tests, overrides on top of COMMON and the recipe's own settings)
 ARMS: dict[str, tuple[str, list[str]]] = {
