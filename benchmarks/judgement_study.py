@@ -311,6 +311,63 @@ def score_arm(name: str, items: int) -> Path:
     return path
 
 
+def item_scores(model_dir: Path, items: int) -> dict[str, dict[str, object]]:
+    """Per-item scores (``score_examples`` rows by record id) of a trained folder on ``items`` held-out questions
+    per class, cached in ``<model_dir>/scores-<items>.json`` under the adapter's hash: a retrained folder is
+    scored again, never read from an old cache."""
+    import hashlib
+
+    import yaml
+
+    from selfrag.config import from_dict
+    from selfrag.fsutil import write_json
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.export import load_trained
+    from selfrag.training.judgement import score_examples, select_items
+    from selfrag.training.run import judgement_set
+
+    weights = sorted(model_dir.glob("*.safetensors"))
+    digest = hashlib.sha256(b"".join(hashlib.sha256(w.read_bytes()).digest() for w in weights)).hexdigest()[:16]
+    cache = model_dir / f"scores-{items}.json"
+    if cache.exists():
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        if saved.get("weights") == digest:
+            return dict(saved["rows"])
+    settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
+    settings.pop("overwrite", None)
+    settings["eval_records"] = COMMON[1].split("=", 1)[1]  # the arms' held-out articles, whatever it trained on
+    config = from_dict(TrainConfig, settings)
+    model, tokenizer, meta = load_trained(model_dir)
+    chosen = select_items(judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template), items)
+    rows = {str(row["id"]): row for row in score_examples(model, chosen, meta.token_ids)}
+    write_json(cache, {"weights": digest, "items": items, "rows": rows})
+    return rows
+
+
+def compare(first: str, second: str, items: int) -> dict[str, dict[str, object]]:
+    """Two arms (or trained folders) on the same ``items`` questions per class: each AUROC and a paired-bootstrap
+    95% interval of ``second - first`` for relevance vs easy and hard negatives and for support."""
+    from selfrag.training.judgement import paired_auroc_difference
+
+    def folder(name: str) -> Path:
+        return RUNS / name if (RUNS / name).is_dir() else Path(name).resolve()
+
+    a, b = item_scores(folder(first), items), item_scores(folder(second), items)
+    result = {
+        "relevance easy": paired_auroc_difference(a, b, "gold", "easy"),
+        "relevance hard": paired_auroc_difference(a, b, "gold", "hard"),
+        "support": paired_auroc_difference(a, b, "gold", "support-negative", score="s_sup"),
+    }
+    print(f"{second} - {first}, {items} items per class, paired bootstrap (1,000 resamples):")
+    for name, r in result.items():
+        print(
+            f"  {name:15} {r['a']:.3f} -> {r['b']:.3f}  difference {r['difference']:+.3f} "
+            f"[{r['low']:+.3f}, {r['high']:+.3f}]  P(not better) {r['p_not_better']:.3f}  "
+            f"({r['n_pos']} vs {r['n_neg']})"
+        )
+    return result
+
+
 def answers_arm(name: str, questions: int, plain: bool = False) -> Path:
     """Does the arm's model also *answer*? ``selfrag eval`` single-pass on held-out demo questions (the quickstart's
     test questions: answerable, unanswerable and no-retrieval ones interleaved) -> ``<run>/answers/results.json``."""
@@ -463,6 +520,10 @@ def main() -> None:
     anyone = sub.add_parser("score-dir", help="score any trained model folder on the arms' held-out items")
     anyone.add_argument("model_dir", type=Path)
     anyone.add_argument("--items", type=int, default=100)
+    pair = sub.add_parser("compare", help="two arms (or trained folders) on the same items: paired AUROC differences")
+    pair.add_argument("first")
+    pair.add_argument("second")
+    pair.add_argument("--items", type=int, default=300)
     answer = sub.add_parser("answers", help="single-pass answers of finished arms on held-out questions (selfrag eval)")
     answer.add_argument("arms", nargs="+", choices=sorted(ARMS))
     answer.add_argument("--questions", type=int, default=30)
@@ -475,6 +536,9 @@ def main() -> None:
         os.chdir(REPO)
         for arm in args.arms:
             answers_arm(arm, args.questions, args.with_plain)
+    elif args.command == "compare":
+        os.chdir(REPO)
+        compare(args.first, args.second, args.items)
     elif args.command == "score-dir":
         model_dir = args.model_dir.resolve()
         os.chdir(REPO)
