@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "study"
@@ -50,6 +51,7 @@ COMMON = [
     # the recipe sets relevance_rank: 1 since adcfdf8; every arm before W ran without it (W arms set it again)
     "training.relevance_rank=0",
 ]
+HELD_OUT = COMMON[1].split("=", 1)[1]  # the arms' held-out articles' records
 #: arm name -> (what it tests, overrides on top of COMMON and the recipe's own settings)
 ARMS: dict[str, tuple[str, list[str]]] = {
     "A-baseline": (
@@ -261,24 +263,34 @@ def run_arm(name: str) -> None:
         log.write(f"wall_s {int(time.time() - start)}\n")
 
 
-def score_dir(model_dir: Path, items: int) -> Path:
-    """Score any trained model folder (e.g. a quickstart's ``selfrag-quickstart/model``) on the arms' held-out
-    judgement set (``runs/data-test``) -> ``<model_dir>/judgement-<items>.json``: the same items and figures as
-    the arms, so a quickstart run can be set beside them."""
+def held_out_examples(model_dir: Path) -> tuple[Any, Any, list[Any]]:
+    """A trained folder's model, its ``selfrag.json`` metadata, and the arms' held-out judgement examples
+    (``runs/data-test``, whatever the folder trained on) encoded with its tokenizer."""
     import yaml
 
     from selfrag.config import from_dict
     from selfrag.training.config import TrainConfig
     from selfrag.training.export import load_trained
-    from selfrag.training.judgement import headline, judge, write_report
     from selfrag.training.run import judgement_set
 
+    if not (model_dir / "config.yaml").is_file():
+        raise SystemExit(f"{model_dir}: no config.yaml here; expected a folder `selfrag train` wrote (or an arm name)")
     settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
     settings.pop("overwrite", None)
-    settings["eval_records"] = COMMON[1].split("=", 1)[1]
+    settings["eval_records"] = HELD_OUT
     config = from_dict(TrainConfig, settings)
     model, tokenizer, meta = load_trained(model_dir)
-    report = judge(model, judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template), meta.token_ids, items)
+    return model, meta, judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template)
+
+
+def score_dir(model_dir: Path, items: int) -> Path:
+    """Score any trained model folder (e.g. a quickstart's ``selfrag-quickstart/model``) on the arms' held-out
+    judgement set (``runs/data-test``) -> ``<model_dir>/judgement-<items>.json``: the same items and figures as
+    the arms, so a quickstart run can be set beside them."""
+    from selfrag.training.judgement import headline, judge, write_report
+
+    model, meta, examples = held_out_examples(model_dir)
+    report = judge(model, examples, meta.token_ids, items)
     path = write_report(model_dir / f"judgement-{items}.json", report)
     print(f"{model_dir}: {headline(report)} ({items} items per class) -> {path}")
     return path
@@ -313,34 +325,25 @@ def score_arm(name: str, items: int) -> Path:
 
 def item_scores(model_dir: Path, items: int) -> dict[str, dict[str, object]]:
     """Per-item scores (``score_examples`` rows by record id) of a trained folder on ``items`` held-out questions
-    per class, cached in ``<model_dir>/scores-<items>.json`` under the adapter's hash: a retrained folder is
-    scored again, never read from an old cache."""
+    per class, cached in ``<model_dir>/scores-<items>.json`` under the hash of its weights and the held-out
+    records: a retrained folder or regenerated test data is scored again, never read from an old cache."""
     import hashlib
 
-    import yaml
-
-    from selfrag.config import from_dict
     from selfrag.fsutil import write_json
-    from selfrag.training.config import TrainConfig
-    from selfrag.training.export import load_trained
     from selfrag.training.judgement import score_examples, select_items
-    from selfrag.training.run import judgement_set
 
-    weights = sorted(model_dir.glob("*.safetensors"))
-    digest = hashlib.sha256(b"".join(hashlib.sha256(w.read_bytes()).digest() for w in weights)).hexdigest()[:16]
+    if not (model_dir / "config.yaml").is_file():
+        raise SystemExit(f"{model_dir}: no config.yaml here; expected a folder `selfrag train` wrote (or an arm name)")
+    inputs = [*sorted(model_dir.glob("*.safetensors")), REPO / HELD_OUT]  # the weights and the held-out records
+    digest = hashlib.sha256(b"".join(hashlib.sha256(path.read_bytes()).digest() for path in inputs)).hexdigest()[:16]
     cache = model_dir / f"scores-{items}.json"
     if cache.exists():
         saved = json.loads(cache.read_text(encoding="utf-8"))
-        if saved.get("weights") == digest:
+        if saved.get("inputs") == digest:
             return dict(saved["rows"])
-    settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
-    settings.pop("overwrite", None)
-    settings["eval_records"] = COMMON[1].split("=", 1)[1]  # the arms' held-out articles, whatever it trained on
-    config = from_dict(TrainConfig, settings)
-    model, tokenizer, meta = load_trained(model_dir)
-    chosen = select_items(judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template), items)
-    rows = {str(row["id"]): row for row in score_examples(model, chosen, meta.token_ids)}
-    write_json(cache, {"weights": digest, "items": items, "rows": rows})
+    model, meta, examples = held_out_examples(model_dir)
+    rows = {str(row["id"]): row for row in score_examples(model, select_items(examples, items), meta.token_ids)}
+    write_json(cache, {"inputs": digest, "items": items, "rows": rows})
     return rows
 
 

@@ -152,7 +152,7 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
 
 
-def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
+def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial: bool = False) -> Any:
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
         problems.append(f"{where} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE")
@@ -179,6 +179,12 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
             problems += found
             bad.add(name)
             values.pop(name, None)  # validate() below sees the default, never a value of the wrong type
+            if dataclasses.is_dataclass(hints[name]) and isinstance(data.get(name), Mapping):
+                # ... but of a section, only the bad keys: a wrong training.batch_size must not make validate()
+                # see the recipe's training.max_steps as unset (its problems are reported above, not again)
+                stand_in = _build(typing.cast(type, hints[name]), data[name], f"{key}.", [], partial=True)
+                if stand_in is not None:
+                    values[name] = stand_in
     if any(
         fields[name].default is dataclasses.MISSING and fields[name].default_factory is dataclasses.MISSING
         for name in bad
@@ -197,7 +203,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str]) -> Any:
             found = [f"{where}: a value is invalid ({error}); check the values against --help-config"]
         # A problem about a field already reported (its default stood in for the bad value) is not repeated.
         problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad]
-    return None if bad else instance
+    return None if bad and not partial else instance
 
 
 def _example(spec: dataclasses.Field[Any]) -> str | None:

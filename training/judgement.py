@@ -65,6 +65,11 @@ def auroc(positive: Sequence[float], negative: Sequence[float]) -> float:
     return float(u / (len(pos) * len(neg)))
 
 
+def _pairwise_auroc(p: np.ndarray, n: np.ndarray) -> float:
+    """:func:`auroc` vectorised for the bootstrap: compares every pair (n <= a few thousand)."""
+    return float(((p[:, None] > n[None, :]).sum() + 0.5 * (p[:, None] == n[None, :]).sum()) / (len(p) * len(n)))
+
+
 def auroc_interval(
     positive: Sequence[float], negative: Sequence[float], resamples: int = BOOTSTRAP, seed: int = 0
 ) -> tuple[float, float]:
@@ -78,10 +83,7 @@ def auroc_interval(
     for _ in range(resamples):
         p = pos[rng.integers(0, len(pos), len(pos))]
         n = neg[rng.integers(0, len(neg), len(neg))]
-        # vectorised AUROC for speed: compare every pair (n <= a few thousand)
-        values.append(
-            float(((p[:, None] > n[None, :]).sum() + 0.5 * (p[:, None] == n[None, :]).sum()) / (len(p) * len(n)))
-        )
+        values.append(_pairwise_auroc(p, n))
     low, high = np.percentile(values, [2.5, 97.5])
     return float(low), float(high)
 
@@ -117,15 +119,12 @@ def paired_auroc_difference(
 
     pa, na, pb, nb = scores(a, pos_ids), scores(a, neg_ids), scores(b, pos_ids), scores(b, neg_ids)
 
-    def fast(p: np.ndarray, n: np.ndarray) -> float:
-        return float(((p[:, None] > n[None, :]).sum() + 0.5 * (p[:, None] == n[None, :]).sum()) / (len(p) * len(n)))
-
     rng = np.random.default_rng(seed)
     differences = []
     for _ in range(resamples):
         i = rng.integers(0, len(pos_ids), len(pos_ids))
         j = rng.integers(0, len(neg_ids), len(neg_ids))
-        differences.append(fast(pb[i], nb[j]) - fast(pa[i], na[j]))
+        differences.append(_pairwise_auroc(pb[i], nb[j]) - _pairwise_auroc(pa[i], na[j]))
     low, high = np.percentile(differences, [2.5, 97.5])
     value_a, value_b = auroc(pa.tolist(), na.tolist()), auroc(pb.tolist(), nb.tolist())
     return {

@@ -171,6 +171,13 @@ def test_a_decay_ratio_needs_max_steps(tmp_path: Path) -> None:
     paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
     with pytest.raises(ConfigError, match="ratio of training.max_steps"):
         load_config(TrainConfig, recipe, [*paths, "training.max_steps=-1"])
+    # a wrong value elsewhere in training leaves the section at its defaults: only that value is reported, not a
+    # "max_steps is not set" that the recipe does set
+    for bad, line in (("training.batch_size=abc", "training.batch_size must be an integer, got 'abc'"),
+                      ("training.relevance_rank=nan", "training.relevance_rank must be a finite number, got 'nan'")):
+        with pytest.raises(ConfigError) as caught:
+            load_config(TrainConfig, recipe, [*paths, bad])
+        assert len(caught.value.problems) == 1 and caught.value.problems[0].startswith(line), caught.value.problems
     for bad in ("nan", "1.5", ".nan"):  # one line each, no traceback
         with pytest.raises(ConfigError, match="num_decay_steps: expected a step count or a ratio"):
             load_config(TrainConfig, recipe, [*paths, f"trl.lr_scheduler_kwargs.num_decay_steps={bad}"])
