@@ -213,6 +213,27 @@ ARMS: dict[str, tuple[str, list[str]]] = {
          "trl.lr_scheduler_type=warmup_stable_decay", "trl.lr_scheduler_kwargs.num_decay_steps=30",
          "training.relevance_rank=1", "judgement_items=100"],
     ),
+    "W-qs-seed1-rank1-150steps": (
+        "W-qs-order-rank1-150steps (the quickstart's recipe, its 1% held out, the ranking term, 150 steps) with "
+        "`training.seed=1`: another data order and LoRA initialisation. Does a 150-step recipe with the term learn "
+        "on orders it was not chosen on?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.seed=1", "judgement_items=100"],
+    ),
+    "W-qs-seed2-rank1-150steps": (
+        "W-qs-order-rank1-150steps (the quickstart's recipe, its 1% held out, the ranking term, 150 steps) with "
+        "`training.seed=2`: another data order and LoRA initialisation. Does a 150-step recipe with the term learn "
+        "on orders it was not chosen on?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.seed=2", "judgement_items=100"],
+    ),
+    "W-qs-seed3-rank1-150steps": (
+        "W-qs-order-rank1-150steps (the quickstart's recipe, its 1% held out, the ranking term, 150 steps) with "
+        "`training.seed=3`: another data order and LoRA initialisation. Does a 150-step recipe with the term learn "
+        "on orders it was not chosen on?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.seed=3", "judgement_items=100"],
+    ),
     "V-q215-3epochs": (
         "the issue's lead ('800 clean records x 3 epochs reached 0.99 / 0.98') with today's quickstart recipe: the "
         "records of 215 questions (796; `selfrag generate ... limit=215`), question order, 600 steps = 3 epochs",
@@ -345,6 +366,68 @@ def item_scores(model_dir: Path, items: int) -> dict[str, dict[str, object]]:
     rows = {str(row["id"]): row for row in score_examples(model, select_items(examples, items), meta.token_ids)}
     write_json(cache, {"inputs": digest, "items": items, "rows": rows})
     return rows
+
+
+#: The held-out articles' records with one random same-article negative per question (kind ``article``):
+#: ``selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data-test-article split=test
+#: easy_negatives=0 support_negatives=0 article_negatives=1`` (hard_negatives=1 stays, so the draw leaves the hard
+#: negative out).
+ARTICLE = "runs/data-test-article/records.jsonl"
+
+
+def article_records(items: int) -> list[Any]:
+    """The ``article`` records (a random passage of the question's own article without the answer, drawn by
+    data_gen) of the questions whose ``hard`` records ``select_items`` scores: the same questions, two draws."""
+    from selfrag.training.dataset import read_records
+    from selfrag.training.judgement import select_items
+
+    if not (REPO / ARTICLE).is_file():
+        raise SystemExit(
+            f"{ARTICLE} not found; make it with: selfrag generate --config configs/data_gen/squad-demo.yaml "
+            "output=runs/data-test-article split=test easy_negatives=0 support_negatives=0 article_negatives=1"
+        )
+    held_out = read_records(REPO / HELD_OUT)
+    rows = [{"id": r.id, "kind": str(r.meta.get("kind")), "query_id": str(r.meta.get("query_id"))} for r in held_out]
+    questions = {str(row["query_id"]) for row in select_items(rows, items) if row["kind"] == "hard"}
+    return [r for r in read_records(REPO / ARTICLE) if r.meta.get("kind") == "article"
+            and str(r.meta.get("query_id")) in questions]
+
+
+def negatives(name: str, items: int) -> dict[str, Any]:
+    """Relevance AUROC of one arm (or trained folder) against two kinds of same-article negatives of the same
+    questions: ``hard`` (the article's best BM25 match without the answer) and ``article`` (a random passage of the
+    article without the answer, :data:`ARTICLE`); and against ``easy`` ones. Gold scores are shared
+    (``item_scores``)."""
+    import yaml
+
+    from selfrag.config import from_dict
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.export import load_trained
+    from selfrag.training.judgement import auroc, auroc_interval, score_examples
+    from selfrag.training.run import judgement_set
+
+    folder = RUNS / name if (RUNS / name).is_dir() else Path(name).resolve()
+    scores = item_scores(folder, items)
+    settings = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    settings.pop("overwrite", None)
+    settings["eval_records"] = HELD_OUT
+    model, tokenizer, meta = load_trained(folder)
+    examples = judgement_set(from_dict(TrainConfig, settings), tokenizer, meta.token_ids, meta.prompt_template,
+                             records=article_records(items))
+    random_rows = score_examples(model, examples, meta.token_ids)
+    gold = [float(row["s_rel"]) for row in scores.values() if row["kind"] == "gold" and row["s_rel"] is not None]
+    result: dict[str, Any] = {}
+    for kind, negative in (("hard (BM25-best, data_gen)", [float(row["s_rel"]) for row in scores.values()
+                                                          if row["kind"] == "hard"]),
+                           ("article (random same-article)", [float(row["s_rel"]) for row in random_rows]),
+                           ("easy (other article)", [float(row["s_rel"]) for row in scores.values()
+                                                     if row["kind"] == "easy"])):
+        low, high = auroc_interval(gold, negative)
+        result[kind] = {"auroc": auroc(gold, negative), "low": low, "high": high, "n_pos": len(gold),
+                        "n_neg": len(negative)}
+        print(f"{name}: gold vs {kind:30} AUROC {result[kind]['auroc']:.3f} [{low:.3f}, {high:.3f}] "
+              f"({len(gold)} vs {len(negative)})")
+    return result
 
 
 def compare(first: str, second: str, items: int) -> dict[str, dict[str, object]]:
@@ -527,6 +610,9 @@ def main() -> None:
     pair.add_argument("first")
     pair.add_argument("second")
     pair.add_argument("--items", type=int, default=300)
+    kinds = sub.add_parser("negatives", help="one arm's relevance AUROC vs BM25-best and random same-article negatives")
+    kinds.add_argument("arm", help="an arm name or a trained folder")
+    kinds.add_argument("--items", type=int, default=300)
     answer = sub.add_parser("answers", help="single-pass answers of finished arms on held-out questions (selfrag eval)")
     answer.add_argument("arms", nargs="+", choices=sorted(ARMS))
     answer.add_argument("--questions", type=int, default=30)
@@ -542,6 +628,9 @@ def main() -> None:
     elif args.command == "compare":
         os.chdir(REPO)
         compare(args.first, args.second, args.items)
+    elif args.command == "negatives":
+        os.chdir(REPO)
+        negatives(args.arm, args.items)
     elif args.command == "score-dir":
         model_dir = args.model_dir.resolve()
         os.chdir(REPO)

@@ -140,6 +140,12 @@ class GenerateConfig:
         "paragraph and does not contain an answer. Each gives one [Irrelevant] record.",
         default=0,
     )
+    article_negatives: int = help_field(
+        "Same-article negatives per question drawn at random: a passage of the question's own article, not from "
+        "its paragraph, without an answer, and not one of its hard negatives (the same article, not the closest "
+        "match). Each gives one [Irrelevant] record (kind 'article').",
+        default=0,
+    )
     support_negatives: int = help_field(
         "Support negatives per answerable question: its gold passage with another question's answer of the same "
         "form (number/name/phrase, similar length) -> [Relevant] ... [No support / Contradictory]. The wrong "
@@ -167,7 +173,7 @@ class GenerateConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        for name in ("distractors", "easy_negatives", "hard_negatives", "support_negatives"):
+        for name in ("distractors", "easy_negatives", "hard_negatives", "article_negatives", "support_negatives"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}; use 0 for none")
         if not self.abstain_text.strip():

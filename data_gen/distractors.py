@@ -6,7 +6,9 @@ answer (case-insensitive). Three difficulties, each a configurable count per que
 
 - ``retrieved``: the top BM25 hits for the question (what the runtime's retriever shows the model);
 - ``easy``: a passage of another article (``meta.title``), drawn with a seed from the question id;
-- ``hard``: the best BM25 match from the question's own article (same topic, no answer).
+- ``hard``: the best BM25 match from the question's own article (same topic, no answer);
+- ``article``: a passage of the question's own article drawn at random (same article, no answer, not the closest
+  match: between easy and hard; the hard kind's passages are left out).
 
 A support negative is another question's answer of the same *form* (number, name, phrase; similar length), so
 that ``gold passage + wrong answer -> [No support / Contradictory]`` cannot be told from the right answer by its
@@ -38,6 +40,7 @@ class Evidence:
     easy: tuple[Passage, ...] = ()  # other article
     hard: tuple[Passage, ...] = ()  # same article, no answer
     wrong_answers: tuple[str, ...] = ()  # other questions' answers of the same form, absent from the gold passage
+    article: tuple[Passage, ...] = ()  # same article, no answer, drawn at random
 
 
 def own_passage_ids(query: Query) -> frozenset[str]:
@@ -91,6 +94,7 @@ class NegativeMix:
     hard: int = 0
     support: int = 0
     seed: int = 0
+    article: int = 0
 
 
 def find_evidence(
@@ -109,7 +113,7 @@ def find_evidence(
     mix = distractors if isinstance(distractors, NegativeMix) else NegativeMix(retrieved=distractors)
     hits_per_query = retriever.search_many([query.question for query in queries], max(depth, mix.retrieved))
     by_article: dict[str, list[Passage]] = {}
-    if mix.easy or mix.hard:
+    if mix.easy or mix.hard or mix.article:
         for passage in sorted(passages_by_id.values(), key=lambda p: p.id):
             by_article.setdefault(passage.title.replace("_", " "), []).append(passage)
     forms = _answers_by_form(answer_pool or queries) if mix.support else {}
@@ -121,7 +125,8 @@ def find_evidence(
         easy = _easy(query, by_article, mix) if mix.easy else ()
         hard = _hard(query, ranked, by_article, mix) if mix.hard else ()
         wrong = _wrong_answers(query, passages_by_id, forms, mix) if mix.support and query.answerable else ()
-        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong))
+        article = _article(query, by_article, mix, hard) if mix.article else ()
+        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, article))
     return evidence
 
 
@@ -153,6 +158,20 @@ def _hard(
         rng = _rng(query, "hard", mix.seed)
         picked += rng.sample(rest, min(mix.hard - len(picked), len(rest)))
     return tuple(picked)
+
+
+def _article(
+    query: Query, by_article: Mapping[str, list[Passage]], mix: NegativeMix, hard: Sequence[Passage]
+) -> tuple[Passage, ...]:
+    """Passages of the query's own article that are safe negatives, drawn with a seed from the query id (not the
+    best BM25 match: the passages ``hard`` already holds are left out)."""
+    article = article_of(query)
+    if article is None or article not in by_article:
+        return ()
+    taken = {passage.id for passage in hard}
+    pool = [p for p in by_article[article] if p.id not in taken and is_distractor(query, p)]
+    rng = _rng(query, "article", mix.seed)
+    return tuple(rng.sample(pool, min(mix.article, len(pool))))
 
 
 def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:

@@ -11,9 +11,10 @@ Per query (every record is one segment plus a utility label)::
 
 The rule is one observable fact per label: a passage is ``[Relevant]`` exactly when it holds the evidence (the
 gold passage, which contains the answer span); an unanswerable question has no relevant passage, so its own
-paragraph P (the best BM25 match among its passages) is ``[Irrelevant]``. Negatives D come in three
-difficulties (see :mod:`selfrag.data_gen.distractors`): retrieved (BM25 top-k, record ``distractor-N``), easy
-(another article, ``easy-N``) and hard (same article without the answer, ``hard-N``). A support negative puts
+paragraph P (the best BM25 match among its passages) is ``[Irrelevant]``. Negatives D come in four
+kinds (see :mod:`selfrag.data_gen.distractors`): retrieved (BM25 top-k, record ``distractor-N``), easy
+(another article, ``easy-N``), hard (the closest match of the same article without the answer, ``hard-N``) and
+article (a random passage of the same article without the answer, ``article-N``). A support negative puts
 another question's answer of the same form (``wrong``) after the gold passage.
 
 Text that must not be learned is marked ``meta.untrained_text = true`` (training masks the segment text, keeps
@@ -135,6 +136,7 @@ class GoldLabeler:
             ("distractor", "distractor", evidence.distractors),
             ("easy", "easy", evidence.easy),
             ("hard", "hard", evidence.hard),
+            ("article", "article", evidence.article),
         ):
             for number, passage in enumerate(passages):
                 records.append(

@@ -20,7 +20,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +48,7 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "train_abstain_text", "abstain_text", "heldout", "seed",
+    "article_negatives", "train_abstain_text", "abstain_text", "heldout", "seed",
 )
 
 T = TypeVar("T")
@@ -124,7 +124,8 @@ def run(config: GenerateConfig) -> GenerateResult:
     # --- Label each batch of queries and append the new records ---------------------------------
     labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
     mix = NegativeMix(
-        config.distractors, config.easy_negatives, config.hard_negatives, config.support_negatives, config.seed
+        retrieved=config.distractors, easy=config.easy_negatives, hard=config.hard_negatives,
+        support=config.support_negatives, seed=config.seed, article=config.article_negatives,
     )
     retriever = BM25Retriever(passages)
     counts: Counter[str] = Counter()
@@ -199,9 +200,11 @@ def check_resumable(config: GenerateConfig, output: Path) -> None:
         return
     old = yaml.safe_load(old_path.read_text(encoding="utf-8")) or {}
     new = to_dict(config)
+    # a setting added after the old run wrote its config.yaml had its default there
+    defaults = {f.name: f.default for f in fields(GenerateConfig) if f.default is not MISSING}
     problems = []
     for key in CONTENT_SETTINGS:
-        before, now = old.get(key), new[key]
+        before, now = old.get(key, defaults.get(key)), new[key]
         if key in ("corpus", "queries") and before is not None:
             same = Path(before).resolve() == Path(now).resolve()
         else:

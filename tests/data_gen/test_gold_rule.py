@@ -71,6 +71,44 @@ def test_relevant_exactly_when_the_passage_holds_the_answer() -> None:
     assert kinds == {"gold", "easy", "hard"}
 
 
+ARTICLE = [
+    *PASSAGES,
+    Passage("paris-3-0", "Paris", "The city's metro has sixteen lines."),
+    Passage("paris-4-0", "Paris", "Montmartre is a hill in the north of the city."),
+    Passage("paris-5-0", "Paris", "The Louvre pyramid was added to the museum in 1989."),
+]
+
+
+def test_article_negatives_are_random_same_article_passages_without_the_answer() -> None:
+    by_id = {p.id: p for p in ARTICLE}
+
+    def drawn(mix: NegativeMix, question: Query = MUSEUM) -> Evidence:
+        (found,) = find_evidence([question], BM25Retriever(ARTICLE), by_id, mix, depth=10)
+        return found
+
+    found = drawn(NegativeMix(retrieved=0, hard=1, article=2))
+    (hard,) = found.hard
+    assert len(found.article) == 2
+    for passage in found.article:
+        assert passage.title == "Paris"  # the question's own article
+        assert passage.id not in {"paris-1-0", hard.id}  # not its paragraph, not its hard negative
+        assert "louvre" not in passage.text.casefold()  # no answer: "paris-5-0" names the Louvre
+    # seeded by the question id and the run's seed: the same draw every time, another with another seed
+    assert drawn(NegativeMix(retrieved=0, hard=1, article=2)).article == found.article
+    draws = {drawn(NegativeMix(retrieved=0, hard=1, article=1, seed=seed)).article for seed in range(12)}
+    assert len(draws) > 1
+    # the closest match goes to `hard`; without hard negatives it can be drawn as an article negative
+    alone = {p.id for seed in range(12) for p in drawn(NegativeMix(retrieved=0, article=1, seed=seed)).article}
+    assert hard.id in alone and "paris-5-0" not in alone
+    # fewer safe passages than asked: all of them, no repeats
+    (few,) = find_evidence([ROME], BM25Retriever(ARTICLE), by_id, NegativeMix(retrieved=0, article=5), depth=10)
+    assert [p.id for p in few.article] == ["rome-0-0"]
+    records = GoldLabeler(by_id).label(MUSEUM, found)
+    article = [r for r in records if r.meta["kind"] == "article"]
+    assert [r.id.split("/")[1] for r in article] == ["article-0", "article-1"]
+    assert {r.segments[0].relevance.value for r in article} == {rf.IRRELEVANT}  # type: ignore[union-attr]
+
+
 def test_unanswerable_has_no_relevant_passage() -> None:
     (found,) = evidence([UNANSWERABLE], NegativeMix(retrieved=1)).values()
     records = GoldLabeler(BY_ID).label(UNANSWERABLE, found)

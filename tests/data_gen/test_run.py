@@ -112,6 +112,34 @@ def test_resume_refuses_other_settings(tmp_path: Path) -> None:
         run(make_config(tmp_path / "out", distractors=3))
 
 
+def test_resume_reads_a_setting_added_later_as_its_default(tmp_path: Path) -> None:
+    """A folder written before ``article_negatives`` existed resumes at 0 and refuses another value."""
+    out = tmp_path / "out"
+    run(make_config(out, limit=5))
+    config_file = out / "config.yaml"
+    config_file.write_text(
+        "".join(line for line in config_file.read_text().splitlines(True) if not line.startswith("article_negatives")))
+    assert "article_negatives" not in config_file.read_text()
+    run(make_config(out, limit=10))
+    with pytest.raises(ConfigError, match=r"article_negatives=1 differs from 0"):
+        run(make_config(out, limit=10, article_negatives=1))
+
+
+def test_article_negatives_records(tmp_path: Path) -> None:
+    result = run(make_config(tmp_path / "out", distractors=0, hard_negatives=1, article_negatives=1, limit=60))
+    rows = [Record.from_json(json.loads(line)) for line in lines(result.records_path)]
+    by_query: dict[str, dict[str, Record]] = {}
+    for record in rows:
+        by_query.setdefault(str(record.meta["query_id"]), {})[str(record.meta["kind"])] = record
+    article = [kinds for kinds in by_query.values() if "article" in kinds]
+    assert len(article) > 40 and result.stats["kinds"]["article"] == len(article)
+    for kinds in article:
+        passage, hard = kinds["article"].segments[0].passage, kinds["hard"].segments[0].passage
+        assert passage is not None and hard is not None
+        assert passage.title == hard.title and passage.id != hard.id
+        assert kinds["article"].segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
+
+
 def test_gold_shards_merge_records_and_critic(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
     whole = tmp_path / "whole"
     run(make_config(whole, *tiny_data, split="all", heldout=0.3))

@@ -564,3 +564,21 @@ def test_training_plot_draws_held_out_accuracy_without_eval_records(tmp_path: Pa
         finally:
             plt.close = real_close
     assert (tmp_path / "a.png").stat().st_size > 1000
+
+
+def test_summarise_reports_each_negative_kind_the_records_hold() -> None:
+    """Random same-article negatives (data_gen ``article_negatives``, kind ``article``) get their own AUROC beside
+    easy and hard ones; a kind the records do not hold gets none."""
+    from selfrag.reflection import ReflectionIds
+    from selfrag.training.judgement import summarise
+
+    ids = ReflectionIds({token: 100 + i for i, token in enumerate(rf.TOKENS)})
+    gold = [0.9, 0.8, 0.7, 0.6]
+    rows = [{"kind": "gold", "s_rel": s, "s_sup": None, "pairs": {}} for s in gold]
+    rows += [{"kind": "article", "s_rel": s, "s_sup": None, "pairs": {}} for s in (0.65, 0.1, 0.2, 0.3)]
+    rows += [{"kind": "hard", "s_rel": s, "s_sup": None, "pairs": {}} for s in (0.95, 0.85, 0.1, 0.2)]
+    relevance = summarise(rows, ids)["relevance"]
+    assert set(relevance) == {"article", "hard"}
+    assert relevance["article"]["auroc"] == pytest.approx(auroc(gold, [0.65, 0.1, 0.2, 0.3])) == pytest.approx(15 / 16)
+    assert relevance["hard"]["auroc"] == pytest.approx(9 / 16)
+    assert relevance["article"]["n_neg"] == 4
