@@ -182,7 +182,9 @@ def test_a_decay_ratio_needs_max_steps(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="num_decay_steps: expected a step count or a ratio"):
             load_config(TrainConfig, recipe, [*paths, f"trl.lr_scheduler_kwargs.num_decay_steps={bad}"])
     # JSON text is transformers' own form too: read like the mapping, its ratio resolved the same way
-    config = load_config(TrainConfig, recipe, [*paths, "trl.lr_scheduler_kwargs='{\"num_decay_steps\": 0.2}'"])
+    config = load_config(
+        TrainConfig, recipe, [*paths, "training.max_steps=300", "trl.lr_scheduler_kwargs='{\"num_decay_steps\": 0.2}'"]
+    )
     assert sft_options(config, tmp_path / "c")["lr_scheduler_kwargs"] == {"num_decay_steps": 60}
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_config(TrainConfig, recipe, [*paths, "trl.lr_scheduler_kwargs=abc"])
