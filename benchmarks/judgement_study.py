@@ -41,7 +41,9 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "S-qs-order-300steps": " (tests beside it for ~3 min)",
           "U-qs-order-full": " (unit tests beside it for ~2 min)", "V-q215-3epochs": " (alone)",
           "W-qs-order-rank1": " (unit tests beside it for ~1 min)", "W-qs-order-rank1-150steps": " (alone)",
-          "W-seed2-rank1": " (alone)"}
+          "W-seed2-rank1": " (alone)",
+          "W-qs-seed1-rank1-150steps": " (a scoring job beside it for ~14 min)",
+          "W-qs-seed2-rank1-150steps": " (alone)", "W-qs-seed3-rank1-150steps": " (alone)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
