@@ -1,8 +1,8 @@
 """The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of four modes.
 
-    selfrag quickstart                                  # ~18 min on 2 CPU cores (measured 16 min 48 s, 17 min 53 s)
+    selfrag quickstart                                  # ~17 min on 2 CPU cores, set-up included
     selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
-    selfrag quickstart epochs=2                         # retrains, recalibrates and re-evaluates; keeps the data
+    selfrag quickstart max_steps=300                    # retrains, recalibrates and re-evaluates; keeps the data
 
 One linear story; every stage is the same ``run(config)`` its own command calls. Each stage records a
 fingerprint of its settings and inputs in ``stages.json``: a rerun keeps a stage whose fingerprint is
@@ -210,10 +210,10 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     print(f"\nplots: {out / 'eval' / 'quality.png'}  {out / 'eval' / 'cost.png'}")
     print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
           f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
+    steps = train_config.training.max_steps
+    length, longer = ((f"{steps} steps", f"max_steps={max(300, 2 * steps)}") if steps > 0 else
+                      (f"{train_config.training.epochs:g} epochs", f"epochs={2 * train_config.training.epochs:g}"))
     if judges["learned"] is False:
-        steps = train_config.training.max_steps
-        length, longer = ((f"{steps} steps", f"max_steps={max(300, 2 * steps)}") if steps > 0 else
-                          (f"{train_config.training.epochs:g} epochs", f"epochs={2 * train_config.training.epochs:g}"))
         print(f"WARNING: this run's model does not tell relevant from irrelevant passages (relevance AUROC "
               f"{judges['auroc']:.2f} on {judges['items']} held-out passages; {RELEVANCE_LEARNED} or more when it has "
               f"learned). The recipe does not learn it in every run ({length} here; README, the CPU study): "
@@ -221,7 +221,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     if well_formed["share"] is not None and well_formed["share"] < config.min_well_formed:
         raise SelfragError(
             f"only {well_formed['share']:.1%} of outputs are well-formed trajectories (target "
-            f"{config.min_well_formed:.0%}); train longer (epochs=2) or check {out / 'eval' / 'records'}"
+            f"{config.min_well_formed:.0%}) after {length}; train longer ({longer}) or check "
+            f"{out / 'eval' / 'records'}"
         )
     return report
 

@@ -43,7 +43,8 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "W-qs-order-rank1": " (unit tests beside it for ~1 min)", "W-qs-order-rank1-150steps": " (alone)",
           "W-seed2-rank1": " (alone)",
           "W-qs-seed1-rank1-150steps": " (a scoring job beside it for ~14 min)",
-          "W-qs-seed2-rank1-150steps": " (alone)", "W-qs-seed3-rank1-150steps": " (alone)"}
+          "W-qs-seed2-rank1-150steps": " (alone)", "W-qs-seed3-rank1-150steps": " (alone)",
+          "W-qs-order-rank1-150steps-start5": " (cut by an environment restart after its last step, resumed)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -235,6 +236,31 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "on orders it was not chosen on?",
         ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
          "training.seed=3", "judgement_items=100"],
+    ),
+    "W-qs-order-rank1-150steps-start5": (
+        "W-qs-order-rank1-150steps (whose quickstart wrote 44% well-formed outputs) with the first answer word after a "
+        "verdict weighted 5 (`training.loss_weights.answer_start=5`, as K): does it learn the answer's place in 150 "
+        "steps?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "judgement_items=100"],
+    ),
+    "W-qs-seed1-rank1-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 with `training.seed=1`: does the answer-start weight keep the judgement and "
+        "the format on another data order?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "training.seed=1", "judgement_items=100"],
+    ),
+    "W-qs-seed2-rank1-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 with `training.seed=2`: does the answer-start weight keep the judgement and "
+        "the format on another data order?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "training.seed=2", "judgement_items=100"],
+    ),
+    "W-qs-seed3-rank1-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 with `training.seed=3`: does the answer-start weight keep the judgement and "
+        "the format on another data order?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "training.seed=3", "judgement_items=100"],
     ),
     "V-q215-3epochs": (
         "the issue's lead ('800 clean records x 3 epochs reached 0.99 / 0.98') with today's quickstart recipe: the "
@@ -477,7 +503,17 @@ def answers_arm(name: str, questions: int, plain: bool = False) -> Path:
                                              "modes": ["single_pass", "plain_rag"] if plain else ["single_pass"],
                                              "plots": False, "show": 0}))
     print(result.table)
+    print(f"well-formed single-pass outputs: {well_formed_cell(out.parent)}")
     return out / "results.json"
+
+
+def well_formed_cell(out: Path) -> str:
+    """The share of the arm's single-pass outputs that parse as well-formed trajectories (the quickstart's format
+    check, ``min_well_formed``), from its ``answers`` records."""
+    from selfrag.app.quickstart import well_formed_share
+
+    shares = well_formed_share(out / "answers" / "records" / "single_pass.jsonl")
+    return "n/a" if shares["share"] is None else f"{shares['share']:.0%} of {shares['outputs']}"
 
 
 def judgement_of(out: Path) -> Path | None:
@@ -501,7 +537,8 @@ def answer_cell(out: Path) -> str:
         return "n/a" if value is None else f"{value:.0%}"
 
     return (f"{pct(single.get('match'))} / {pct(single.get('false_abstain_rate'))} / "
-            f"{pct(single.get('abstain_rate_unanswerable'))} (n={single.get('examples')})")
+            f"{pct(single.get('abstain_rate_unanswerable'))} (n={single.get('examples')}; well-formed "
+            f"{well_formed_cell(out)})")
 
 
 def fmt(entry: dict | None) -> str:

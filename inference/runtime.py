@@ -565,6 +565,14 @@ class SelfRAG:
         if candidate.truncated:
             step["truncated"] = candidate.truncated
             reasons.append(f"truncated: {candidate.truncated}")
+        if not candidate.answer.strip():
+            # e.g. a model that wanted to retrieve, held to [No Retrieval] by the threshold, repeating [No Retrieval]:
+            # an empty answer is never shipped as a confident one
+            step["abstain"] = "the continuation has no answer text"
+            work.trace.append(step)
+            why = "; ".join(candidate.problems) or "no text between its reflection tokens"
+            reasons.append(f"abstained: the model wrote no answer without retrieval ({why})")
+            return self._answer(work, self.config.abstain_text, chosen, [], reasons, abstained=True)
         work.trace.append(step)
         segments = [AnswerSegment(candidate.answer, None, None)] if candidate.answer else []
         if work.choices is not None:

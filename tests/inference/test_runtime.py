@@ -277,6 +277,22 @@ def test_support_bound(reflection_tokenizer, token_ids) -> None:  # type: ignore
     assert bounded.abstained and "below support_bound" in bounded.trace[-1]["reason"]
 
 
+def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """A model held to [No Retrieval] against its own [Retrieval] that only repeats [No Retrieval] (the 150-step CPU
+    model did, on arithmetic questions) wrote no answer: the runtime abstains instead of shipping '' as an answer."""
+    first = decision(reflection_tokenizer, token_ids, 0.7, 0.3, rf.RETRIEVAL)  # below a 0.9 threshold
+    forced = Script((token_ids.id(rf.NO_RETRIEVAL),) * 4)
+    scenario = Scenario(reflection_tokenizer, token_ids, first, forced=forced)
+    answer = scenario.rag(threshold=0.9).answer("What is 2 + 2?")
+    assert not answer.retrieved and answer.abstained
+    assert answer.answer == InferenceConfig().abstain_text
+    assert answer.trajectory.startswith("[No Retrieval][No Retrieval]")
+    generate = answer.trace[-1]
+    assert generate["chosen"] == "answer_without_retrieval"
+    assert generate["abstain"] == "the continuation has no answer text"
+    assert any(why.startswith("abstained: the model wrote no answer without retrieval") for why in answer.reasons)
+
+
 def test_mode_never_forces_no_retrieval(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     forced = Script((*encode_text(reflection_tokenizer, "Four."), token_ids.id("[Utility:5]")))
     scenario = Scenario(reflection_tokenizer, token_ids, forced=forced)
