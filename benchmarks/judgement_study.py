@@ -44,7 +44,9 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "W-seed2-rank1": " (alone)",
           "W-qs-seed1-rank1-150steps": " (a scoring job beside it for ~14 min)",
           "W-qs-seed2-rank1-150steps": " (alone)", "W-qs-seed3-rank1-150steps": " (alone)",
-          "W-qs-order-rank1-150steps-start5": " (cut by an environment restart after its last step, resumed)"}
+          "W-qs-order-rank1-150steps-start5": " (cut by an environment restart after its last step; the resumed part)",
+          "W-qs-seed1-rank1-150steps-start5": " (alone but for ~10 s of unit tests)",
+          "W-qs-seed2-rank1-150steps-start5": " (alone)", "W-qs-seed3-rank1-150steps-start5": " (alone)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
