@@ -439,14 +439,29 @@ class PromptedSelfRAG:
         }
         if not work.retrieve:
             text = strip_reflection_tokens(alone or "").strip()
-            work.trace.append(
-                {
-                    "step": "generate",
-                    "chosen": "answer_without_retrieval",
-                    "critic_calls": work.critic_calls,
-                    "reason": "no passage was used",
-                }
-            )
+            step: dict[str, Any] = {
+                "step": "generate",
+                "chosen": "answer_without_retrieval",
+                "critic_calls": work.critic_calls,
+                "reason": "no passage was used",
+            }
+            if not text:  # as the single-pass runtime: an empty answer is never shipped as a confident one
+                step["abstain"] = "the reply has no answer text"
+                work.trace.append(step)
+                return Answer(
+                    answer=self.config.abstain_text,
+                    citations=(),
+                    abstained=True,
+                    low_confidence=False,
+                    trace=tuple(work.trace),
+                    trajectory=text,
+                    candidates=(),
+                    chosen=None,
+                    segments=(),
+                    reasons=("abstained: the model wrote no answer without retrieval",),
+                    **common,
+                )
+            work.trace.append(step)
             return Answer(
                 answer=text,
                 citations=(),

@@ -574,13 +574,13 @@ class SelfRAG:
             reasons.append(f"abstained: the model wrote no answer without retrieval ({why})")
             return self._answer(work, self.config.abstain_text, chosen, [], reasons, abstained=True)
         work.trace.append(step)
-        segments = [AnswerSegment(candidate.answer, None, None)] if candidate.answer else []
+        segments = [AnswerSegment(candidate.answer, None, None)]
         if work.choices is not None:
             choice = closedset.match(candidate.answer, work.choices)
             work.trace.append(closedset.no_retrieval_entry(candidate.answer, choice))
             if choice is None:
                 reasons.append("closed set: the answer matches none of the choices")
-        text = join_or_choice(work, segments) if segments else candidate.answer
+        text = join_or_choice(work, segments)
         return self._answer(work, text, chosen, segments, reasons, low_confidence=bool(reasons))
 
     def _answer(

@@ -108,6 +108,17 @@ def test_no_retrieval_answers_alone(reflection_tokenizer) -> None:  # type: igno
     assert answer.answer == "Four." and not answer.retrieved and answer.engine_calls == 2
 
 
+def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """An empty reply (or reflection tokens only) is not an answer: abstain, as the single-pass runtime does."""
+    def mute(prompt: str) -> str:
+        return "no" if "Would looking up" in prompt else "[Utility:5]"
+
+    answer = PromptedSelfRAG(engine(reflection_tokenizer, mute), FixedRetriever([PARIS])).answer("2 + 2?")
+    assert answer.abstained and answer.answer == InferenceConfig().abstain_text and not answer.retrieved
+    assert answer.segments == () and answer.trace[-1]["abstain"] == "the reply has no answer text"
+    assert answer.reasons == ("abstained: the model wrote no answer without retrieval",)
+
+
 def test_stream_sends_each_phase_as_it_ends_and_matches_answer(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
     from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
 
