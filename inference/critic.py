@@ -445,33 +445,21 @@ class PromptedSelfRAG:
                 "critic_calls": work.critic_calls,
                 "reason": "no passage was used",
             }
-            if not text:  # as the single-pass runtime: an empty answer is never shipped as a confident one
+            empty = not text  # as the single-pass runtime: an empty answer is never shipped as a confident one
+            if empty:
                 step["abstain"] = "the reply has no answer text"
-                work.trace.append(step)
-                return Answer(
-                    answer=self.config.abstain_text,
-                    citations=(),
-                    abstained=True,
-                    low_confidence=False,
-                    trace=tuple(work.trace),
-                    trajectory=text,
-                    candidates=(),
-                    chosen=None,
-                    segments=(),
-                    reasons=("abstained: the model wrote no answer without retrieval",),
-                    **common,
-                )
             work.trace.append(step)
             return Answer(
-                answer=text,
+                answer=self.config.abstain_text if empty else text,
                 citations=(),
-                abstained=False,
+                abstained=empty,
                 low_confidence=False,
                 trace=tuple(work.trace),
                 trajectory=text,
                 candidates=(),
                 chosen=None,
-                segments=(AnswerSegment(text),),
+                segments=() if empty else (AnswerSegment(text),),
+                reasons=("abstained: the model wrote no answer without retrieval",) if empty else (),
                 **common,
             )
         assert work.outcome is not None
