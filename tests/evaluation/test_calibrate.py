@@ -85,10 +85,38 @@ def test_relevance_threshold_separates_gold_passages_where_the_verdict_does_not(
                 passage(0.02, False), passage(None, False)]
     threshold, reason = choose_relevance_threshold(passages)
     assert threshold == pytest.approx(0.17)  # the midpoint of 0.12 and 0.22
-    assert "balanced accuracy 100.0% on 5 dev passages (2 gold)" in reason and "verdict (0.5): 50.0%" in reason
+    assert "balanced accuracy 100.0% on 5 dev passages (2 gold; best cut 0.17: 100.0%)" in reason
+    assert "verdict (0.5): 50.0%" in reason
     measured = relevance_measures(passages, threshold)
     assert measured["relevant_recall"] == 1.0 and measured["relevant_recall_at_0.5"] == 0.0
     assert measured["irrelevant_rejected"] == 1.0 and measured["relevance_passages"] == 5
+
+
+#: the quickstart's dev passages (commit 8601bd2's model, 12 dev questions): 4 gold among 36, scores bunched near 1
+QUICKSTART_DEV = ([0.98, 0.995, 0.999, 1.0],
+                  [0.01, 0.016, 0.021, 0.022, 0.038, 0.044, 0.048, 0.059, 0.069, 0.07, 0.077, 0.118, 0.119, 0.149,
+                   0.159, 0.178, 0.189, 0.196, 0.2, 0.213, 0.337, 0.346, 0.379, 0.577, 0.644, 0.67, 0.83, 0.883,
+                   0.954, 0.961, 0.996, 0.999])
+
+
+def test_relevance_threshold_from_few_gold_passages_stays_near_the_models_verdict() -> None:
+    """Four gold passages: the best cut (0.971, just under the lowest gold score) rejected 8 of 14 gold test passages
+    the model called [Relevant]. Within one standard error of the best, the cut nearest 0.5 is taken; the same
+    distribution ten times over has a smaller error, and the cut moves further toward the best."""
+    gold, other = QUICKSTART_DEV
+    passages = [passage(s, True) for s in gold] + [passage(s, False) for s in other]
+    threshold, reason = choose_relevance_threshold(passages)
+    assert 0.577 < threshold < 0.644
+    assert "best cut 0.97" in reason and ": 96.9%)" in reason and "within one standard error" in reason
+    assert "balanced accuracy 87.5% on 36 dev passages (4 gold" in reason  # 25 of 32 others rejected, all 4 gold kept
+    tenfold, _ = choose_relevance_threshold(passages * 10)
+    assert 0.67 < tenfold < 0.971
+
+
+def test_relevance_threshold_keeps_the_models_verdict_when_the_best_is_not_clearly_better() -> None:
+    passages = [passage(s, True) for s in (0.9, 0.8, 0.7, 0.45)] + [passage(s, False) for s in (0.55, 0.3, 0.2, 0.1)]
+    threshold, reason = choose_relevance_threshold(passages)  # best: 0.375 (87.5%); 0.5: 75.0%, within its error
+    assert threshold == 0.5 and "kept the model's own verdict (0.5)" in reason
 
 
 def test_relevance_threshold_tie_takes_the_middle_and_scores_far_below_a_grid_still_separate() -> None:
