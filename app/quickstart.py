@@ -1,6 +1,7 @@
-"""The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of four modes.
+"""The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of three modes.
 
-    selfrag quickstart                                  # ~17 min on 2 CPU cores, set-up included
+    selfrag quickstart                                  # ~15 min on 2 CPU cores, set-up included
+    selfrag quickstart prompted=true                    # + prompted-critic Self-RAG, the baseline (~5 min more)
     selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
     selfrag quickstart max_steps=300                    # retrains, recalibrates and re-evaluates; keeps the data
 
@@ -57,6 +58,10 @@ class QuickstartConfig:
     dev_questions: int = help_field("held-out questions (not in the table) the calibration is measured on", 12)
     target_false_abstain: float = help_field("calibration target: false abstains on answerable dev questions", 0.1)
     show: int = help_field("answers printed with every mode's answer and the decisions", 3)
+    prompted: bool = help_field(
+        "also answer with prompted-critic Self-RAG (the base model asked one critic question per decision: the "
+        "calls single-pass saves); about 5 more minutes on 2 cores, which is why it is off by default", False,
+    )
     min_well_formed: float = help_field(
         "exit with an error if fewer of the model's outputs than this parse as well-formed trajectories (0 = off); "
         "not counted: branches pruned after their relevance token, and branches the model marked [Irrelevant] (the "
@@ -96,7 +101,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.data_gen.run import run as generate
     from selfrag.evaluation.calibrate import VERSION as CALIBRATION_VERSION
     from selfrag.evaluation.calibrate import run as calibrate
-    from selfrag.evaluation.config import CalibrateConfig, EvalConfig
+    from selfrag.evaluation.config import MODES, CalibrateConfig, EvalConfig
     from selfrag.evaluation.data import query_to_row, records_to_label_rows
     from selfrag.evaluation.run import run as evaluate
     from selfrag.training.config import TrainConfig
@@ -172,8 +177,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         print(calibrate(calibrate_config).summary())
         stages.done("calibrate")
 
-    # ---- 5. Evaluation: four modes on the test questions, same base model -----------------------------
-    _banner(5, f"selfrag eval: {len(test)} held-out questions, four modes, the same base model")
+    # ---- 5. Evaluation: the modes on the test questions, same base model --------------------------------
     eval_settings = {
         "data": split_dir / "test.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS, "output_dir": out / "eval",
         "labels": split_dir / "test-labels.jsonl", "show": config.show,
@@ -184,8 +188,13 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         # the same judge for every mode, and not the trained model: its own IsSUP would grade single-pass by the
         # verdicts single-pass chose its answer by (0% unsupported by construction)
         "judge": {"kind": "overlap"},
+        "modes": [mode for mode in MODES if config.prompted or mode != "prompted"],
     }
     eval_config = from_dict(EvalConfig, {**eval_settings, **config.eval})
+    _banner(5, f"selfrag eval: {len(test)} held-out questions, {len(eval_config.modes)} modes "
+               f"({', '.join(eval_config.modes)}), the same base model")
+    if "prompted" not in eval_config.modes:
+        print("(prompted-critic Self-RAG, a critic call per decision, is left out: about 5 min more; prompted=true)")
     # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
     # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
     stages.check("eval", [calibration_fp, _portable(to_dict(eval_config)), file_digest(split_dir / "test.jsonl"),
