@@ -46,7 +46,8 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "W-qs-seed2-rank1-150steps": " (alone)", "W-qs-seed3-rank1-150steps": " (alone)",
           "W-qs-order-rank1-150steps-start5": " (cut by an environment restart after its last step; the resumed part)",
           "W-qs-seed1-rank1-150steps-start5": " (alone but for ~10 s of unit tests)",
-          "W-qs-seed2-rank1-150steps-start5": " (alone)", "W-qs-seed3-rank1-150steps-start5": " (alone)"}
+          "W-qs-seed2-rank1-150steps-start5": " (alone)", "W-qs-seed3-rank1-150steps-start5": " (alone)",
+          "W-qs-order-rank3-150steps-start5": " (quickstart tests beside it for ~4 min)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -244,6 +245,13 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "verdict weighted 5 (`training.loss_weights.answer_start=5`, as K): does it learn the answer's place in 150 "
         "steps?",
         ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "judgement_items=100"],
+    ),
+    "W-qs-order-rank3-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 (the quickstart's model) with the ranking term weighted 3 "
+        "(`training.relevance_rank=3`): do the closest same-article negatives, ranked below their question's gold "
+        "passage three times as hard, separate better within the 150-step budget?",
+        ["training.relevance_rank=3", "training.eval_fraction=0.01", "training.max_steps=150",
          "training.loss_weights.answer_start=5", "judgement_items=100"],
     ),
     "W-qs-seed1-rank1-150steps-start5": (
