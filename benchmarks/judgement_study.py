@@ -47,7 +47,8 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "W-qs-order-rank1-150steps-start5": " (cut by an environment restart after its last step; the resumed part)",
           "W-qs-seed1-rank1-150steps-start5": " (alone but for ~10 s of unit tests)",
           "W-qs-seed2-rank1-150steps-start5": " (alone)", "W-qs-seed3-rank1-150steps-start5": " (alone)",
-          "W-qs-order-rank3-150steps-start5": " (quickstart tests beside it for ~4 min)"}
+          "W-qs-order-rank3-150steps-start5": " (quickstart tests beside it for ~4 min)",
+          "W-qs-order-r64-150steps-start5": " (alone)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -253,6 +254,12 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "passage three times as hard, separate better within the 150-step budget?",
         ["training.relevance_rank=3", "training.eval_fraction=0.01", "training.max_steps=150",
          "training.loss_weights.answer_start=5", "judgement_items=100"],
+    ),
+    "W-qs-order-r64-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 (the quickstart's model, LoRA r=16) with LoRA r=64, alpha 128 (the same "
+        "scale): is the adapter's capacity what holds the closest same-article negatives back?",
+        ["training.relevance_rank=1", "training.eval_fraction=0.01", "training.max_steps=150",
+         "training.loss_weights.answer_start=5", "lora.r=64", "lora.alpha=128", "judgement_items=100"],
     ),
     "W-qs-seed1-rank1-150steps-start5": (
         "W-qs-order-rank1-150steps-start5 with `training.seed=1`: does the answer-start weight keep the judgement and "
