@@ -146,6 +146,12 @@ class GenerateConfig:
         "match). Each gives one [Irrelevant] record (kind 'article').",
         default=0,
     )
+    erased_negatives: int = help_field(
+        "1: for each answerable question, its gold passage with every sentence that states an answer taken out "
+        "-> [Irrelevant] (kind 'erased'; a minimal pair with the gold record: same title and topic, only the "
+        "answer's sentence missing). Skipped where nothing of at least 6 words is left. 0: none.",
+        default=0,
+    )
     support_negatives: int = help_field(
         "Support negatives per answerable question: its gold passage with another question's answer of the same "
         "form (number/name/phrase, similar length) -> [Relevant] ... [No support / Contradictory]. The wrong "
@@ -176,6 +182,10 @@ class GenerateConfig:
         for name in ("distractors", "easy_negatives", "hard_negatives", "article_negatives", "support_negatives"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}; use 0 for none")
+        if self.erased_negatives not in (0, 1):
+            problems.append(
+                f"erased_negatives must be 0 or 1 (a gold passage has one erased form), got {self.erased_negatives}"
+            )
         if not self.abstain_text.strip():
             problems.append(f"abstain_text must not be empty, got {self.abstain_text!r}; e.g. {ABSTAIN_TEXT!r}")
         try:

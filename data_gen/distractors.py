@@ -8,7 +8,11 @@ answer (case-insensitive). Three difficulties, each a configurable count per que
 - ``easy``: a passage of another article (``meta.title``), drawn with a seed from the question id;
 - ``hard``: the best BM25 match from the question's own article (same topic, no answer);
 - ``article``: a passage of the question's own article drawn at random (same article, no answer, not the closest
-  match: between easy and hard; the hard kind's passages are left out).
+  match: between easy and hard; the hard kind's passages are left out);
+- ``erased``: the gold passage itself with every sentence that states an answer taken out (a minimal pair: the
+  same title, topic and words as the evidence, only the answer's sentence missing). It is the one negative whose
+  only difference from the gold passage is whether the answer is there, which is what the closest same-article
+  passages demand of the model.
 
 A support negative is another question's answer of the same *form* (number, name, phrase; similar length), so
 that ``gold passage + wrong answer -> [No support / Contradictory]`` cannot be told from the right answer by its
@@ -41,6 +45,7 @@ class Evidence:
     hard: tuple[Passage, ...] = ()  # same article, no answer
     wrong_answers: tuple[str, ...] = ()  # other questions' answers of the same form, absent from the gold passage
     article: tuple[Passage, ...] = ()  # same article, no answer, drawn at random
+    erased: tuple[Passage, ...] = ()  # the gold passage without its answer's sentences
 
 
 def own_passage_ids(query: Query) -> frozenset[str]:
@@ -95,6 +100,7 @@ class NegativeMix:
     support: int = 0
     seed: int = 0
     article: int = 0
+    erased: int = 0
 
 
 def find_evidence(
@@ -126,7 +132,8 @@ def find_evidence(
         hard = _hard(query, ranked, by_article, mix) if mix.hard else ()
         wrong = _wrong_answers(query, passages_by_id, forms, mix) if mix.support and query.answerable else ()
         article = _article(query, by_article, mix, hard) if mix.article else ()
-        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, article))
+        erased = _erased(query, passages_by_id) if mix.erased and query.answerable else ()
+        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, article, erased))
     return evidence
 
 
@@ -172,6 +179,50 @@ def _article(
     pool = [p for p in by_article[article] if p.id not in taken and is_distractor(query, p)]
     rng = _rng(query, "article", mix.seed)
     return tuple(rng.sample(pool, min(mix.article, len(pool))))
+
+
+#: A sentence ends at . ! or ? (or one of them and a closing quote or bracket) followed by space and a capital
+#: letter, a digit, a quote or a bracket ("3.5" stays whole; "St. Louis" splits, which only ever removes more text
+#: or refuses the passage).
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
+#: An erased passage shorter than this many words is not drawn: too little left to be a passage.
+MIN_ERASED_WORDS = 6
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences (see :data:`_SENTENCE_END`), whitespace-trimmed, empty ones dropped."""
+    return [part.strip() for part in _SENTENCE_END.split(text.strip()) if part.strip()]
+
+
+def erase_answers(passage: Passage, answers: Sequence[str]) -> Passage | None:
+    """``passage`` without the sentences that mention any of ``answers``; None when nothing usable is left.
+
+    None when no sentence mentions an answer (the answer is only in the title, or spans two sentences), when every
+    sentence does, when fewer than :data:`MIN_ERASED_WORDS` words remain, or when the rest still mentions an answer
+    (one split across a sentence boundary). The id is the passage's own plus ``#erased``: it is not a corpus passage.
+    """
+    parts = sentences(passage.text)
+    kept = [part for part in parts if not any(_says(part, answer) for answer in answers)]
+    if len(kept) == len(parts) or not kept:
+        return None
+    erased = Passage(f"{passage.id}#erased", passage.title, " ".join(kept))
+    if len(erased.text.split()) < MIN_ERASED_WORDS or any(mentions(erased, answer) for answer in answers):
+        return None
+    return erased
+
+
+def _says(text: str, answer: str) -> bool:
+    return bool(answer.strip()) and answer.strip().casefold() in text.casefold()
+
+
+def _erased(query: Query, passages_by_id: Mapping[str, Passage]) -> tuple[Passage, ...]:
+    """The first gold passage with its answer's sentences taken out, when something usable is left."""
+    for passage_id in query.gold_passage_ids[:1]:
+        passage = passages_by_id.get(passage_id)
+        erased = None if passage is None else erase_answers(passage, query.answers)
+        if erased is not None:
+            return (erased,)
+    return ()
 
 
 def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:

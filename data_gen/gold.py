@@ -14,7 +14,8 @@ gold passage, which contains the answer span); an unanswerable question has no r
 paragraph P (the best BM25 match among its passages) is ``[Irrelevant]``. Negatives D come in four
 kinds (see :mod:`selfrag.data_gen.distractors`): retrieved (BM25 top-k, record ``distractor-N``), easy
 (another article, ``easy-N``), hard (the closest match of the same article without the answer, ``hard-N``) and
-article (a random passage of the same article without the answer, ``article-N``). A support negative puts
+article (a random passage of the same article without the answer, ``article-N``), and erased (the gold passage with
+its answer's sentences taken out, ``erased-0``). A support negative puts
 another question's answer of the same form (``wrong``) after the gold passage.
 
 Text that must not be learned is marked ``meta.untrained_text = true`` (training masks the segment text, keeps
@@ -137,6 +138,7 @@ class GoldLabeler:
             ("easy", "easy", evidence.easy),
             ("hard", "hard", evidence.hard),
             ("article", "article", evidence.article),
+            ("erased", "erased", evidence.erased),
         ):
             for number, passage in enumerate(passages):
                 records.append(

@@ -48,7 +48,7 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "article_negatives", "train_abstain_text", "abstain_text", "heldout", "seed",
+    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed",
 )
 
 T = TypeVar("T")
@@ -126,6 +126,7 @@ def run(config: GenerateConfig) -> GenerateResult:
     mix = NegativeMix(
         retrieved=config.distractors, easy=config.easy_negatives, hard=config.hard_negatives,
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,
+        erased=config.erased_negatives,
     )
     retriever = BM25Retriever(passages)
     counts: Counter[str] = Counter()

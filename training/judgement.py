@@ -38,7 +38,7 @@ from selfrag.reflection import Group, ReflectionIds
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
 from selfrag.training.logits import logits_at
 
-RELEVANCE_NEGATIVES = ("easy", "hard", "article", "distractor", "own-passage")
+RELEVANCE_NEGATIVES = ("easy", "hard", "article", "erased", "distractor", "own-passage")
 SUPPORT_NEGATIVE = "support-negative"
 BOOTSTRAP = 1000
 

@@ -7,7 +7,14 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
-from selfrag.data_gen.distractors import Evidence, NegativeMix, answer_form, find_evidence
+from selfrag.data_gen.distractors import (
+    Evidence,
+    NegativeMix,
+    answer_form,
+    erase_answers,
+    find_evidence,
+    sentences,
+)
 from selfrag.data_gen.gold import ABSTAIN_TEXT, GoldLabeler
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -107,6 +114,53 @@ def test_article_negatives_are_random_same_article_passages_without_the_answer()
     article = [r for r in records if r.meta["kind"] == "article"]
     assert [r.id.split("/")[1] for r in article] == ["article-0", "article-1"]
     assert {r.segments[0].relevance.value for r in article} == {rf.IRRELEVANT}  # type: ignore[union-attr]
+
+
+def test_erased_negative_is_the_gold_passage_without_its_answers_sentence() -> None:
+    gold = Passage("seine-0-0", "Seine", "The Seine flows through Paris. It froze in 1895 during a cold winter. "
+                   "Barges still carry sand and gravel on it.")
+    frozen = query("q-frozen", "When did the Seine freeze?", ("1895",), ("seine-0-0",), "Seine", ["seine-0-0"])
+    by_id = {**BY_ID, gold.id: gold}
+    (found,) = find_evidence([frozen], BM25Retriever([*PASSAGES, gold]), by_id, NegativeMix(retrieved=0, erased=1))
+    (erased,) = found.erased
+    # a minimal pair: the same title and the other sentences, in order; only the answer's sentence is gone
+    assert erased.title == "Seine" and erased.id == "seine-0-0#erased"
+    assert erased.text == "The Seine flows through Paris. Barges still carry sand and gravel on it."
+    (record,) = [r for r in GoldLabeler(by_id).label(frozen, found) if r.meta["kind"] == "erased"]
+    assert record.id == "q-frozen/erased-0"
+    assert record.segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
+    assert record.segments[0].text == ABSTAIN_TEXT and record.meta["untrained_text"] is True
+    # off by default; unanswerable questions have no gold passage to erase
+    assert find_evidence([frozen], BM25Retriever(PASSAGES), by_id, NegativeMix(retrieved=0))[0].erased == ()
+    (none,) = find_evidence([UNANSWERABLE], BM25Retriever(PASSAGES), BY_ID, NegativeMix(retrieved=0, erased=1))
+    assert none.erased == ()
+
+
+def test_erase_answers_refuses_what_would_not_be_a_clean_negative() -> None:
+    passage = Passage("p", "Louvre", "The Louvre opened in 1793. It was a royal palace before. Its pyramid is glass.")
+    assert erase_answers(passage, ["1793"]) == Passage(
+        "p#erased", "Louvre", "It was a royal palace before. Its pyramid is glass.")
+    # every sentence states the answer, or none does (the answer only in the title): nothing to erase
+    assert erase_answers(Passage("p", "T", "In 1793 it opened. By 1793 it was full."), ["1793"]) is None
+    assert erase_answers(passage, ["Louvre"]) is None  # the title names it: what is left still mentions it
+    assert erase_answers(passage, ["1066"]) is None
+    # too little left to be a passage
+    assert erase_answers(Passage("p", "T", "It opened in 1793. Then it rained."), ["1793"]) is None
+    # an answer the splitter cuts in two ("St." before a capital ends a sentence) is in no one sentence: refused,
+    # never a passage that still names it
+    fair = Passage("p", "T", "The fair was held in St. Louis in 1904. Millions came to see the exhibits there.")
+    assert erase_answers(fair, ["St. Louis"]) is None
+    # every alias is erased, case-insensitively
+    two = Passage("p", "T", "The museum opened in 1793. The Palais du Louvre was its name. "
+                  "Visitors came from all over Europe to see it.")
+    assert erase_answers(two, ["1793", "palais du louvre"]) == Passage(
+        "p#erased", "T", "Visitors came from all over Europe to see it.")
+
+
+def test_sentences_keep_abbreviations_and_decimals_whole_enough() -> None:
+    assert sentences("It cost 3.5 francs. Then it rose! Did it? \"Yes.\" (Later.) ") == [
+        "It cost 3.5 francs.", "Then it rose!", "Did it?", '"Yes."', "(Later.)"]
+    assert sentences("  ") == []
 
 
 def test_unanswerable_has_no_relevant_passage() -> None:

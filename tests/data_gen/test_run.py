@@ -140,6 +140,28 @@ def test_article_negatives_records(tmp_path: Path) -> None:
         assert kinds["article"].segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
 
 
+def test_erased_negatives_records(tmp_path: Path) -> None:
+    """Each erased record is its question's gold passage less the sentences naming an answer, and a resume with
+    another erased_negatives value is refused (the records would mix)."""
+    out = tmp_path / "out"
+    result = run(make_config(out, distractors=0, erased_negatives=1, limit=60))
+    rows = [Record.from_json(json.loads(line)) for line in lines(result.records_path)]
+    by_query: dict[str, dict[str, Record]] = {}
+    for record in rows:
+        by_query.setdefault(str(record.meta["query_id"]), {})[str(record.meta["kind"])] = record
+    erased = [kinds for kinds in by_query.values() if "erased" in kinds]
+    assert len(erased) > 20 and result.stats["kinds"]["erased"] == len(erased)
+    for kinds in erased:
+        passage, gold = kinds["erased"].segments[0].passage, kinds["gold"].segments[0].passage
+        assert passage is not None and gold is not None
+        assert passage.id == f"{gold.id}#erased" and passage.title == gold.title
+        assert len(passage.text) < len(gold.text) and kinds["gold"].segments[0].text not in passage.text
+        assert all(sentence in gold.text for sentence in passage.text.split(". "))  # nothing new, only less
+        assert kinds["erased"].segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"erased_negatives=0 differs from 1"):
+        run(make_config(out, distractors=0, limit=60))
+
+
 def test_gold_shards_merge_records_and_critic(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
     whole = tmp_path / "whole"
     run(make_config(whole, *tiny_data, split="all", heldout=0.3))
@@ -192,7 +214,8 @@ def test_config_problems_are_collected(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="corpus is required"):
         load_config(GenerateConfig, None, ["queries=q.jsonl", "output=out"])
     with pytest.raises(ConfigError) as error:
-        make_config(tmp_path, distractors=-1, shard="3/2", labeler="teacher", limit=0, abstain_text="' '")
+        make_config(tmp_path, distractors=-1, shard="3/2", labeler="teacher", limit=0, abstain_text="' '",
+                    erased_negatives=2)
     message = str(error.value)
     for needle in (
         "distractors must be >= 0, got -1",
@@ -200,6 +223,7 @@ def test_config_problems_are_collected(tmp_path: Path) -> None:
         "labeler must be one of ['gold', 'llm'], got 'teacher'",
         "limit must be >= 1 or null, got 0",
         "abstain_text must not be empty",
+        "erased_negatives must be 0 or 1 (a gold passage has one erased form), got 2",
     ):
         assert needle in message
 
