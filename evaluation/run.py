@@ -21,6 +21,7 @@ from typing import Any
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
+from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
 from . import metrics, report
@@ -103,7 +104,9 @@ def run(config: EvalConfig) -> EvalResult:
     ids = [example.id for example in examples]
     for mode in config.modes:
         model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
-        done = store.start(mode, mode_fingerprint(settings, mode, model_identity(model), inputs), ids)
+        # single-pass answers are the runtime's: a runtime that decodes differently answers again
+        mode_settings = {**settings, "runtime_version": BEHAVIOUR_VERSION} if mode == "single_pass" else settings
+        done = store.start(mode, mode_fingerprint(mode_settings, mode, model_identity(model), inputs), ids)
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)

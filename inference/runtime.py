@@ -74,6 +74,12 @@ class _Work:
     outcome: tuple[str, int, str] | None = None  # (accept | abstain | flag, candidate index, reason)
 
 
+#: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
+#: not this runtime's): 2 = the answer after [No Retrieval] is decoded text first (banned decisions and verdicts,
+#: stops held back one id). `selfrag eval` and `selfrag calibrate` fingerprint their work with it.
+BEHAVIOUR_VERSION = 2
+
+
 class SelfRAG:
     """Answer questions with a model trained to emit reflection tokens (see the module docstring)."""
 
@@ -92,6 +98,10 @@ class SelfRAG:
         self._retrieval_id = ids.id(rf.RETRIEVAL)
         self._no_retrieval_id = ids.id(rf.NO_RETRIEVAL)
         self._paragraph_id = ids.id(rf.PARAGRAPH_OPEN)
+        # after [No Retrieval] a trajectory is `{answer}[Utility:k]`: no other decision, verdict or passage markup
+        self._after_no_retrieval_banned = tuple(
+            i for i in ids.all_ids if i not in (*self._utility_ids, self._retrieval_id, self._paragraph_id)
+        )
 
     @property
     def weights(self) -> dict[str, float]:
@@ -193,7 +203,7 @@ class SelfRAG:
         active = self._retrieve([work for work in works if work.retrieve])
         forced = [work for work in works if not work.retrieve and work.answer_generation is None]
         results = self._call(
-            [self._continuation_request(work.prompt + work.prefix, self.config.max_tokens) for work in forced], forced
+            [self._no_retrieval_request(work.prompt + work.prefix) for work in forced], forced
         )
         for work, generation in zip(forced, results, strict=True):
             work.answer_generation = generation
@@ -210,7 +220,7 @@ class SelfRAG:
         for work in works:
             work.prefix = (self._no_retrieval_id,)
         results = self._call(
-            [self._continuation_request(work.prompt + work.prefix, self.config.max_tokens) for work in works], works
+            [self._no_retrieval_request(work.prompt + work.prefix) for work in works], works
         )
         for work, generation in zip(works, results, strict=True):
             work.answer_generation = generation
@@ -237,6 +247,16 @@ class SelfRAG:
             stop_token_ids=self._stop_ids(),
             score_token_ids=self.engine.token_ids.all_ids,
         )
+
+    def _no_retrieval_request(self, prompt: Sequence[int]) -> GenerationRequest:
+        """The answer after ``[No Retrieval]`` (forced by the threshold, mode=never, no passage found, or every
+        passage judged irrelevant): text first, never another decision or verdict. A model that wanted to retrieve
+        and was held to ``[No Retrieval]`` otherwise repeats ``[No Retrieval]`` or stops at ``[Retrieval]`` and
+        writes no answer at all (the 150-step CPU model did on arithmetic questions)."""
+        request = self._continuation_request(prompt, self.config.max_tokens)
+        if not prompt or prompt[-1] != self._no_retrieval_id:
+            return request
+        return replace(request, banned_token_ids=self._after_no_retrieval_banned, min_tokens=1)
 
     def _call(self, requests: list[GenerationRequest], works: Sequence[Any]) -> list[Generation]:
         if not requests:

@@ -26,6 +26,11 @@ class GenerationRequest:
     ``score_token_ids`` are the ids whose log-probs the engine reports at every generated position
     (the reflection ids; never the whole vocabulary). ``adapter`` names a LoRA adapter where the
     backend serves several; None means the engine's own model.
+
+    Constraints (the reported log-probs stay the model's own, before them): ``banned_token_ids`` are never
+    generated; ``min_tokens`` ids come before a stop id or end-of-sequence may be generated (vLLM's
+    ``min_tokens``). The runtime's answer after a forced ``[No Retrieval]`` uses both, so that the model writes
+    an answer rather than another decision.
     """
 
     prompt_ids: tuple[int, ...]
@@ -38,10 +43,16 @@ class GenerationRequest:
     #: question; pruning's continuation adds the token decoded here), so an engine that keeps prompt KV between calls
     #: (the hf engine's PrefixCache) keeps this one; others ignore it
     keep_prefix: bool = False
+    banned_token_ids: tuple[int, ...] = ()
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be between 0 and max_tokens ({self.max_tokens}), got {self.min_tokens}")
+        if set(self.banned_token_ids) & set(self.stop_token_ids):
+            raise ValueError("a banned id cannot also be a stop id; use min_tokens to delay a stop")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}; use 0 for greedy decoding")
         if not self.prompt_ids:
@@ -50,7 +61,8 @@ class GenerationRequest:
     @property
     def decode_key(self) -> tuple[Any, ...]:
         """Requests with equal keys can share one batch."""
-        return (self.max_tokens, self.stop_token_ids, self.temperature, self.score_token_ids, self.adapter)
+        return (self.max_tokens, self.stop_token_ids, self.temperature, self.score_token_ids, self.adapter,
+                self.banned_token_ids, self.min_tokens)
 
 
 @dataclass(frozen=True)
@@ -153,6 +165,10 @@ def build_generation(
         seconds=seconds,
         score_bounds=tuple(bounds),
     )
+
+
+#: The logit bias that bans an id on an OpenAI-compatible server (the API's lower limit) and in vLLM.
+BAN_BIAS = -100.0
 
 
 def finish_reason_of(token_id: int, stop_ids: Sequence[int], eos_ids: Sequence[int]) -> FinishReason | None:

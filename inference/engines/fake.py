@@ -68,6 +68,15 @@ class ScriptedEngine:
             prompt = self.tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)
             raise KeyError(f"no script for prompt {prompt!r}") from None
 
+    def _check(self, request: GenerationRequest, position: int, token_id: int) -> None:
+        """A script must be a decode a real engine could produce under the request's constraints."""
+        if token_id in request.banned_token_ids:
+            raise ValueError(f"the script emits banned id {token_id} at position {position}; no engine would")
+        if position < request.min_tokens and token_id in (*request.stop_token_ids, *self.eos_ids):
+            raise ValueError(
+                f"the script stops with id {token_id} at position {position}, before min_tokens={request.min_tokens}"
+            )
+
     def _generate(self, request: GenerationRequest) -> Generation:
         started = time.monotonic()
         script = self._lookup(request)
@@ -75,6 +84,7 @@ class ScriptedEngine:
         scores: list[dict[int, float]] = []
         finish: FinishReason = "length"
         for position, token_id in enumerate(script.token_ids[: request.max_tokens]):
+            self._check(request, position, int(token_id))
             available = script.logprobs[position] if position < len(script.logprobs) else {}
             tokens.append(int(token_id))
             scores.append({i: float(available[i]) for i in request.score_token_ids if i in available})

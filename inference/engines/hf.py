@@ -168,7 +168,7 @@ class HFEngine:
             if keep and step == 0:
                 self.prefixes.keep(prompts, cache, attention_mask, kept_rows)
             logits = output.logits[:, -1, :].float()  # (batch, vocab)
-            next_ids = self._choose(logits, settings.temperature)
+            next_ids = self._choose(self._constrain(logits, settings, step), settings.temperature)
             self._record(rows, next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids), settings)
             if all(row.finish is not None for row in rows):
                 break
@@ -187,7 +187,7 @@ class HFEngine:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
         rows = [_Row() for _ in batch]
         cache = None
-        for _ in range(settings.max_tokens):
+        for step in range(settings.max_tokens):
             output = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -197,7 +197,7 @@ class HFEngine:
             )
             cache = output.past_key_values
             logits = output.logits[:, -1, :].float()  # (batch, vocab), fp32 so close scores do not tie
-            next_ids = self._choose(logits, settings.temperature)
+            next_ids = self._choose(self._constrain(logits, settings, step), settings.temperature)
             full = torch.log_softmax(logits, dim=-1)
             self._record(rows, next_ids.tolist(), _pick(full, settings.score_token_ids), settings)
             if all(row.finish is not None for row in rows):
@@ -248,6 +248,18 @@ class HFEngine:
             ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
             mask[row, width - len(prompt) :] = 1
         return ids.to(self.device), mask.to(self.device)
+
+    def _constrain(self, logits: torch.Tensor, settings: GenerationRequest, step: int) -> torch.Tensor:
+        """``logits`` with the ids the request forbids at this step at -inf: banned ids always, stop and
+        end-of-sequence ids before ``min_tokens`` (the scores are read from the unconstrained logits)."""
+        forbidden = list(settings.banned_token_ids)
+        if step < settings.min_tokens:
+            forbidden += [*settings.stop_token_ids, *self.eos_ids]
+        if not forbidden:
+            return logits
+        constrained = logits.clone()
+        constrained[:, forbidden] = float("-inf")
+        return constrained
 
     def _choose(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
         if temperature == 0:

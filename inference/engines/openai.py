@@ -28,7 +28,7 @@ from typing import Any
 
 from selfrag.errors import SelfragError
 
-from .base import Generation, GenerationRequest, build_generation
+from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,10 @@ class OpenAIEngine:
             "return_tokens_as_token_ids": True,
             "logprobs": 1,  # tokens come back as ids through the log-prob entries
         }
+        if request.banned_token_ids:
+            body["logit_bias"] = {str(i): BAN_BIAS for i in request.banned_token_ids}
+        if request.min_tokens:
+            body["min_tokens"] = request.min_tokens  # vLLM's server parameter (not in OpenAI's own API)
         if request.temperature > 0:
             body["seed"] = self.seed
         if request.score_token_ids and exact:

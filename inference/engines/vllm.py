@@ -26,7 +26,7 @@ from typing import Any
 from selfrag.errors import ModelNotFoundError
 from selfrag.models import resolve_model
 
-from .base import Generation, GenerationRequest, build_generation
+from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
 
 logger = logging.getLogger(__name__)
@@ -156,6 +156,10 @@ class VLLMEngine:
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
         }
+        if request.banned_token_ids:
+            options["logit_bias"] = {int(i): BAN_BIAS for i in request.banned_token_ids}
+        if request.min_tokens:
+            options["min_tokens"] = request.min_tokens  # vLLM holds back stop ids and eos until then
         if request.temperature > 0:
             options["seed"] = self.seed + index
         if score_ids and self._exact:

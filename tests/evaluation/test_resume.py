@@ -101,6 +101,22 @@ def test_a_changed_model_reanswers_single_pass_only(setup: tuple[Engines, dict])
     assert engines.requests["trained"] == 2 * trained_before
 
 
+def test_a_runtime_that_decodes_differently_reanswers_single_pass_only(
+    setup: tuple[Engines, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saved single-pass answers are the runtime's: a new BEHAVIOUR_VERSION (the same settings decoded another way)
+    answers again; the base model's modes do not go through the runtime and are kept."""
+    engines, settings = setup
+    run_module.run(from_dict(EvalConfig, settings))
+    plain_before, trained_before = engines.requests["plain"], engines.requests["trained"]
+    run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests["trained"] == trained_before  # same version: kept
+    monkeypatch.setattr(run_module, "BEHAVIOUR_VERSION", run_module.BEHAVIOUR_VERSION + 1)
+    run_module.run(from_dict(EvalConfig, settings))
+    assert engines.requests["plain"] == plain_before
+    assert engines.requests["trained"] == 2 * trained_before
+
+
 def test_a_changed_setting_reanswers_every_mode_and_dropped_modes_leave_no_records(setup: tuple[Engines, dict]) -> None:
     engines, settings = setup
     run_module.run(from_dict(EvalConfig, settings))

@@ -52,6 +52,9 @@ class ScriptedServer:
             stop_token_ids=tuple(body.get("stop_token_ids") or ()),
             temperature=body.get("temperature", 0.0),
             score_token_ids=score_ids or (every if top_k else ()),
+            # as vLLM's server: a -100 logit bias bans the id; min_tokens holds back stop ids and eos
+            banned_token_ids=tuple(int(i) for i, bias in (body.get("logit_bias") or {}).items() if bias <= -100),
+            min_tokens=int(body.get("min_tokens") or 0),
         )
         with self.lock:  # the engine is not thread-safe
             [generation] = self.engine.generate([request])

@@ -69,6 +69,45 @@ def test_stop_id_is_honoured_and_kept(engine: HFEngine) -> None:
     assert generation.finish_reason == "stop"
 
 
+def test_banned_ids_are_never_generated_and_scores_stay_the_models(engine: HFEngine) -> None:
+    prompt = _prompts(engine)[1]
+    score_ids = engine.token_ids.all_ids
+    free = engine.generate([GenerationRequest(prompt, max_tokens=8, score_token_ids=score_ids)])[0]
+    banned = tuple(dict.fromkeys(free.token_ids[:3]))  # the first ids greedy decoding chose
+    [held] = engine.generate([GenerationRequest(prompt, max_tokens=8, score_token_ids=score_ids,
+                                                banned_token_ids=banned)])
+    assert not set(held.token_ids) & set(banned)
+    with torch.no_grad():  # the first id is the best one that is not banned
+        logits = engine.model(torch.tensor([prompt])).logits[0, -1].float()
+    logits[list(banned)] = float("-inf")
+    assert held.token_ids[0] == int(logits.argmax())
+    # the reported log-probs are the model's own, not renormalised over what was allowed
+    assert held.score_logprobs[0] == pytest.approx(free.score_logprobs[0], abs=1e-5)
+
+
+def test_min_tokens_holds_back_stop_ids_and_eos(engine: HFEngine, merged_dir: Path) -> None:
+    prompt = _prompts(engine)[0]
+    free = engine.generate([GenerationRequest(prompt, max_tokens=6)])[0].token_ids
+    stop = (free[0],)  # greedy's first id, made a stop: without min_tokens the decode is that one id
+    assert engine.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop)])[0].token_ids == stop
+    [held] = engine.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2)])
+    assert not set(held.token_ids[:2]) & {*stop, *engine.eos_ids}
+    # the same constraints through the first implementation (the benchmark's baseline) give the same ids
+    legacy = HFEngine(merged_dir, batch_size=4, legacy_decode=True)
+    [old] = legacy.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2,
+                                               banned_token_ids=(free[1],))])
+    [new] = engine.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2,
+                                               banned_token_ids=(free[1],))])
+    assert old.token_ids == new.token_ids and free[1] not in new.token_ids
+
+
+def test_constraints_are_checked() -> None:
+    with pytest.raises(ValueError, match="min_tokens must be between 0 and max_tokens"):
+        GenerationRequest((1,), max_tokens=2, min_tokens=3)
+    with pytest.raises(ValueError, match="cannot also be a stop id"):
+        GenerationRequest((1,), max_tokens=2, stop_token_ids=(5,), banned_token_ids=(5,))
+
+
 def test_logprobs_match_log_softmax(engine: HFEngine) -> None:
     prompt = _prompts(engine)[2]
     score_ids = engine.token_ids.all_ids

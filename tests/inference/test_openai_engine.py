@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,18 @@ def test_same_results_as_offline(model_dir, offline) -> None:  # type: ignore[no
         assert all(body["skip_special_tokens"] is False and body["prompt"] for body in server.bodies)
     _same(generations, offline.generate(requests))
     assert all(g.score_bounds == () for g in generations)
+
+
+def test_constraints_reach_the_server(model_dir, offline) -> None:  # type: ignore[no-untyped-def]
+    """banned ids go as a -100 logit bias (OpenAI's ban), min_tokens as vLLM's parameter: same ids as offline."""
+    [free] = offline.generate(_requests(offline)[:1])
+    request = replace(_requests(offline)[0], banned_token_ids=(free.token_ids[0],), min_tokens=2)
+    with ScriptedServer(offline) as server:
+        [remote] = OpenAIEngine(model_dir, base_url=server.url).generate([request])
+        body = server.bodies[-1]
+    assert body["logit_bias"] == {str(free.token_ids[0]): -100.0} and body["min_tokens"] == 2
+    _same([remote], offline.generate([request]))
+    assert remote.token_ids[0] != free.token_ids[0]
 
 
 @pytest.mark.parametrize("faults", [["429", "500"], ["malformed", "nochoices"], ["sleep"], ["500", "429", "malformed"]])

@@ -277,16 +277,57 @@ def test_support_bound(reflection_tokenizer, token_ids) -> None:  # type: ignore
     assert bounded.abstained and "below support_bound" in bounded.trace[-1]["reason"]
 
 
-def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
-    """A model held to [No Retrieval] against its own [Retrieval] that only repeats [No Retrieval] (the 150-step CPU
-    model did, on arithmetic questions) wrote no answer: the runtime abstains instead of shipping '' as an answer."""
+def test_forced_no_retrieval_decodes_text_first(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """The answer after a forced [No Retrieval] may not open with another decision, a verdict or a stop: the
+    150-step CPU model, held to [No Retrieval] against its own [Retrieval], repeated [No Retrieval] and wrote no
+    answer. The request bans every reflection id but the utility ids and the stops, and holds the stops back one id;
+    the decision itself stays unconstrained (it is the model's own judgement)."""
     first = decision(reflection_tokenizer, token_ids, 0.7, 0.3, rf.RETRIEVAL)  # below a 0.9 threshold
-    forced = Script((token_ids.id(rf.NO_RETRIEVAL),) * 4)
+    forced = Script((*encode_text(reflection_tokenizer, "4"), token_ids.id("[Utility:3]")))
+    scenario = Scenario(reflection_tokenizer, token_ids, first, forced=forced)
+    answer = scenario.rag(threshold=0.9).answer("What is 2 + 2?")
+    assert not answer.retrieved and not answer.abstained and answer.answer == "4"
+    decide, after = (call[0] for call in scenario.engine.calls)
+    assert decide.banned_token_ids == () and decide.min_tokens == 0
+    assert after.prompt_ids[-1] == token_ids.id(rf.NO_RETRIEVAL) and after.min_tokens == 1
+    banned = {reflection_tokenizer.convert_ids_to_tokens(i) for i in after.banned_token_ids}
+    assert banned == {rf.NO_RETRIEVAL, rf.CONTINUE_EVIDENCE, *rf.tokens_of(Group.RELEVANCE),
+                      *rf.tokens_of(Group.SUPPORT), rf.PARAGRAPH_CLOSE}
+    assert token_ids.id(rf.RETRIEVAL) in after.stop_token_ids  # a stop, held back by min_tokens, never banned
+    # a script that repeats [No Retrieval] is one no engine could produce under these constraints
+    repeat = Scenario(reflection_tokenizer, token_ids, first, forced=Script((token_ids.id(rf.NO_RETRIEVAL),) * 4))
+    with pytest.raises(ValueError, match="banned id"):
+        repeat.rag(threshold=0.9).answer("What is 2 + 2?")
+    stop = Scenario(reflection_tokenizer, token_ids, first, forced=Script((token_ids.id("[Utility:5]"),)))
+    with pytest.raises(ValueError, match="before min_tokens=1"):
+        stop.rag(threshold=0.9).answer("What is 2 + 2?")
+
+
+@pytest.mark.parametrize("mode", ["never", "adaptive-empty-retriever"])
+def test_every_no_retrieval_answer_is_constrained(reflection_tokenizer, token_ids, mode) -> None:  # type: ignore[no-untyped-def]
+    """mode=never and a retriever that finds nothing answer from [No Retrieval] too, under the same constraints."""
+    first = decision(reflection_tokenizer, token_ids, 0.9, 0.1, rf.RETRIEVAL)
+    forced = Script((*encode_text(reflection_tokenizer, "Paris."), token_ids.id("[Utility:4]")))
+    scenario = Scenario(reflection_tokenizer, token_ids, first, forced=forced)
+    if mode == "never":
+        answer = scenario.rag(mode="never").answer("q?")
+    else:
+        answer = SelfRAG(scenario.engine, FixedRetriever([]), InferenceConfig()).answer("q?")
+    assert answer.answer == "Paris." and not answer.retrieved
+    after = [call[0] for call in scenario.engine.calls if call[0].prompt_ids[-1] == token_ids.id(rf.NO_RETRIEVAL)]
+    assert len(after) == 1 and after[0].min_tokens == 1 and token_ids.id(rf.NO_RETRIEVAL) in after[0].banned_token_ids
+
+
+def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """An answer of only whitespace after a forced [No Retrieval] (what the constraints still allow of a model with
+    nothing to say) is no answer: the runtime abstains instead of shipping '' as an answer."""
+    first = decision(reflection_tokenizer, token_ids, 0.7, 0.3, rf.RETRIEVAL)  # below a 0.9 threshold
+    forced = Script((*encode_text(reflection_tokenizer, " "), token_ids.id("[Utility:1]")))
     scenario = Scenario(reflection_tokenizer, token_ids, first, forced=forced)
     answer = scenario.rag(threshold=0.9).answer("What is 2 + 2?")
     assert not answer.retrieved and answer.abstained
     assert answer.answer == InferenceConfig().abstain_text
-    assert answer.trajectory.startswith("[No Retrieval][No Retrieval]")
+    assert answer.trajectory.startswith("[No Retrieval]")
     generate = answer.trace[-1]
     assert generate["chosen"] == "answer_without_retrieval"
     assert generate["abstain"] == "the continuation has no answer text"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,11 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 from parity_models import make_add_merged, make_reserved_adapter, make_reserved_base  # noqa: E402
 
+from selfrag.inference.config import InferenceConfig  # noqa: E402
 from selfrag.inference.engines import GenerationRequest  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.inference.engines.vllm import VLLMEngine  # noqa: E402
+from selfrag.inference.runtime import SelfRAG  # noqa: E402
 from selfrag.prompting import encode_prompt, encode_text  # noqa: E402
 from selfrag.reflection import Group  # noqa: E402
 
@@ -70,9 +73,11 @@ def reserved(workdir: Path, base: str) -> tuple[Path, Path]:
 
 
 def _requests(engine: HFEngine, adapter: str | None = None) -> list[GenerationRequest]:
-    """The runtime's three request shapes: the retrieve decision, a continuation after a passage, free text."""
+    """The runtime's request shapes: the retrieve decision, a continuation after a passage, free text, and the
+    answer after a forced [No Retrieval] (banned ids as vLLM's logit_bias, stops held back by min_tokens)."""
     ids = engine.token_ids
     score = ids.all_ids
+    runtime = SelfRAG(engine, None, InferenceConfig())
     requests = []
     for question in QUESTIONS:
         prompt = tuple(encode_prompt(engine.tokenizer, question))
@@ -83,6 +88,9 @@ def _requests(engine: HFEngine, adapter: str | None = None) -> list[GenerationRe
         requests.append(GenerationRequest(passage, max_tokens=8, score_token_ids=score,
                                           stop_token_ids=ids.ids(Group.SUPPORT), adapter=adapter))
         requests.append(GenerationRequest(prompt, max_tokens=8, score_token_ids=score, adapter=adapter))
+        forced = runtime._no_retrieval_request((*prompt, ids.id("[No Retrieval]")))
+        assert forced.banned_token_ids and forced.min_tokens == 1
+        requests.append(replace(forced, max_tokens=8, adapter=adapter))
     return requests
 
 
@@ -123,8 +131,7 @@ def test_reserved_adapters_through_lora_request(reserved: tuple[Path, Path]) -> 
         requests = _requests(hf_first) + _requests(hf_second, adapter="b")  # both adapters in one batch
         generations = engine.generate(requests)
         half = len(requests) // 2
-        plain = [GenerationRequest(r.prompt_ids, r.max_tokens, r.stop_token_ids, 0.0, r.score_token_ids)
-                 for r in requests[half:]]
+        plain = [replace(r, adapter=None) for r in requests[half:]]
         worst_first = _assert_parity(hf_first.generate(requests[:half]), generations[:half])
         worst_second = _assert_parity(hf_second.generate(plain), generations[half:])
     finally:
