@@ -104,6 +104,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.evaluation.config import MODES, CalibrateConfig, EvalConfig
     from selfrag.evaluation.data import query_to_row, records_to_label_rows
     from selfrag.evaluation.run import run as evaluate
+    from selfrag.inference.runtime import BEHAVIOUR_VERSION
     from selfrag.training.config import TrainConfig
     from selfrag.training.run import run as train
 
@@ -119,7 +120,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
-    data_fp = stages.check("data", [to_dict(data_config), file_digest(DEMO_CORPUS), file_digest(DEMO_QUERIES)],
+    data_fp = stages.check("data", [data_fingerprint_settings(to_dict(data_config)), file_digest(DEMO_CORPUS),
+                                    file_digest(DEMO_QUERIES)],
                            [out / "data", out / "gold-test"])
     data = generate(data_config)
     print(data.summary())
@@ -168,7 +170,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
     })
     calibration_fp = stages.check("calibrate", [train_fp, _portable(to_dict(calibrate_config)),
-                                                file_digest(split_dir / "dev.jsonl"), CALIBRATION_VERSION],
+                                                file_digest(split_dir / "dev.jsonl"), CALIBRATION_VERSION,
+                                                BEHAVIOUR_VERSION],  # calibration answers through the runtime
                                   [out / "calibration"])
     calibration_file = out / "calibration" / "calibration.json"
     if calibration_file.is_file() and stages.finished("calibrate"):
@@ -297,6 +300,17 @@ def file_digest(path: str | Path) -> str:
 
 def fingerprint(parts: list[Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+#: data_gen settings added after quickstart folders existed, with the default that computes what such a folder did:
+#: at that default they stay out of the data fingerprint, so an older folder keeps its data and its training (else a
+#: new field would retrain every existing quickstart); at any other value they change it.
+DATA_SETTINGS_ADDED = {"erased_negatives": 0}
+
+
+def data_fingerprint_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``selfrag generate``'s resolved settings as the data stage fingerprints them (see DATA_SETTINGS_ADDED)."""
+    return {k: v for k, v in settings.items() if not (k in DATA_SETTINGS_ADDED and v == DATA_SETTINGS_ADDED[k])}
 
 
 def _portable(settings: Any) -> Any:

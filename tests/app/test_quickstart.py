@@ -140,3 +140,19 @@ def test_relevance_judged_reads_the_evaluations_relevance_auroc() -> None:
     assert relevance_judged(results(0.7, 49))["learned"] is True
     assert relevance_judged(results(None, 0))["learned"] is None
     assert relevance_judged({})["learned"] is None
+
+
+def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None:
+    """A quickstart folder made before ``erased_negatives`` existed fingerprinted its data without it: at its default
+    (0, the same records) the data fingerprint is unchanged, so the folder keeps its data and its 10-minute training;
+    set to 1 it changes, and the data and everything after are redone."""
+    from selfrag.app.quickstart import REPO, data_fingerprint_settings, data_settings, fingerprint
+    from selfrag.config import to_dict
+    from selfrag.data_gen.config import GenerateConfig
+
+    config = from_dict(QuickstartConfig, {})
+    settings = to_dict(from_dict(GenerateConfig, data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")))
+    assert settings["erased_negatives"] == 0  # the shipped data recipe
+    older = {k: v for k, v in settings.items() if k != "erased_negatives"}  # what a folder made before it held
+    assert fingerprint([data_fingerprint_settings(settings)]) == fingerprint([older])
+    assert fingerprint([data_fingerprint_settings({**settings, "erased_negatives": 1})]) != fingerprint([older])
