@@ -70,6 +70,8 @@ class World:
             scores.append(logprobs(ids, {"[Utility:5]": 0.9, "[Utility:4]": 0.1}))
             skip = 1 if after_relevance else 0  # the runtime decoded the relevance token on its own first
             return Script(tuple(tokens[skip:]), tuple(scores[skip:]))
+        if request.prompt_ids[-1] == ids.id(rf.NO_RETRIEVAL):  # the answer after a forced [No Retrieval]: text first
+            return Script((*encode_text(tok, "Paris."), ids.id("[Utility:4]")))
         # the decision: always retrieve
         return Script((ids.id(rf.RETRIEVAL),), (logprobs(ids, {rf.RETRIEVAL: 0.9, rf.NO_RETRIEVAL: 0.1}),))
 
