@@ -151,7 +151,8 @@ def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None
     from selfrag.data_gen.config import GenerateConfig
 
     config = from_dict(QuickstartConfig, {})
-    settings = to_dict(from_dict(GenerateConfig, data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")))
+    resolved = data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")
+    settings = to_dict(from_dict(GenerateConfig, resolved))
     assert settings["erased_negatives"] == 0  # the shipped data recipe
     older = {k: v for k, v in settings.items() if k != "erased_negatives"}  # what a folder made before it held
     assert fingerprint([data_fingerprint_settings(settings)]) == fingerprint([older])
