@@ -125,13 +125,18 @@ def test_resume_reads_a_setting_added_later_as_its_default(tmp_path: Path) -> No
         run(make_config(out, limit=10, article_negatives=1))
 
 
+def records_by_query(path: Path) -> dict[str, dict[str, Record]]:
+    """A records file as question id -> record kind -> record."""
+    by_query: dict[str, dict[str, Record]] = {}
+    for line in lines(path):
+        record = Record.from_json(json.loads(line))
+        by_query.setdefault(str(record.meta["query_id"]), {})[str(record.meta["kind"])] = record
+    return by_query
+
+
 def test_article_negatives_records(tmp_path: Path) -> None:
     result = run(make_config(tmp_path / "out", distractors=0, hard_negatives=1, article_negatives=1, limit=60))
-    rows = [Record.from_json(json.loads(line)) for line in lines(result.records_path)]
-    by_query: dict[str, dict[str, Record]] = {}
-    for record in rows:
-        by_query.setdefault(str(record.meta["query_id"]), {})[str(record.meta["kind"])] = record
-    article = [kinds for kinds in by_query.values() if "article" in kinds]
+    article = [kinds for kinds in records_by_query(result.records_path).values() if "article" in kinds]
     assert len(article) > 40 and result.stats["kinds"]["article"] == len(article)
     for kinds in article:
         passage, hard = kinds["article"].segments[0].passage, kinds["hard"].segments[0].passage
@@ -145,11 +150,7 @@ def test_erased_negatives_records(tmp_path: Path) -> None:
     another erased_negatives value is refused (the records would mix)."""
     out = tmp_path / "out"
     result = run(make_config(out, distractors=0, erased_negatives=1, limit=60))
-    rows = [Record.from_json(json.loads(line)) for line in lines(result.records_path)]
-    by_query: dict[str, dict[str, Record]] = {}
-    for record in rows:
-        by_query.setdefault(str(record.meta["query_id"]), {})[str(record.meta["kind"])] = record
-    erased = [kinds for kinds in by_query.values() if "erased" in kinds]
+    erased = [kinds for kinds in records_by_query(result.records_path).values() if "erased" in kinds]
     assert len(erased) > 20 and result.stats["kinds"]["erased"] == len(erased)
     for kinds in erased:
         passage, gold = kinds["erased"].segments[0].passage, kinds["gold"].segments[0].passage
