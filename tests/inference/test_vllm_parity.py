@@ -77,7 +77,7 @@ def _requests(engine: HFEngine, adapter: str | None = None) -> list[GenerationRe
     answer after a forced [No Retrieval] (banned ids as vLLM's logit_bias, stops held back by min_tokens)."""
     ids = engine.token_ids
     score = ids.all_ids
-    runtime = SelfRAG(engine, None, InferenceConfig())
+    runtime = SelfRAG(engine, None, InferenceConfig(mode="never"))  # only its request shape is used
     requests = []
     for question in QUESTIONS:
         prompt = tuple(encode_prompt(engine.tokenizer, question))
