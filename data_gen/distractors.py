@@ -56,7 +56,7 @@ def own_passage_ids(query: Query) -> frozenset[str]:
 
 def mentions(passage: Passage, answer: str) -> bool:
     """Whether ``answer`` occurs in the passage's title or text (case-insensitive)."""
-    return bool(answer.strip()) and answer.strip().casefold() in f"{passage.title}\n{passage.text}".casefold()
+    return _says(f"{passage.title}\n{passage.text}", answer)
 
 
 def is_distractor(query: Query, passage: Passage) -> bool:
@@ -217,12 +217,9 @@ def _says(text: str, answer: str) -> bool:
 
 def _erased(query: Query, passages_by_id: Mapping[str, Passage]) -> tuple[Passage, ...]:
     """The first gold passage with its answer's sentences taken out, when something usable is left."""
-    for passage_id in query.gold_passage_ids[:1]:
-        passage = passages_by_id.get(passage_id)
-        erased = None if passage is None else erase_answers(passage, query.answers)
-        if erased is not None:
-            return (erased,)
-    return ()
+    passage = passages_by_id.get(query.gold_passage_ids[0]) if query.gold_passage_ids else None
+    erased = None if passage is None else erase_answers(passage, query.answers)
+    return () if erased is None else (erased,)
 
 
 def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:

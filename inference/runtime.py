@@ -76,7 +76,8 @@ class _Work:
 
 #: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
 #: not this runtime's): 2 = the answer after [No Retrieval] is decoded text first (banned decisions and verdicts,
-#: stops held back one id). `selfrag eval` and `selfrag calibrate` fingerprint their work with it.
+#: stops held back one id). `selfrag eval`'s single-pass answers and the quickstart's calibration stage are
+#: fingerprinted with it.
 BEHAVIOUR_VERSION = 2
 
 
