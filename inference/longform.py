@@ -104,6 +104,11 @@ class LongForm:
         self.trace: list[dict[str, Any]] = []
         self.retrieve_ids = self.ids.ids(Group.RETRIEVE)
         self.stop_ids = (*self.retrieve_ids, self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
+        # After [No Retrieval] a segment is text, then its stop (a retrieve decision, <paragraph> or a utility token):
+        # no verdict or passage markup, and the stops wait one id. Unlike short-form the retrieve tokens stay allowed
+        # (a long-form segment ends at one); without the hold the model may repeat [No Retrieval] and never write.
+        self.no_retrieval_id = self.ids.id(rf.NO_RETRIEVAL)
+        self.after_no_retrieval_banned = tuple(i for i in self.ids.all_ids if i not in self.stop_ids)
         self.answer: Answer | None = None
 
     def run_to_end(self) -> Answer:
@@ -181,6 +186,11 @@ class LongForm:
                 stop_token_ids=self.stop_ids,
                 score_token_ids=self.ids.all_ids,
                 keep_prefix=keep_prefix,
+                **(
+                    {"banned_token_ids": self.after_no_retrieval_banned, "min_tokens": 1}
+                    if prompt and prompt[-1] == self.no_retrieval_id
+                    else {}
+                ),
             )
             for prompt in prompts
         ]

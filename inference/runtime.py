@@ -76,9 +76,10 @@ class _Work:
 
 #: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
 #: not this runtime's): 2 = the answer after [No Retrieval] is decoded text first (banned decisions and verdicts,
-#: stops held back one id). `selfrag eval`'s single-pass answers and the quickstart's calibration stage are
-#: fingerprinted with it.
-BEHAVIOUR_VERSION = 2
+#: stops held back one id); 3 = the same for long-form segments after [No Retrieval] (verdicts and passage markup
+#: banned, the segment's stops held back one id). `selfrag eval`'s single-pass answers and the quickstart's
+#: calibration stage are fingerprinted with it.
+BEHAVIOUR_VERSION = 3
 
 
 class SelfRAG:

@@ -216,3 +216,28 @@ def test_invalid_long_form_settings_are_refused(build) -> None:  # type: ignore[
     with pytest.raises(ConfigError, match="long_form.width"):
         build({}, long_form=LongFormConfig(width=0))
 
+
+
+def test_a_segment_after_no_retrieval_writes_text_first(build, reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """After [No Retrieval] a long-form segment is text, then a stop: verdicts and passage markup are banned and the
+    stops (retrieve decisions, <paragraph>, utility) wait one id; the model's own first decision is unconstrained."""
+    rag, engine, _ = build({
+        PARIS: IRRELEVANT_ONLY,
+        "no_retrieval": ["Two plus two is four.", (rf.NO_RETRIEVAL, {rf.NO_RETRIEVAL: 0.9, rf.RETRIEVAL: 0.1})],
+        "prompt": [(rf.RETRIEVAL, DECIDE)],
+    }, passages=(PARIS,), mode="always", top_k=1, max_rounds=1, on_all_irrelevant="no_retrieval",
+        long_form=LongFormConfig(width=1, max_segments=1), pruning=OFF)
+    answer = rag.answer(QUESTION)
+    assert answer.answer == "Two plus two is four."
+    requests = [r for batch in engine.calls for r in batch]
+    after = [r for r in requests if r.prompt_ids[-1] == token_ids.id(rf.NO_RETRIEVAL)]
+    others = [r for r in requests if r.prompt_ids[-1] != token_ids.id(rf.NO_RETRIEVAL)]
+    assert after and others
+    assert all(r.min_tokens == 0 and r.banned_token_ids == () for r in others)  # a passage's branch: the model's own
+    banned = {reflection_tokenizer.convert_ids_to_tokens(i) for i in after[0].banned_token_ids}
+    assert after[0].min_tokens == 1
+    assert {rf.RELEVANT, rf.IRRELEVANT, rf.FULLY_SUPPORTED, rf.NO_SUPPORT, rf.PARAGRAPH_CLOSE} <= banned
+    assert not banned & {rf.RETRIEVAL, rf.NO_RETRIEVAL, rf.CONTINUE_EVIDENCE, rf.PARAGRAPH_OPEN, "[Utility:5]"}
+    # a segment that only repeats the decision is one no engine could decode under these constraints
+    with pytest.raises(ValueError, match="before min_tokens=1"):
+        engine._check(after[0], 0, token_ids.id(rf.NO_RETRIEVAL))
