@@ -77,9 +77,10 @@ class _Work:
 #: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
 #: not this runtime's): 2 = the answer after [No Retrieval] is decoded text first (banned decisions and verdicts,
 #: stops held back one id); 3 = the same for long-form segments after [No Retrieval] (verdicts and passage markup
-#: banned, the segment's stops held back one id). `selfrag eval`'s single-pass answers and the quickstart's
-#: calibration stage are fingerprinted with it.
-BEHAVIOUR_VERSION = 3
+#: banned, the segment's stops held back one id); 4 = where the model chose [No Retrieval] itself and its own decode
+#: went on without answer text, the answer is decoded once more, text first (it was an abstain). `selfrag eval`'s
+#: single-pass answers and the quickstart's calibration stage are fingerprinted with it.
+BEHAVIOUR_VERSION = 4
 
 
 class SelfRAG:
@@ -300,15 +301,37 @@ class SelfRAG:
             relation = ">" if work.retrieve else "<="
             step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.threshold}"
         step["chosen"] = "retrieve" if work.retrieve else "no_retrieval"
+        rest = generation.token_ids[1:] if first == self._no_retrieval_id else generation.token_ids
         if work.retrieve and first != self._retrieval_id:
             step["discarded"] = f"the model went on with {first_token!r}; that continuation is discarded"
         elif not work.retrieve and first == self._retrieval_id:
             work.prefix = (self._no_retrieval_id,)
             step["discarded"] = f"the model emitted {rf.RETRIEVAL}; continuing once from the prompt + {rf.NO_RETRIEVAL}"
+        elif not work.retrieve and not self._opens_with_text(rest):
+            # The model chose [No Retrieval] and went on with another decision or verdict, not an answer (the 150-step
+            # CPU model repeats [No Retrieval] on arithmetic questions): decode once more, text first.
+            work.prefix = (self._no_retrieval_id,)
+            went_on = self.engine.tokenizer.decode(list(rest[:3]), skip_special_tokens=False)
+            step["discarded"] = (
+                f"the model's own continuation has no answer text ({went_on!r}…); continuing once from the prompt + "
+                f"{rf.NO_RETRIEVAL}, text first"
+            )
         elif not work.retrieve:
             work.answer_generation = generation
             step["reused"] = "the decision's own generation is the answer (no second decode)"
         work.trace.append(step)
+
+    def _opens_with_text(self, ids: Sequence[int]) -> bool:
+        """Whether ``ids`` start with answer text: something other than whitespace before the first reflection id
+        (or end of sequence)."""
+        reflection = self.engine.token_ids.all_ids
+        eos = getattr(self.engine.tokenizer, "eos_token_id", None)
+        opening = []
+        for token_id in ids:
+            if token_id in reflection or token_id == eos:
+                break
+            opening.append(token_id)
+        return bool(opening) and bool(self.engine.tokenizer.decode(opening, skip_special_tokens=True).strip())
 
     def _fixed_decision(self, work: _Work) -> None:
         mode = self.config.mode

@@ -303,6 +303,38 @@ def test_forced_no_retrieval_decodes_text_first(reflection_tokenizer, token_ids)
         stop.rag(threshold=0.9).answer("What is 2 + 2?")
 
 
+@pytest.mark.parametrize("after", ["repeat", "verdict", "eos", "whitespace"])
+def test_own_no_retrieval_without_text_decodes_once_more(reflection_tokenizer, token_ids, after) -> None:  # type: ignore[no-untyped-def]
+    """The model chose [No Retrieval] itself, but its own decode went on with another decision, a verdict, the end of
+    sequence or only whitespace (the 150-step CPU model wrote `[No Retrieval]` x 48 on arithmetic questions). That
+    continuation is no answer: the runtime decodes once more from the prompt + [No Retrieval], text first, instead of
+    abstaining."""
+    eos = reflection_tokenizer.eos_token_id
+    went_on = {"repeat": (token_ids.id(rf.NO_RETRIEVAL),) * 3, "verdict": (token_ids.id(rf.RELEVANT),),
+               "eos": (eos,), "whitespace": (*encode_text(reflection_tokenizer, "  "), token_ids.id("[Utility:1]"))}
+    first_scores = logprobs(token_ids, {rf.RETRIEVAL: 0.2, rf.NO_RETRIEVAL: 0.8})
+    first = Script((token_ids.id(rf.NO_RETRIEVAL), *went_on[after]), (first_scores,))
+    forced = Script((*encode_text(reflection_tokenizer, "16"), token_ids.id("[Utility:3]")))
+    scenario = Scenario(reflection_tokenizer, token_ids, first, forced=forced)
+    answer = scenario.rag().answer("How many pounds?")
+    assert not answer.retrieved and not answer.abstained and answer.answer == "16"
+    assert answer.engine_calls == 2
+    decide, again = (call[0] for call in scenario.engine.calls)
+    assert again.prompt_ids == decide.prompt_ids + (token_ids.id(rf.NO_RETRIEVAL),) and again.min_tokens == 1
+    assert token_ids.id(rf.NO_RETRIEVAL) in again.banned_token_ids
+    step = answer.trace[0]
+    assert step["chosen"] == "no_retrieval" and "reused" not in step
+    assert step["discarded"].startswith("the model's own continuation has no answer text")
+
+
+def test_own_no_retrieval_with_text_is_the_answer(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """Where the model's own [No Retrieval] decode writes an answer, that decode is the answer: one engine call."""
+    first = decision(reflection_tokenizer, token_ids, 0.2, 0.8, rf.NO_RETRIEVAL, text=" Four.")
+    scenario = Scenario(reflection_tokenizer, token_ids, first)
+    answer = scenario.rag().answer("2 + 2?")
+    assert answer.answer == "Four." and answer.engine_calls == 1 and "reused" in answer.trace[0]
+
+
 @pytest.mark.parametrize("mode", ["never", "adaptive-empty-retriever"])
 def test_every_no_retrieval_answer_is_constrained(reflection_tokenizer, token_ids, mode) -> None:  # type: ignore[no-untyped-def]
     """mode=never and a retriever that finds nothing answer from [No Retrieval] too, under the same constraints."""
