@@ -5,9 +5,8 @@
 On every dev question: one decode step gives ``p_retrieve``; one step on each retrieved passage gives its relevance
 score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:
 
-* threshold: the balanced accuracy of ``p_retrieve > threshold`` against the gold ``needs_retrieval``, the threshold
-  nearest the runtime's default (0.2) among those within one standard error of the best (kept at the default when
-  the dev data has no such labels);
+* threshold: maximises the balanced accuracy of ``p_retrieve > threshold`` against the gold ``needs_retrieval``
+  (kept at the default when the dev data has no such labels);
 * relevance_threshold: the balanced accuracy of ``relevance score >= t`` against the gold passages (a retrieved
   passage is relevant when its id is in the question's ``gold_passage_ids``; kept at the default when no dev question
   names one), the cut nearest the model's own verdict (0.5) among those within one standard error of the best: a
@@ -47,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 GRID = tuple(round(0.05 * step, 2) for step in range(20))  # 0.0 … 0.95
 #: what the calibration holds; part of the quickstart's stage fingerprint, so a new kind of calibration is redone
-VERSION = 4  # 4: the retrieve threshold by the one-standard-error rule
+VERSION = 3
 
 
 @dataclass
@@ -166,44 +165,22 @@ def simulate(rows: Sequence[dict[str, Any]], threshold: float, bound: float) -> 
 
 
 def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
-    """The retrieve threshold against gold ``needs_retrieval``: of the grid's thresholds whose balanced accuracy is
-    within one standard error of the best, the one nearest the runtime's default (0.2, the paper's; in log-odds).
-    None (keep the default) when the dev data lacks either kind of question.
-
-    As for the relevance cut (:func:`choose_relevance_threshold`): the best threshold alone over-fits a small dev set
-    (the quickstart's 12 dev questions put it at 0.90 from a 62.5% best), so it moves off the default only as far as
-    the dev questions can tell apart. Retrieval is ``p_retrieve > threshold``.
-    """
-    from selfrag.inference.config import DEFAULT_THRESHOLD
-
+    """The threshold of best balanced accuracy against gold ``needs_retrieval`` (the middle of a tied range)."""
     labelled = [r for r in rows if r["needs_retrieval"] is not None and r["p_retrieve"] is not None]
-    positives = [float(r["p_retrieve"]) for r in labelled if r["needs_retrieval"]]
-    negatives = [float(r["p_retrieve"]) for r in labelled if not r["needs_retrieval"]]
+    positives = [r for r in labelled if r["needs_retrieval"]]
+    negatives = [r for r in labelled if not r["needs_retrieval"]]
     if not positives or not negatives:
         return None, "the dev data lacks questions that need and that do not need retrieval; kept the default"
 
-    def rates(t: float) -> tuple[int, int]:
-        return sum(p > t for p in positives), sum(p <= t for p in negatives)
-
     def balanced(t: float) -> float:
-        hit, rejected = rates(t)
-        return (hit / len(positives) + rejected / len(negatives)) / 2
+        hit = sum(r["p_retrieve"] > t for r in positives) / len(positives)
+        rejected = sum(r["p_retrieve"] <= t for r in negatives) / len(negatives)
+        return (hit + rejected) / 2
 
-    scores = {t: balanced(t) for t in sorted({*GRID, DEFAULT_THRESHOLD})}
+    scores = {t: balanced(t) for t in GRID}
     best = max(scores.values())
-    tied = [t for t in GRID if scores[t] == best]
-    best_t = tied[len(tied) // 2]
-    se = _smoothed_se(*rates(best_t), len(positives), len(negatives))
-    near = [t for t, score in scores.items() if score >= best - se - 1e-12]
-    chosen = min(near, key=lambda t: (abs(_logit(t) - _logit(DEFAULT_THRESHOLD)), t))
-    if chosen == DEFAULT_THRESHOLD:
-        how = f"kept the default ({DEFAULT_THRESHOLD:g}): {scores[chosen]:.1%}, within one standard error ({se:.1%})"
-    else:
-        how = f"the threshold nearest the default ({DEFAULT_THRESHOLD:g}) within one standard error ({se:.1%})"
-    return chosen, (
-        f"balanced accuracy {scores[chosen]:.1%} on {len(labelled)} labelled dev questions ({len(positives)} need "
-        f"retrieval; best {best_t:g}: {best:.1%}); {how}"
-    )
+    tied = [t for t, s in scores.items() if s == best]
+    return tied[len(tied) // 2], f"balanced accuracy {best:.1%} on {len(labelled)} labelled dev questions"
 
 
 def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[float, str]:
@@ -253,15 +230,9 @@ def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[floa
 
 def _balanced_se(positives: Sequence[float], negatives: Sequence[float], threshold: float) -> float:
     """Standard error of the balanced accuracy at ``threshold``: each class's rate smoothed by one hit and one miss."""
-    hits, rejected = sum(p >= threshold for p in positives), sum(n < threshold for n in negatives)
-    return _smoothed_se(hits, rejected, len(positives), len(negatives))
-
-
-def _smoothed_se(hits: int, rejected: int, n_positive: int, n_negative: int) -> float:
-    """Binomial standard error of a balanced accuracy, each rate smoothed by one hit and one miss."""
-    hit = (hits + 1) / (n_positive + 2)
-    rejection = (rejected + 1) / (n_negative + 2)
-    return 0.5 * math.sqrt(hit * (1 - hit) / n_positive + rejection * (1 - rejection) / n_negative)
+    hit = (sum(p >= threshold for p in positives) + 1) / (len(positives) + 2)
+    rejected = (sum(n < threshold for n in negatives) + 1) / (len(negatives) + 2)
+    return 0.5 * math.sqrt(hit * (1 - hit) / len(positives) + rejected * (1 - rejected) / len(negatives))
 
 
 def _logit(p: float) -> float:
