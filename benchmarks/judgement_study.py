@@ -50,7 +50,8 @@ SHARED = {"A-baseline": " (shared, old loss)", "B-words-w5-row10": " (shared, ol
           "W-qs-order-rank3-150steps-start5": " (quickstart tests beside it for ~4 min)",
           "W-qs-order-r64-150steps-start5": " (alone)",
           "E-qs-erased-150steps-start5": " (alone but for ~10 s of data generation)",
-          "X-full-rank1-1000steps": " (unit tests beside it for ~1 min)"}
+          "X-full-rank1-1000steps": " (unit tests beside it for ~1 min)",
+          "G-qs-h2-rank1-150steps-start5": " (alone)"}
 COMMON = [
     "records=runs/data-train/records.jsonl",
     "eval_records=runs/data-test/records.jsonl",
@@ -268,6 +269,14 @@ ARMS: dict[str, tuple[str, list[str]]] = {
         "question (`selfrag generate ... erased_negatives=1`: the gold passage without its answer's sentences, "
         "[Irrelevant]): does a minimal pair teach the closest same-article negatives within 150 steps?",
         ["records=runs/data-train-erased/records.jsonl", "training.relevance_rank=1", "training.eval_fraction=0.01",
+         "training.max_steps=150", "training.loss_weights.answer_start=5", "judgement_items=100"],
+    ),
+    "G-qs-h2-rank1-150steps-start5": (
+        "W-qs-order-rank1-150steps-start5 (the quickstart's model) on records with the article's two closest "
+        "passages without the answer per question (`selfrag generate ... hard_negatives=2`): with question order a "
+        "batch holds a question's gold passage and both, so the ranking term sets the gold above two close "
+        "competitors at once (listwise, where F's two hard negatives without the term only tilted the classes)",
+        ["records=runs/data-train-h2/records.jsonl", "training.relevance_rank=1", "training.eval_fraction=0.01",
          "training.max_steps=150", "training.loss_weights.answer_start=5", "judgement_items=100"],
     ),
     "E-qs-seed1-erased-150steps-start5": (

@@ -18,7 +18,7 @@ A standardised L2 logistic regression (C chosen by 5-fold cross-validation) trai
 training articles (gold vs closest, random-free: data_gen's gold/hard/easy records) and is scored on ``--items``
 held-out questions per class, AUROC with a 95% bootstrap interval.
 
-    python benchmarks/relevance_probe.py [--train 600] [--items 300]
+    python benchmarks/relevance_probe.py [--train 600] [--items 300] [--model NAME --device cuda]
 
 Needs ``runs/data-train``, ``runs/data-test`` and ``runs/data-test-article`` (the study's, see judgement_study.py).
 Forward passes only: 3,000 records took 17 min on 2 cores (alone); the features are cached in runs/probe.
@@ -27,6 +27,7 @@ Forward passes only: 3,000 records took 17 min on 2 cores (alone); the features 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -71,17 +72,19 @@ def features(model: Any, tokenizer: Any, record: Any) -> tuple[np.ndarray, np.nd
     end = start + len(body)
     at_close = end + len(closing) - 1
     with torch.no_grad():
-        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        hidden = model(torch.tensor([ids], device=model.device), output_hidden_states=True).hidden_states
     means = [hidden[layer][0, start:end].mean(0) for layer in LAYERS]
     first = torch.cat([*(hidden[layer][0, at_close] for layer in LAYERS), *means])
     again = torch.cat([*(hidden[layer][0, -1] for layer in LAYERS), *means])
-    return first.float().numpy(), again.float().numpy()
+    return first.float().cpu().numpy(), again.float().cpu().numpy()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=int, default=600, help="training-article questions (gold, hard, easy each)")
     parser.add_argument("--items", type=int, default=300, help="held-out questions per class")
+    parser.add_argument("--model", default=None, help="a model alias, directory or hub id (default: the CPU default)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for a large model on a GPU (bfloat16 there)")
     args = parser.parse_args()
 
     import warnings
@@ -99,9 +102,11 @@ def main() -> None:
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="sklearn")  # 1.9's notices of 1.10 defaults
     torch.manual_seed(0)
-    path = resolve_model(DEFAULT_MODEL)
+    name = args.model or DEFAULT_MODEL
+    path = resolve_model(name)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
 
     train = records_by_kind(REPO / "runs/data-train/records.jsonl")
     test = records_by_kind(REPO / "runs/data-test/records.jsonl")
@@ -111,24 +116,29 @@ def main() -> None:
                 and "article" in article.get(q, {})][: args.items]
 
     OUT.mkdir(parents=True, exist_ok=True)
-    cache = OUT / f"features-{args.train}-{args.items}.npz"
+    slug = "" if args.model is None else "-" + "".join(c if c.isalnum() else "_" for c in name)[-40:]
+    cache = OUT / f"features{slug}-{args.train}-{args.items}.npz"
     jobs = [("train", q, kind, train[q][kind]) for q in train_ids for kind in ("gold", "hard", "easy")]
     jobs += [("test", q, kind, test[q][kind]) for q in test_ids for kind in ("gold", "hard", "easy")]
     jobs += [("test", q, "article", article[q]["article"]) for q in test_ids]
+    # the cache is this model's features of these records: other records (regenerated data) or another model recompute
+    digest = hashlib.sha256(name.encode())
+    for _, _, _, record in jobs:
+        digest.update(f"{record.id}\0{record.instruction}\0{record.segments[0].passage.render()}\0".encode())
     started = time.time()
-    if cache.exists():
-        saved = np.load(cache)
+    saved = np.load(cache) if cache.exists() else None
+    if saved is not None and str(saved["digest"]) == digest.hexdigest():
         first, again = saved["first"], saved["again"]
     else:
         rows = [features(model, tokenizer, record) for _, _, _, record in tqdm(jobs, desc="forward", unit="record")]
         first, again = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
-        np.savez(cache, first=first, again=again)
+        np.savez(cache, first=first, again=again, digest=np.array(digest.hexdigest()))
     seconds = time.time() - started
 
     split = np.array([job[0] for job in jobs])
     kinds = np.array([job[2] for job in jobs])
     label = (kinds == "gold").astype(int)
-    result: dict[str, Any] = {"train_questions": len(train_ids), "test_questions": len(test_ids),
+    result: dict[str, Any] = {"model": name, "train_questions": len(train_ids), "test_questions": len(test_ids),
                               "forward_s": round(seconds), "variants": {}}
     for name, matrix in (("after passage", first), ("question again", again)):
         for trained_on in (("hard", "easy"), ("hard",)):
@@ -147,7 +157,7 @@ def main() -> None:
             result["variants"][key] = entry
             print(f"{key:55} " + "  ".join(f"{k} {v['auroc']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
                                             for k, v in entry.items()))
-    write_json(OUT / f"probe-{args.train}-{args.items}.json", result)
+    write_json(OUT / f"probe{slug}-{args.train}-{args.items}.json", result)
     print(json.dumps({k: v for k, v in result.items() if k != "variants"}))
 
 
