@@ -28,7 +28,7 @@ those are sent at once, one by one, before the answer is complete.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from selfrag import reflection as rf
@@ -186,13 +186,14 @@ class LongForm:
                 stop_token_ids=self.stop_ids,
                 score_token_ids=self.ids.all_ids,
                 keep_prefix=keep_prefix,
-                **(
-                    {"banned_token_ids": self.after_no_retrieval_banned, "min_tokens": 1}
-                    if prompt and prompt[-1] == self.no_retrieval_id
-                    else {}
-                ),
             )
             for prompt in prompts
+        ]
+        requests = [
+            replace(request, banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
+            if request.prompt_ids and request.prompt_ids[-1] == self.no_retrieval_id
+            else request
+            for request in requests
         ]
         return self.rag._call(requests, [self.counter] * len(requests))
 
