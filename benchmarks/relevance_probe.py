@@ -86,6 +86,10 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a model alias, directory or hub id (default: the CPU default)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for a large model on a GPU (bfloat16 there)")
     args = parser.parse_args()
+    for data in ("data-train", "data-test", "data-test-article"):
+        if not (REPO / "runs" / data / "records.jsonl").is_file():
+            raise SystemExit(f"runs/{data}/records.jsonl not found; make the study's records first "
+                             "(the `selfrag generate` commands in benchmarks/judgement_study.py)")
 
     import warnings
 

@@ -322,16 +322,11 @@ class SelfRAG:
         work.trace.append(step)
 
     def _opens_with_text(self, ids: Sequence[int]) -> bool:
-        """Whether ``ids`` start with answer text: something other than whitespace before the first reflection id
-        (or end of sequence)."""
-        reflection = self.engine.token_ids.all_ids
-        eos = getattr(self.engine.tokenizer, "eos_token_id", None)
-        opening = []
-        for token_id in ids:
-            if token_id in reflection or token_id == eos:
-                break
-            opening.append(token_id)
-        return bool(opening) and bool(self.engine.tokenizer.decode(opening, skip_special_tokens=True).strip())
+        """Whether ``ids`` start with answer text: more than whitespace (or an end-of-sequence id) before the first
+        reflection id."""
+        tokenizer = self.engine.tokenizer
+        pieces = lex_ids(ids, self.engine.token_ids, lambda run: tokenizer.decode(run, skip_special_tokens=True))
+        return bool(pieces) and not pieces[0][1] and bool(pieces[0][0].strip())
 
     def _fixed_decision(self, work: _Work) -> None:
         mode = self.config.mode
