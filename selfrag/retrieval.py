@@ -1,6 +1,7 @@
 """Retrievers: one protocol, a BM25 implementation (``bm25s``) shared by data generation and inference.
 
-A BM25 index saves to a directory (``save``) and loads back without re-tokenizing the corpus (``load``);
+A BM25 index saves to a directory (``save``) and loads back without re-tokenizing the corpus (``load``): its
+matrices memory-mapped, its passages read from a :class:`~selfrag.passages.PassageStore` for the hits only.
 ``selfrag index`` writes it (see :mod:`selfrag.inference.retrievers`).
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from selfrag.passages import PassageSource, as_source
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -35,21 +37,24 @@ class BM25Retriever:
     kind = "bm25"
 
     def __init__(
-        self, passages: Sequence[Passage], stemmer_language: str | None = "english", index: Any | None = None
+        self,
+        passages: Sequence[Passage] | PassageSource,
+        stemmer_language: str | None = "english",
+        index: Any | None = None,
     ) -> None:
         import bm25s
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger at import
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
-        self.passages = list(passages)
+        self.passages = as_source(passages)
         self.stemmer_language = stemmer_language
         self._stemmer = _make_stemmer(stemmer_language)
         self._index: Any
         if index is not None:  # loaded from disk: the corpus was tokenized when the index was built
             self._index = index
             return
-        corpus = [f"{p.title}\n{p.text}" if p.title else p.text for p in self.passages]
+        corpus = [p.render() for p in self.passages.by_rows(range(len(self.passages)))]
         tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
         self._index = bm25s.BM25()
         self._index.index(tokens, show_progress=False)
@@ -60,7 +65,10 @@ class BM25Retriever:
 
     @classmethod
     def load(
-        cls, directory: str | Path, passages: Sequence[Passage], stemmer_language: str | None = "english"
+        cls,
+        directory: str | Path,
+        passages: Sequence[Passage] | PassageSource,
+        stemmer_language: str | None = "english",
     ) -> BM25Retriever:
         import bm25s
 
@@ -79,10 +87,13 @@ class BM25Retriever:
         tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer, show_progress=False)
         # A query whose every word is a stop word has no tokens; bm25s then scores all passages 0.
         indices, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [
-            [Hit(self.passages[int(i)], float(s)) for i, s in zip(row_indices, row_scores, strict=True)]
-            for row_indices, row_scores in zip(indices, scores, strict=True)
-        ]
+        found = self.passages.by_rows([int(i) for row in indices for i in row])
+        results, start = [], 0
+        for row_scores in scores:
+            results.append([Hit(p, float(s)) for p, s in zip(found[start : start + len(row_scores)], row_scores,
+                                                              strict=True)])
+            start += len(row_scores)
+        return results
 
 
 def _make_stemmer(language: str | None) -> object | None:

@@ -3,6 +3,7 @@
     retriever = RETRIEVERS["bm25"](corpus="data/corpus.jsonl")
     retriever = RETRIEVERS["dense"](corpus="data/corpus.jsonl")       # sentence-transformers all-MiniLM-L6-v2
     retriever = load_index("runs/index")                             # built once by `selfrag index`
+    retriever = load_index("runs/faiss", nprobe=64)                  # a FAISS index, searched wider
     hits = retriever.search("who wrote Hamlet?", k=3)
 """
 
@@ -28,11 +29,16 @@ def build_dense(corpus: str | Path, **options: Any) -> Retriever:
     return DenseRetriever(load_corpus(corpus), **options)
 
 
-def load_index(path: str | Path, check_corpus: bool = True) -> Retriever:
-    """A retriever saved by ``selfrag index`` (see :mod:`selfrag.inference.retrievers.index`)."""
+def load_index(
+    path: str | Path, check_corpus: bool = True, nprobe: int | None = None, ef_search: int | None = None
+) -> Retriever:
+    """A retriever saved by ``selfrag index`` (see :mod:`selfrag.inference.retrievers.index`).
+
+    ``nprobe`` / ``ef_search`` override the search settings a FAISS index was saved with.
+    """
     from .index import load_index as load
 
-    return load(path, check_corpus=check_corpus)
+    return load(path, check_corpus=check_corpus, nprobe=nprobe, ef_search=ef_search)
 
 
 #: Retriever name -> factory taking its keyword options.

