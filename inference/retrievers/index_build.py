@@ -98,15 +98,18 @@ def _build_kind(
     encoder = encoder or SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
                                          pooling=config.pooling, normalize=config.normalize)
     if config.kind == "faiss":
-        from .faiss_index import make_index
+        from .faiss_index import make_index, set_search_parameters
 
-        make_index(config.faiss_factory, encoder.dimension)  # a bad factory string fails before hours of embedding
+        # a bad factory string or search setting fails before hours of embedding
+        where = f"faiss_factory={config.faiss_factory}"
+        empty = make_index(config.faiss_factory, encoder.dimension)
+        set_search_parameters(empty, config.nprobe, config.ef_search, where)
     embeddings = embed_store(store, work / EMBEDDINGS_FILE, encoder, config.shard_size, show_progress)
     if config.kind == "faiss":
-        from .faiss_index import FAISS_FILE, build_faiss, import_faiss, set_search_parameters
+        from .faiss_index import FAISS_FILE, build_faiss, import_faiss
 
         index = build_faiss(embeddings, config.faiss_factory, config.train_size, config.seed, show_progress)
-        set_search_parameters(index, config.nprobe, config.ef_search, f"faiss_factory={config.faiss_factory}")
+        set_search_parameters(index, config.nprobe, config.ef_search, where)
         import_faiss().write_index(index, str(work / FAISS_FILE))
 
 
