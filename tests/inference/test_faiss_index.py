@@ -82,6 +82,20 @@ def test_killed_at_a_shard_boundary_resumes_only_the_unfinished_shards(corpus: P
     assert not list(tmp_path.glob(".a.*")) and not (tmp_path / "a" / "embeddings.npy").exists()
 
 
+def test_killed_mid_shard_between_its_pieces(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selfrag.inference.retrievers import embeddings
+
+    monkeypatch.setattr(embeddings, "_PIECE", 4)  # shards of 10 encoded as 4 + 4 + 2
+    with pytest.raises(Killed):  # call 5 is shard 1's second piece: its first piece is already in the matrix
+        build(config(corpus, tmp_path / "a", "kind=dense"), encoder=HashEncoder(fail_at_call=5), show_progress=False)
+    assert (tmp_path / ".a.building" / "embeddings.npy.done").read_text() == "0\n"
+    resumed = HashEncoder()
+    build(config(corpus, tmp_path / "a", "kind=dense"), encoder=resumed, show_progress=False)
+    assert len(resumed.encoded) == 85 and resumed.calls == 9 * 3 - 1  # shards 1..9, the last of 5 = 4 + 1
+    build(config(corpus, tmp_path / "b", "kind=dense"), encoder=HashEncoder(), show_progress=False)
+    assert (tmp_path / "a" / "embeddings.npy").read_bytes() == (tmp_path / "b" / "embeddings.npy").read_bytes()
+
+
 def test_killed_after_writing_rows_before_recording_the_shard(
     corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
