@@ -10,7 +10,7 @@ words, under the title ``Topic i % 50000``; the dense vectors are random unit ve
 * ``v1-bm25`` - today's format 1 (the baseline): ``passages.jsonl`` read into Python objects on every open, BM25
   beside it;
 * ``bm25`` - format 2: bm25s matrices memory-mapped, passages in ``passages.sqlite`` read for the hits only;
-* ``faiss-flat`` / ``faiss-ivf1024-pq32`` (nprobe 16) / ``faiss-hnsw32`` (up to ``--hnsw-max`` passages, its
+* ``faiss-flat`` / ``faiss-ivf256-pq32`` (nprobe 16, trained on 20k vectors) / ``faiss-hnsw32`` (up to ``--hnsw-max`` passages, its
   build is slow on 2 cores) - format 2 with the same store, the FAISS file memory-mapped where FAISS can.
 
 Each index is opened in a fresh process (``--measure``): open time, RSS before/after opening and after 200
@@ -75,14 +75,14 @@ def build_all(work: Path, count: int, hnsw_max: int) -> list[str]:
     for start in range(0, count, 65_536):
         block = rng.standard_normal((min(count, start + 65_536) - start, DIMENSION)).astype(np.float32)
         vectors[start : start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
-    kinds = {"faiss-flat": ("Flat", None), "faiss-ivf1024-pq32": ("IVF1024,PQ32", 16)}
+    kinds = {"faiss-flat": ("Flat", None), "faiss-ivf256-pq32": ("IVF256,PQ32", 16)}
     if count <= hnsw_max:
         kinds["faiss-hnsw32"] = ("HNSW32", None)
     for name, (factory, nprobe) in kinds.items():
         folder = work / name
         folder.mkdir()
         os.link(work / "bm25" / "passages.sqlite", folder / "passages.sqlite")
-        index = build_faiss(vectors, factory, train_size=50_000, seed=0, show_progress=False)
+        index = build_faiss(vectors, factory, train_size=20_000, seed=0, show_progress=False)
         import_faiss().write_index(index, str(folder / FAISS_FILE))
         options = {"faiss_factory": factory, "nprobe": nprobe, "embedding_model": "synthetic"}
         meta = {"version": 2, "kind": "faiss", "passages": count, "corpus": {}, "options": options}
@@ -173,7 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,300000,1000000")
     parser.add_argument("--work", type=Path, default=Path("/tmp/selfrag-scale"))
-    parser.add_argument("--hnsw-max", type=int, default=300_000, help="build HNSW32 up to this many passages")
+    parser.add_argument("--hnsw-max", type=int, default=0, help="build HNSW32 up to this many passages")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the built indexes")
     args = parser.parse_args()

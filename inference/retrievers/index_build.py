@@ -95,8 +95,19 @@ def _build_kind(
         passages = store.by_rows(range(len(store)))
         BM25Retriever(passages, stemmer_language=config.stemmer_language or None).save(work)
         return
-    encoder = encoder or SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
-                                         pooling=config.pooling, normalize=config.normalize)
+    if encoder is None:
+        owned = SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
+                                pooling=config.pooling, normalize=config.normalize)
+        try:
+            return _build_vectors(config, work, store, owned, show_progress)
+        finally:
+            owned.close()
+    _build_vectors(config, work, store, encoder, show_progress)
+
+
+def _build_vectors(
+    config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder, show_progress: bool
+) -> None:
     if config.kind == "faiss":
         from .faiss_index import make_index, set_search_parameters
 
