@@ -10,8 +10,9 @@ words, under the title ``Topic i % 50000``; the dense vectors are random unit ve
 * ``v1-bm25`` - today's format 1 (the baseline): ``passages.jsonl`` read into Python objects on every open, BM25
   beside it;
 * ``bm25`` - format 2: bm25s matrices memory-mapped, passages in ``passages.sqlite`` read for the hits only;
-* ``faiss-flat`` / ``faiss-ivf256-pq32`` (nprobe 16, trained on 20k vectors) / ``faiss-hnsw32`` (up to ``--hnsw-max`` passages, its
-  build is slow on 2 cores) - format 2 with the same store, the FAISS file memory-mapped where FAISS can.
+* ``faiss-flat`` / ``faiss-ivf256-pq32`` (nprobe 16, trained on 20k vectors) / ``faiss-hnsw32`` (only with
+  ``--hnsw-max N``: its build is slow on 2 cores) - format 2 with the same store, the FAISS file memory-mapped
+  where FAISS can.
 
 Each index is opened in a fresh process (``--measure``): open time, RSS before/after opening and after 200
 single queries (k=10; BM25 three vocabulary words, FAISS a random unit vector, passages fetched from the store),
