@@ -5,12 +5,12 @@
 
 The corpus is every shipped passage (data_gen/demo, data_gen/slices/*, tests/assets), ids prefixed by their
 source; the queries are every shipped question. Passages and questions are embedded once with all-MiniLM-L6-v2
-(``selfrag index kind=dense``, which is also the exact baseline: brute-force inner product). Each kind in
-``KINDS`` is then built through ``selfrag index`` from those same vectors and searched with the precomputed
+(``selfrag index kind=dense``, which is also the exact baseline: brute-force inner product). Each kind of
+``kinds()`` is then built through ``selfrag index`` from those same vectors and searched with the precomputed
 question vectors, so the rows compare the indexes and not the encoder; queries/s is search only (passages read
 from the store included), one batch of all questions and one question at a time. A kind is one entry of
-``KINDS``: a name and the ``selfrag index`` overrides (or any callable giving a retriever with
-``search_vectors``), so another backend (pgvector) adds a line.
+``kinds()``: a name and its ``selfrag index`` overrides, so another backend (pgvector) adds a line; the loop
+needs of a kind only a retriever with ``search_vectors(vectors, k)``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +120,9 @@ def main() -> None:
     if args.kinds:
         chosen = {name: chosen[name] for name in args.kinds.split(",")}
     for name, overrides in chosen.items():
-        make: Callable[..., Any] = build
         started = time.perf_counter()
         output = args.work / name
-        make(load_config(IndexConfig, None, [*base, *overrides, f"output={output}"]), encoder=lookup,
+        build(load_config(IndexConfig, None, [*base, *overrides, f"output={output}"]), encoder=lookup,
              show_progress=False)
         build_seconds = time.perf_counter() - started
         found, batch_qps, single_qps = timed_search(load_index(output, encoder=lookup), query_vectors)
