@@ -23,7 +23,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from selfrag.config import help_field
 from selfrag.corpus import load_corpus
@@ -32,6 +32,9 @@ from selfrag.passages import PassageList, PassageSource, PassageStore
 from selfrag.retrieval import BM25Retriever, Retriever
 
 from .embeddings import DEFAULT_EMBEDDING_MODEL, POOLINGS, SentenceEncoder, TextEncoder
+
+if TYPE_CHECKING:
+    from .index_build import IndexResult
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ class IndexConfig:
         return problems
 
 
-def run(config: IndexConfig) -> Any:
+def run(config: IndexConfig) -> IndexResult:
     """Build the index of ``config.corpus`` into ``config.output`` (see :func:`.index_build.build`)."""
     from .index_build import build
 
