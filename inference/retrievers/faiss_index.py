@@ -46,7 +46,7 @@ def make_index(factory: str, dimension: int) -> Any:
     try:
         return faiss.index_factory(dimension, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
+        reason = str(error).strip().rsplit(": ", 1)[-1] or repr(error)  # the C++ location first, the reason last
         raise ConfigError([
             f"faiss_factory {factory!r} is not a FAISS index for {dimension}-dimensional vectors ({reason}); "
             "use e.g. Flat, HNSW32, IVF1024,Flat or IVF4096,PQ64 (PQm needs the dimension divisible by m)"
@@ -62,7 +62,7 @@ def build_faiss(embeddings: np.ndarray, factory: str, train_size: int, seed: int
     if not index.is_trained:
         sample = np.sort(np.random.default_rng(seed).choice(rows, size=min(rows, train_size), replace=False))
         vectors = np.ascontiguousarray(embeddings[sample], dtype=np.float32)
-        _check_trainable(index, factory, len(vectors))
+        check_trainable(index, factory, len(vectors))
         logger.info("training %s on %d of %d vectors", factory, len(vectors), rows)
         index.train(vectors)
     with tqdm(total=rows, unit="vector", desc=f"adding to {factory}", disable=not show_progress) as bar:
@@ -73,7 +73,8 @@ def build_faiss(embeddings: np.ndarray, factory: str, train_size: int, seed: int
     return index
 
 
-def _check_trainable(index: Any, factory: str, count: int) -> None:
+def check_trainable(index: Any, factory: str, count: int) -> None:
+    """One line when ``count`` training vectors are too few for the index's lists or PQ centroids."""
     faiss = import_faiss()
     needed = 1
     try:

@@ -109,12 +109,14 @@ def _build_vectors(
     config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder, show_progress: bool
 ) -> None:
     if config.kind == "faiss":
-        from .faiss_index import make_index, set_search_parameters
+        from .faiss_index import check_trainable, make_index, set_search_parameters
 
         # a bad factory string or search setting fails before hours of embedding
         where = f"faiss_factory={config.faiss_factory}"
         empty = make_index(config.faiss_factory, encoder.dimension)
         set_search_parameters(empty, config.nprobe, config.ef_search, where)
+        if not empty.is_trained:
+            check_trainable(empty, config.faiss_factory, min(len(store), config.train_size))
     embeddings = embed_store(store, work / EMBEDDINGS_FILE, encoder, config.shard_size, show_progress)
     if config.kind == "faiss":
         from .faiss_index import FAISS_FILE, build_faiss, import_faiss

@@ -224,7 +224,7 @@ def test_format_1_folders_still_open_with_a_warning(
 
 def test_bad_settings_fail_in_one_line_before_any_embedding(corpus: Path, tmp_path: Path) -> None:
     cases = [
-        (["faiss_factory=Bogus32"], "faiss_factory 'Bogus32' is not a FAISS index for 16-dimensional vectors"),
+        (["faiss_factory=Bogus32"], r"'Bogus32' is not a FAISS index for 16-dimensional vectors \(could not parse"),
         (["faiss_factory=IVF4,PQ5"], "PQm needs the dimension divisible by m"),
         (["faiss_factory=HNSW32", "nprobe=8"], "nprobe=8 applies to IVF indexes only"),
         (["faiss_factory=IVF4,Flat", "ef_search=8"], "ef_search=8 applies to HNSW indexes only"),
@@ -234,9 +234,11 @@ def test_bad_settings_fail_in_one_line_before_any_embedding(corpus: Path, tmp_pa
         with pytest.raises(ConfigError, match=message) as raised:
             build(config(corpus, tmp_path / "x", *overrides), encoder=encoder, show_progress=False)
         assert encoder.calls == 0 and "\n" not in str(raised.value)
+    encoder = HashEncoder()
     with pytest.raises(ConfigError, match=r"needs at least 64 training vectors, the corpus gives 50; use fewer lists"):
-        build(config(corpus, tmp_path / "x", "faiss_factory=IVF64,Flat", "train_size=50"), encoder=HashEncoder(),
+        build(config(corpus, tmp_path / "x", "faiss_factory=IVF64,Flat", "train_size=50"), encoder=encoder,
               show_progress=False)
+    assert encoder.calls == 0
     with pytest.raises(ConfigError, match="nprobe=3 applies to kind=faiss only, got kind=bm25"):
         load_config(IndexConfig, None, [f"corpus={corpus}", f"output={tmp_path}", "nprobe=3"])
     with pytest.raises(ConfigError, match="pooling must be one of"):
@@ -259,3 +261,12 @@ def test_search_settings_saved_and_overridden_at_open(corpus: Path, tmp_path: Pa
     assert faiss.extract_index_ivf(load_index(tmp_path / "i", encoder=encoder).index).nprobe == 2  # type: ignore[attr-defined]
     wider = load_index(tmp_path / "i", nprobe=4, encoder=encoder)
     assert faiss.extract_index_ivf(wider.index).nprobe == 4  # type: ignore[attr-defined]
+
+
+def test_a_second_build_of_the_same_output_stops_in_one_line(corpus: Path, tmp_path: Path) -> None:
+    import fcntl
+
+    with (tmp_path / ".a.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(InputError, match="another `selfrag index` is building"):
+            build(config(corpus, tmp_path / "a"), encoder=HashEncoder(), show_progress=False)
