@@ -75,12 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
     ask.add_argument("--model", required=True, help="a model directory trained by selfrag (or a released one)")
     ask.add_argument("--corpus", type=Path, help="corpus JSONL (id, title, text) or a folder; BM25 is built now")
-    ask.add_argument("--index", type=Path, help="an index directory built by `selfrag index` (instead of --corpus)")
+    ask.add_argument(
+        "--index", help="a prebuilt index (instead of --corpus): a directory from `selfrag index`, or a pgvector "
+        "postgresql://user@host/db?table=NAME"
+    )
     ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
     ask.add_argument("--json", action="store_true", help="print answers as JSON (one object per line for several)")
     _add_config_arguments(ask, positional=False)
 
-    index = commands.add_parser("index", help="build a retrieval index (BM25 or dense) once, for ask/serve/eval")
+    index = commands.add_parser(
+        "index", help="build a retrieval index (BM25, dense, or a shared pgvector table) once, for every stage"
+    )
     _add_config_arguments(index)
 
     evaluate = commands.add_parser("eval", help="compare no retrieval, plain RAG, prompted and single-pass Self-RAG")
@@ -91,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
     serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
     serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
-    serve.add_argument("--index", help="an index directory built by `selfrag index` (config key: index)")
+    serve.add_argument(
+        "--index",
+        help="a prebuilt index: a directory from `selfrag index` or postgresql://...?table=NAME (config key: index)",
+    )
     serve.add_argument("--engine", help="decoding backend: hf, vllm or openai (config key: engine; default hf)")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")

@@ -17,16 +17,23 @@ from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
-from selfrag.inference.retrievers import build_bm25, load_index
+from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import Retriever
 
 
-def load_retriever(corpus: str | Path | None = None, index: str | Path | None = None) -> Retriever:
-    """An index built by ``selfrag index``, or BM25 built now over ``corpus`` (exactly one of the two)."""
-    if (corpus is None) == (index is None):
-        raise InputError("give exactly one of --corpus FILE (BM25 built now) or --index DIR (built by selfrag index)")
-    return load_index(index) if index is not None else build_bm25(corpus)  # type: ignore[arg-type]
+def load_retriever(
+    corpus: str | Path | None = None, index: str | Path | None = None, retriever: RetrieverConfig | None = None
+) -> Retriever:
+    """An index built by ``selfrag index`` (a directory, or a pgvector ``postgresql://...?table=`` URL), or BM25
+    built now over ``corpus``: exactly one, by :func:`~selfrag.inference.retrievers.spec.open_retriever`."""
+    opened = open_retriever(retriever, corpus=corpus, index=index)
+    if opened is None:
+        raise InputError(
+            "give exactly one of --corpus FILE (BM25 built now) or --index DIR|postgresql://...?table=NAME "
+            "(built by selfrag index)"
+        )
+    return opened
 
 
 def ask_many(

