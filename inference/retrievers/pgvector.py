@@ -137,7 +137,8 @@ def _extension_problem(target: PgTarget, error: Any) -> str:
     state = getattr(error, "sqlstate", None)
     if state in ("58P01", "0A000"):  # no vector.control on the server (PostgreSQL 16: 0A000 "is not available")
         return (f"the PostgreSQL server of {target.where} has no pgvector extension installed "
-                f"({_first_line(error)}); install it on the server (apt install postgresql-16-pgvector, or pip install pgserver for a local one)")
+                f"({_first_line(error)}); install it on the server (apt install postgresql-16-pgvector, "
+                "or pip install pgserver for a local one)")
     if state == "42501":
         return (f"the user of {target.where} may not create the pgvector extension ({_first_line(error)}); "
                 "ask the database owner or a superuser to run CREATE EXTENSION vector")
