@@ -29,6 +29,7 @@ from selfrag import reflection as rf
 from selfrag.corpus import Query
 from selfrag.data_gen.labelers import LabelItem, LabelResult, LLMLabeler
 from selfrag.data_gen.teachers import ChatRequest, Teacher
+from selfrag.inference.retrievers.batched import BatchedSearcher
 from selfrag.retrieval import Retriever
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -99,6 +100,7 @@ class Assembler:
         self.teacher = teacher
         self.labeler = labeler
         self.retriever = retriever
+        self.searcher = BatchedSearcher(retriever)  # off the event loop, many questions' searches in one batch
         self.top_k = top_k
         self.seed = seed
 
@@ -160,7 +162,7 @@ class Assembler:
     async def _choose_passage(
         self, query: Query, search: str, sentence: str, preceding: str, outcome: Outcome
     ) -> tuple[Passage, Label, Label]:
-        hits = [hit.passage for hit in self.retriever.search(search, self.top_k)]
+        hits = [hit.passage for hit in await self.searcher.search(search, self.top_k)]
         relevance = await self._label_many(outcome, [LabelItem("relevance", query.question, p) for p in hits])
         labelled = [(p, r) for p, r in zip(hits, relevance, strict=True) if r is not None]
         if not labelled:
@@ -214,7 +216,7 @@ class Assembler:
         return reply.text.strip()
 
     async def _write_answer(self, query: Query, outcome: Outcome) -> str:
-        hits = self.retriever.search(query.question, self.top_k)
+        hits = await self.searcher.search(query.question, self.top_k)
         evidence = "\n".join(f"Evidence: {hit.passage.render()}" for hit in hits)
         for attempt in range(self.labeler.retries + 1):
             text = await self._ask(

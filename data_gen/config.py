@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from selfrag.config import help_field
 from selfrag.data_gen.gold import ABSTAIN_TEXT
+from selfrag.inference.retrievers.spec import RetrieverConfig
 
 
 @dataclass
@@ -78,10 +79,21 @@ class TeacherConfig:
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
-    corpus: Path = help_field("Corpus: JSONL lines {id, title, text}, or a folder of .txt/.md files.")
     output: Path = help_field(
         "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "
         "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory."
+    )
+    corpus: Path | None = help_field(
+        "Corpus: JSONL lines {id, title, text}, DPR's psgs_w100.tsv (id, text, title), or a folder of .txt/.md/.pdf "
+        "files. Needed by labeler=gold (gold passages by id) and to write questions (queries=null); labeler=llm "
+        "with queries and a retriever section needs none. Without a retriever section, BM25 over it is built "
+        "in memory (small corpora).",
+        default=None,
+    )
+    retriever: RetrieverConfig = help_field(
+        "Where searches go: retriever.index=DIR (built once by selfrag index) or retriever.url=postgresql://... "
+        "(pgvector, one table shared by every shard and worker). Unset: BM25 over corpus, built by each run.",
+        default_factory=RetrieverConfig,
     )
     queries: Path | None = help_field(
         "Queries JSONL: question, optional id, answer/answers/output, answerable, gold_passage_ids, "
@@ -196,6 +208,17 @@ class GenerateConfig:
             problems.append(
                 "queries is required with labeler=gold; set queries=FILE, or labeler=llm to let the teacher write them"
             )
+        if self.corpus is None and (self.labeler == "gold" or self.queries is None):
+            problems.append(
+                "corpus is required with labeler=gold (gold passages by id) and to write questions (queries=null); "
+                "set corpus=FILE"
+            )
+        if self.corpus is None and not self.retriever.is_set():
+            problems.append("set retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 "
+                            "built in memory)")
+        if self.retriever.corpus is not None and self.corpus is not None:
+            problems.append("retriever.corpus: set corpus= once (BM25 over it is built when no prebuilt "
+                            "retriever.index / retriever.url is given); drop retriever.corpus")
         if self.labeler == "llm" and not self.teacher.model:
             problems.append("teacher.model is required with labeler=llm; e.g. teacher.model=gpt-4o-mini")
         if self.top_k < 1:

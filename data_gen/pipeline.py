@@ -34,6 +34,7 @@ from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
+from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -61,6 +62,9 @@ CONTENT_SETTINGS = (
     "teacher.model",
     "teacher.temperature",
     "teacher.seed",
+    "retriever.index",
+    "retriever.url",
+    "retriever.mode",
 )
 
 
@@ -78,8 +82,11 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         )
     prepare_output(config, output, CONTENT_SETTINGS)
 
-    # --- Inputs: corpus (file or folder of chunks) and queries (given, or written by the teacher) ---------
-    passages = load_passages(config, output)
+    # --- Inputs: the retriever (a prebuilt index shared by every shard, or BM25 built here over the corpus),
+    # the corpus (file or folder of chunks; not needed beside a prebuilt index when queries are given) and the
+    # queries (given, or written by the teacher) ------------------------------------------------------------
+    prebuilt = open_retriever(config.retriever)
+    passages = load_passages(config, output) if config.corpus is not None else []
     passages_by_id = {passage.id: passage for passage in passages}
     tasks = select_tasks(config, passages)
     logger.info("%d passages; %d questions in this shard", len(passages), len(tasks))
@@ -91,7 +98,8 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     cache = CallCache(output / CACHE_FILE)
     teacher = CachedTeacher(build_teacher(config.teacher), cache)
     labeler = LLMLabeler(teacher, retries=config.label_retries, seed=config.teacher.seed)
-    assembler = Assembler(teacher, labeler, BM25Retriever(passages), config.top_k, seed=config.teacher.seed)
+    retriever = prebuilt if prebuilt is not None else BM25Retriever(passages)
+    assembler = Assembler(teacher, labeler, retriever, config.top_k, seed=config.teacher.seed)
     failed: dict[str, str] = {}
     try:
         asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id))
@@ -167,7 +175,7 @@ def write_config(config: GenerateConfig, output: Path) -> None:
 
 def load_passages(config: GenerateConfig, output: Path) -> list[Passage]:
     """The corpus; a folder's chunks are also written to ``<output>/corpus.jsonl`` (with file and position)."""
-    corpus = Path(config.corpus)
+    corpus = Path(str(config.corpus))
     if not corpus.is_dir():
         from selfrag.corpus import load_corpus
 

@@ -36,6 +36,7 @@ from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE,
 from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
+from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.trajectory import Passage
@@ -48,7 +49,7 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed",
+    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed", "retriever",
 )
 
 T = TypeVar("T")
@@ -93,8 +94,8 @@ def run(config: GenerateConfig) -> GenerateResult:
         return GenerateResult(
             output, output / RECORDS_FILE, output / STATS_FILE, written, stats, summarize(stats, output)
         )
-    if config.queries is None:  # validate() says so too; keeps the type checker informed
-        raise ConfigError(["queries is required with labeler=gold"])
+    if config.queries is None or config.corpus is None:  # validate() says so too; keeps the type checker informed
+        raise ConfigError(["queries and corpus are required with labeler=gold"])
     random.seed(config.seed)
     output = Path(config.output)
     records_path = output / RECORDS_FILE
@@ -103,7 +104,8 @@ def run(config: GenerateConfig) -> GenerateResult:
             (output / name).unlink(missing_ok=True)
     check_resumable(config, output)  # before any slow work: resuming needs the same content settings
 
-    # --- Load corpus and queries (malformed lines raise InputError with file:line) -------------
+    # --- Open the prebuilt retriever (its errors before any slow work), load corpus and queries -------
+    prebuilt = open_retriever(config.retriever)
     passages = load_corpus(config.corpus)
     passages_by_id = {passage.id: passage for passage in passages}
     queries = load_queries(config.queries)
@@ -128,7 +130,7 @@ def run(config: GenerateConfig) -> GenerateResult:
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,
         erased=config.erased_negatives,
     )
-    retriever = BM25Retriever(passages)
+    retriever = prebuilt if prebuilt is not None else BM25Retriever(passages)  # in memory: small corpora only
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     with (
@@ -203,6 +205,7 @@ def check_resumable(config: GenerateConfig, output: Path) -> None:
     new = to_dict(config)
     # a setting added after the old run wrote its config.yaml had its default there
     defaults = {f.name: f.default for f in fields(GenerateConfig) if f.default is not MISSING}
+    defaults["retriever"] = to_dict(RetrieverConfig())
     problems = []
     for key in CONTENT_SETTINGS:
         before, now = old.get(key, defaults.get(key)), new[key]

@@ -80,14 +80,14 @@ def _pct(value: float | None) -> str:
 
 def run(config: CalibrateConfig) -> CalibrationResult:
     from selfrag.inference.config import InferenceConfig, PruningConfig
-    from selfrag.inference.retrievers import build_bm25
+    from selfrag.inference.retrievers.spec import open_retriever
     from selfrag.inference.runtime import SelfRAG
 
     from .engines import load_trained
     from .modes import ExampleRetriever
 
     examples = load_examples(config.data, config.format, config.limit, config.split)
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    retriever = ExampleRetriever(examples, open_retriever(config.retriever, corpus=config.corpus))
     engine = load_trained(config.model)
     ids = engine.token_ids
     requests = [

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.config import help_field
+from selfrag.inference.retrievers.spec import RetrieverConfig
 
 MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
 MODE_TITLES = {
@@ -67,7 +68,12 @@ class EvalConfig:
     format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it per file", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
     corpus: Path | None = help_field(
-        "corpus JSONL (id, title, text) or folder, searched with BM25 for examples without ctxs", None
+        "small corpora: a corpus JSONL (id, title, text) or folder, indexed with BM25 now, for examples without "
+        "ctxs; a prebuilt index goes in retriever.index / retriever.url", None
+    )
+    retriever: RetrieverConfig = help_field(
+        "the retriever for examples without ctxs: retriever.index=DIR (from selfrag index) or "
+        "retriever.url=postgresql://...?table=NAME (pgvector), as in every stage", default_factory=RetrieverConfig
     )
     labels: Path | None = help_field(
         "reflection labels JSONL {question, passage, answer, labels} for token agreement; null: skip", None
@@ -115,7 +121,11 @@ class CalibrateConfig:
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
     format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
-    corpus: Path | None = help_field("corpus for examples without ctxs", None)
+    corpus: Path | None = help_field("small corpora: BM25 built now for examples without ctxs (or retriever.*)", None)
+    retriever: RetrieverConfig = help_field(
+        "the retriever for examples without ctxs (retriever.index / retriever.url), as in every stage",
+        default_factory=RetrieverConfig,
+    )
     target_false_abstain: float = help_field(
         "the largest support bound is chosen whose false-abstain rate on answerable dev questions is at most this",
         0.1,

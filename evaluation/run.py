@@ -79,14 +79,14 @@ def run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
     from selfrag.inference.config import InferenceConfig
-    from selfrag.inference.retrievers import build_bm25
+    from selfrag.inference.retrievers.spec import open_retriever
 
     started = time.monotonic()
     examples = load_examples(config.data, config.format, config.limit, config.split)
     labels = load_reflection_labels(config.labels) if config.labels else []
     _check_passages(config, examples)
     inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    retriever = ExampleRetriever(examples, open_retriever(config.retriever, corpus=config.corpus))
     out = config.output_dir
     write_resolved(config, out)
     engines = _Engines(config)
@@ -164,10 +164,12 @@ def _needs_base(config: EvalConfig) -> bool:
 
 def _check_passages(config: EvalConfig, examples: list[Example]) -> None:
     without = [example.id for example in examples if not example.ctxs]
-    if without and config.corpus is None and any(mode in config.modes for mode in RETRIEVING):
+    retrieving = any(mode in config.modes for mode in RETRIEVING)
+    if without and config.corpus is None and not config.retriever.is_set() and retrieving:
         raise ConfigError([
-            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
-            "or add ctxs to the data, or use modes=[no_retrieval]"
+            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; set "
+            "retriever.index=DIR (or retriever.url=postgresql://..., corpus=FILE for a small corpus) or add ctxs "
+            "to the data, or use modes=[no_retrieval]"
         ])
 
 

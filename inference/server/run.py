@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from pathlib import Path
 
 from selfrag.errors import InputError, SelfragError
 from selfrag.models import resolve_model
@@ -29,7 +30,7 @@ def run(config: ServeConfig) -> int:
 
     if config.corpus is not None and not config.corpus.exists():
         raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
-    if config.index is not None and not config.index.is_dir():
+    if config.index is not None and "://" not in config.index and not Path(config.index).is_dir():
         raise InputError(f"index {str(config.index)!r} not found; build it with `selfrag index` or pass --corpus")
     resolve_model(config.model)  # a wrong --model fails here, before the port opens
     api_key = os.environ.get(config.api_key_env) or None
