@@ -237,3 +237,26 @@ def test_contradictory_settings_are_refused_in_one_line(table_url: str, corpus: 
         load_config(IndexConfig, None, [f"corpus={corpus}", "output=runs/x", "kind=pgvector"])
     assert json.dumps(RetrieverConfig().__dict__)  # unset is None everywhere
     assert not RetrieverConfig().is_set()
+
+
+def test_every_stage_config_opens_the_same_hits(table_url: str, tmp_path: Path) -> None:
+    from selfrag.config import load_config
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.evaluation.config import CalibrateConfig, EvalConfig
+    from selfrag.inference.ask import load_retriever
+    from selfrag.inference.server.config import ServeConfig
+
+    section = [f"retriever.url={table_url}"]
+    generate = load_config(GenerateConfig, None, ["labeler=llm", "teacher.model=m", "queries=q", "output=o", *section])
+    evaluate = load_config(EvalConfig, None, ["data=d", "model=m", "output_dir=o", *section])
+    calibrate = load_config(CalibrateConfig, None, ["data=d", "model=m", *section])
+    serve = load_config(ServeConfig, None, ["model=m", f"index={table_url}"])
+    opened = [
+        open_retriever(generate.retriever),
+        open_retriever(evaluate.retriever, corpus=evaluate.corpus),
+        open_retriever(calibrate.retriever, corpus=calibrate.corpus),
+        load_retriever(serve.corpus, serve.index, serve.retriever),
+        load_retriever(index=table_url),
+    ]
+    hits = [[_ids(found) for found in retriever.search_many(QUERIES, 4)] for retriever in opened if retriever]
+    assert len(hits) == 5 and all(found == hits[0] for found in hits)
