@@ -162,6 +162,8 @@ class Assembler:
     async def _choose_passage(
         self, query: Query, search: str, sentence: str, preceding: str, outcome: Outcome
     ) -> tuple[Passage, Label, Label]:
+        # a question with ctxs of its own answers every search of its sentences from them (by its question)
+        search = query.question if query.ctxs else search
         hits = [hit.passage for hit in await self.searcher.search(search, self.top_k)]
         relevance = await self._label_many(outcome, [LabelItem("relevance", query.question, p) for p in hits])
         labelled = [(p, r) for p, r in zip(hits, relevance, strict=True) if r is not None]

@@ -213,9 +213,6 @@ class GenerateConfig:
                 "corpus is required with labeler=gold (gold passages by id) and to write questions (queries=null); "
                 "set corpus=FILE"
             )
-        if self.corpus is None and not self.retriever.is_set():
-            problems.append("set retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 "
-                            "built in memory)")
         if self.retriever.corpus is not None and self.corpus is not None:
             problems.append("retriever.corpus: set corpus= once (BM25 over it is built when no prebuilt "
                             "retriever.index / retriever.url is given); drop retriever.corpus")

@@ -36,7 +36,7 @@ from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.retrieval import BM25Retriever
+from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,15 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     passages_by_id = {passage.id: passage for passage in passages}
     tasks = select_tasks(config, passages)
     logger.info("%d passages; %d questions in this shard", len(passages), len(tasks))
+    retriever = PrecomputedRetriever(
+        {query.question: query.ctxs for query, _ in tasks}, _fallback(prebuilt, passages)
+    )
+    without = [query.id for query, _ in tasks if not query.ctxs]
+    if without and retriever.fallback is None:
+        raise ConfigError([
+            f"{len(without)} queries (first: {without[0]!r}) have no ctxs and no retriever is set; set "
+            "retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 built in memory)"
+        ])
     write_config(config, output)
 
     # --- Label every question not finished by an earlier run -----------------------------------------------
@@ -98,7 +107,6 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     cache = CallCache(output / CACHE_FILE)
     teacher = CachedTeacher(build_teacher(config.teacher), cache)
     labeler = LLMLabeler(teacher, retries=config.label_retries, seed=config.teacher.seed)
-    retriever = prebuilt if prebuilt is not None else BM25Retriever(passages)
     assembler = Assembler(teacher, labeler, retriever, config.top_k, seed=config.teacher.seed)
     failed: dict[str, str] = {}
     try:
@@ -163,6 +171,13 @@ async def _label_all(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await assembler.teacher.aclose()
+
+
+def _fallback(prebuilt: Retriever | None, passages: list[Passage]) -> Retriever | None:
+    """Where questions without ctxs search: the prebuilt index, else BM25 built here (small corpora), else none."""
+    if prebuilt is not None:
+        return prebuilt
+    return BM25Retriever(passages) if passages else None
 
 
 def write_config(config: GenerateConfig, output: Path) -> None:

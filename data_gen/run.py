@@ -38,7 +38,7 @@ from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
-from selfrag.retrieval import BM25Retriever, Retriever
+from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,9 @@ def run(config: GenerateConfig) -> GenerateResult:
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,
         erased=config.erased_negatives,
     )
-    retriever = prebuilt if prebuilt is not None else BM25Retriever(passages)  # in memory: small corpora only
+    # a query's own ctxs first; else the prebuilt index, or BM25 built here in memory (small corpora only)
+    fallback = prebuilt if prebuilt is not None else BM25Retriever(passages)
+    retriever = PrecomputedRetriever({query.question: query.ctxs for query in selected}, fallback)
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     with (

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag import reflection as rf
-from selfrag.corpus import Query
+from selfrag.corpus import Query, parse_ctxs
 from selfrag.errors import InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.reflection import Group
@@ -125,17 +125,7 @@ def _string(row: Mapping[str, Any], name: str, where: str, fix: str) -> str:
 
 
 def _common(row: Mapping[str, Any], where: str, default_id: str) -> dict[str, Any]:
-    ctxs = row.get("ctxs", [])
-    if not isinstance(ctxs, list):
-        raise InputError(f"{where}: field 'ctxs' must be a list of {{title, text}} objects, got {ctxs!r}")
-    passages = []
-    for index, ctx in enumerate(ctxs):
-        if not isinstance(ctx, Mapping) or not isinstance(ctx.get("text"), str):
-            raise InputError(f"{where}: ctxs[{index}] must be an object with a string 'text', got {ctx!r}")
-        title = ctx.get("title", "")
-        if not isinstance(title, str):
-            raise InputError(f"{where}: ctxs[{index}].title must be a string, got {title!r}")
-        passages.append(Passage(str(ctx.get("id", f"{row.get('id', default_id)}#{index}")), title, ctx["text"]))
+    passages = parse_ctxs(row, where, str(row.get("id", default_id)))
     needs_retrieval = row.get("needs_retrieval")
     if needs_retrieval is not None and not isinstance(needs_retrieval, bool):
         raise InputError(f"{where}: field 'needs_retrieval' must be true, false or null, got {needs_retrieval!r}")
@@ -144,7 +134,7 @@ def _common(row: Mapping[str, Any], where: str, default_id: str) -> dict[str, An
         raise InputError(f"{where}: field 'gold_passage_ids' must be a list of ids, got {gold!r}")
     return {
         "id": str(row.get("id", default_id)),
-        "ctxs": tuple(passages),
+        "ctxs": passages,
         "needs_retrieval": needs_retrieval,
         "gold_passage_ids": tuple(str(g) for g in gold),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ class Query:
     needs_retrieval: bool | None = None  # gold retrieve decision when the data set knows it (None: unknown)
     meta: dict[str, Any] = field(default_factory=dict)
     output: str | None = None  # a long-form answer (the paper's "output"); labelled sentence by sentence
+    ctxs: tuple[Passage, ...] = ()  # passages retrieved beforehand (the paper's ``ctxs``): searched instead of an index
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +39,7 @@ class Query:
             "needs_retrieval": self.needs_retrieval,
             "meta": self.meta,
             **({"output": self.output} if self.output is not None else {}),
+            **({"ctxs": [passage.to_json() for passage in self.ctxs]} if self.ctxs else {}),
         }
 
 
@@ -59,7 +63,8 @@ class Chunk:
 
 
 def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Passage]:
-    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, or a folder of .txt/.md/.pdf files.
+    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, DPR's ``psgs_w100.tsv`` (a ``.tsv`` file with the
+    header ``id text title``), or a folder of .txt/.md/.pdf files.
 
     Files of a folder are cut into chunks of ``chunk_words`` words, consecutive chunks sharing
     ``chunk_overlap`` words (see :func:`load_chunks`).
@@ -67,6 +72,8 @@ def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 4
     path = Path(path)
     if path.is_dir():
         return [chunk.passage for chunk in load_chunks(path, chunk_words, chunk_overlap)]
+    if path.suffix.lower() == ".tsv":
+        return list(iter_tsv(path))
     check_utf8(path, "corpus")
     passages = []
     seen: dict[str, int] = {}
@@ -86,6 +93,51 @@ def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 4
     if not passages:
         raise InputError(f"corpus {str(path)!r} holds no passages; add JSONL lines with id, title, text")
     return passages
+
+
+def iter_tsv(path: str | Path) -> Iterator[Passage]:
+    """Passages of a DPR-style TSV (``psgs_w100.tsv``: header ``id<TAB>text<TAB>title``, any column order),
+    streamed line by line; fields quoted as DPR writes them (``"..."`` with ``""`` for a quote) are unquoted."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"corpus {str(path)!r} does not exist; give a .jsonl or .tsv file or a folder")
+    seen: set[str] = set()
+    count = 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = csv.reader(handle, delimiter="\t", quotechar='"')
+        try:
+            header = [name.strip().lower() for name in next(rows, [])]
+            missing = [name for name in ("id", "text", "title") if name not in header]
+            if missing:
+                raise InputError(
+                    f"{path}:1: the header must name the columns id, text and title (DPR's psgs_w100.tsv: "
+                    f"id<TAB>text<TAB>title), got {header!r}; add or fix the header line"
+                )
+            columns = [header.index(name) for name in ("id", "text", "title")]
+            for row in rows:
+                where = f"{path}:{rows.line_num}"
+                if len(row) != len(header):
+                    raise InputError(
+                        f"{where}: {len(row)} tab-separated fields, expected {len(header)} ({', '.join(header)}); "
+                        "a tab or an unbalanced quote inside a field? quote it as DPR does (\"...\" with \"\")"
+                    )
+                passage_id, text, title = (row[index] for index in columns)
+                if not text.strip():
+                    raise InputError(f"{where}: field 'text' is empty; give the passage its text or delete the line")
+                if passage_id in seen:
+                    raise InputError(f"{where}: duplicate passage id {passage_id!r}; ids must be unique")
+                seen.add(passage_id)
+                count += 1
+                yield Passage(passage_id, title, text)
+        except UnicodeDecodeError as error:
+            raise InputError(
+                f"{path}: near line {rows.line_num + 1}: a byte is not UTF-8 ({error.reason}); save the corpus as "
+                "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        except csv.Error as error:
+            raise InputError(f"{path}:{rows.line_num}: {error}; fix the quoting of this line") from None
+    if not count:
+        raise InputError(f"corpus {str(path)!r} holds no passages; add lines id<TAB>text<TAB>title under the header")
 
 
 def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Chunk]:
@@ -203,8 +255,31 @@ def load_queries(path: str | Path) -> list[Query]:
                 needs_retrieval=needs_retrieval,
                 meta=dict(row.get("meta") or {}),
                 output=output,
+                ctxs=parse_ctxs(row, where, query_id),
             )
         )
     if not queries:
         raise InputError(f"queries file {str(path)!r} holds no queries; add JSONL lines with a 'question'")
     return queries
+
+
+def parse_ctxs(row: Mapping[str, Any], where: str, owner_id: str) -> tuple[Passage, ...]:
+    """A line's ``ctxs`` (the paper's and FlashRAG's precomputed passages: ``[{id?, title?, text}]``), in order.
+
+    Shared by ``selfrag generate`` (queries) and ``selfrag eval`` (examples); a passage without an id gets
+    ``<owner id>#<position>``.
+    """
+    ctxs = row.get("ctxs", [])
+    if ctxs is None:
+        return ()
+    if not isinstance(ctxs, list):
+        raise InputError(f"{where}: field 'ctxs' must be a list of {{title, text}} objects, got {ctxs!r}")
+    passages = []
+    for index, ctx in enumerate(ctxs):
+        if not isinstance(ctx, Mapping) or not isinstance(ctx.get("text"), str):
+            raise InputError(f"{where}: ctxs[{index}] must be an object with a string 'text', got {ctx!r}")
+        title = ctx.get("title", "")
+        if not isinstance(title, str):
+            raise InputError(f"{where}: ctxs[{index}].title must be a string, got {title!r}")
+        passages.append(Passage(str(ctx.get("id", f"{owner_id}#{index}")), title, ctx["text"]))
+    return tuple(passages)

@@ -75,8 +75,8 @@ def test_contradictory_retriever_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="drop retriever.corpus"):
         load_config(GenerateConfig, None, [f"corpus={corpus}", f"queries={queries}", "output=o",
                                            f"retriever.corpus={corpus}"])
-    with pytest.raises(ConfigError, match="set retriever.index=DIR or retriever.url"):
-        load_config(GenerateConfig, None, [f"queries={queries}", "labeler=llm", "teacher.model=m", "output=o"])
+    with pytest.raises(ConfigError, match="corpus is required with labeler=gold"):
+        load_config(GenerateConfig, None, [f"queries={queries}", "output=o", "retriever.index=x"])
 
 
 class _SlowRetriever:
@@ -121,3 +121,20 @@ def test_batched_searcher_runs_off_the_loop_in_batches() -> None:
     assert [size for size, _ in slow.calls] == [16, 14]  # 30 searches in two calls, not thirty
     assert all(thread != threading.main_thread().name for _, thread in slow.calls)
     assert ticks >= 10  # the loop kept running during the 100 ms of searching
+
+
+def test_precomputed_ctxs_need_no_corpus_and_no_index(tmp_path: Path) -> None:
+    ctxs = [{"id": "c-1", "title": "Lyon", "text": "Lyon is a city in France on the Rhone."},
+            {"title": "Lyon", "text": "Lyon is known for its cuisine."}]
+    rows = [{**QUERIES[0], "question": "Where is Lyon?", "answer": "Lyon is in France.", "ctxs": ctxs}]
+    _, queries = write_inputs(tmp_path, rows)
+    with TeacherServer() as server:
+        run(_config(server.url, tmp_path / "out", f"queries={queries}"))
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    used = {segment["passage"]["id"] for record in records for segment in record["segments"] if segment.get("passage")}
+    assert records and used and used <= {"c-1", "q1#1"}  # the question's own passages, nothing else
+    _, queries = write_inputs(tmp_path, [QUERIES[1]])  # no ctxs, no corpus, no index: one line naming the fix
+    with TeacherServer() as server, pytest.raises(ConfigError, match="have no ctxs and no retriever is set"):
+        run(_config(server.url, tmp_path / "none", f"queries={queries}"))
