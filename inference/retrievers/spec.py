@@ -95,8 +95,10 @@ def merge_legacy(
         raise ConfigError(["give one of corpus= (built in memory now) or index= (prebuilt), not both"])
     if "index" in given and given["index"].startswith(URL_SCHEMES):
         return RetrieverConfig(url=given["index"])
-    if given:
-        return RetrieverConfig(**given)
+    if "index" in given:
+        return RetrieverConfig(index=given["index"])
+    if "corpus" in given:
+        return RetrieverConfig(corpus=given["corpus"])
     return spec
 
 
