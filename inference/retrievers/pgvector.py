@@ -237,7 +237,20 @@ class PgVectorRetriever:
         vectors = self._encoder.encode(
             list(queries), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
         )
-        literals = [vector_literal(v) for v in np.asarray(vectors, dtype=np.float32)]
+        return self._nearest(np.asarray(vectors, dtype=np.float32), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        """The ``k`` nearest passages of each unit vector (rows of ``vectors``), by inner product, in one round trip."""
+        if vectors.ndim != 2 or vectors.shape[1] != self.meta["dimension"]:
+            raise PgVectorError(
+                f"query vectors of shape {vectors.shape} for a table of dimension {self.meta['dimension']}; "
+                "embed the queries with the table's model"
+            )
+        with self._lock:
+            return self._nearest(vectors, max(1, min(k, self.passage_count)))
+
+    def _nearest(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        literals = [vector_literal(v) for v in vectors]
         table, dimension = self.target.table, self.meta["dimension"]
         with self._connection.transaction():
             # ef_search below k would cap the result at ef_search rows
@@ -249,7 +262,7 @@ class PgVectorRetriever:
                 "ORDER BY q.n, p.score DESC",
                 (literals, k),
             ).fetchall()
-        return _group(rows, len(queries))
+        return _group(rows, len(vectors))
 
     def _lexical(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         # Any of the query's words (stemmed, stop words dropped), ranked by ts_rank_cd: an OR query, as BM25 is.

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 from selfrag.trajectory import Passage
 
 from .dense import _load_encoder
-from .pgvector import META_TABLE, PgTarget, connect, embedding_dimension, ensure_extension, parse_url, vector_literal
+from .pgvector import META_TABLE, PgTarget, connect, embedding_dimension, ensure_extension, parse_url
 
 logger = logging.getLogger(__name__)
 
@@ -39,26 +40,43 @@ class PgBuild:
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     corpus: dict[str, Any] | None = None  # path, size, sha256 of the source: a resumed load must read the same
+    maintenance_work_mem: str = "1GB"  # HNSW builds far faster while the graph fits (~passages x (4 d + 8 m) B)
 
 
 def build(spec: PgBuild, passages: Sequence[Passage]) -> dict[str, Any]:
-    """Load ``passages`` into the table named by ``spec.url``; returns its ``selfrag_indexes`` row."""
+    """Embed ``passages`` with ``spec.model`` and load them into the table named by ``spec.url``."""
+    encoder = _load_encoder(spec.model, spec.device)
+
+    def embed(batch: Sequence[Passage]) -> np.ndarray:
+        texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in batch]
+        vectors = encoder.encode(texts, batch_size=spec.batch_size, normalize_embeddings=True, convert_to_numpy=True)
+        return np.asarray(vectors, dtype=np.float32)
+
+    return load(spec, passages, embed, embedding_dimension(encoder))
+
+
+def load(
+    spec: PgBuild, passages: Sequence[Passage], embed: Callable[[Sequence[Passage]], np.ndarray], dimension: int
+) -> dict[str, Any]:
+    """Load ``passages`` with the unit vectors ``embed`` gives each batch; returns the ``selfrag_indexes`` row.
+
+    ``build`` embeds with the model; benchmarks pass precomputed or synthetic vectors (recorded as ``spec.model``).
+    """
     target = parse_url(spec.url, field="output")
     connection = connect(target, field="output")
     try:
         ensure_extension(connection, target, create=True)
-        encoder = _load_encoder(spec.model, spec.device)
-        dimension = embedding_dimension(encoder)
         options = {
             "hnsw_m": spec.hnsw_m, "hnsw_ef_construction": spec.hnsw_ef_construction, "corpus": spec.corpus,
             "passages": len(passages),
         }
         _create_meta(connection)
         start = _prepare_build_table(connection, target, spec.model, dimension, options)
-        _copy_rows(connection, target, encoder, passages, start, spec.batch_size)
+        _copy_rows(connection, target, embed, passages, start, spec.batch_size)
         started = time.monotonic()
         logger.info("building the HNSW index (m=%d, ef_construction=%d)", spec.hnsw_m, spec.hnsw_ef_construction)
         build_table = target.build_table
+        connection.execute(f"SET maintenance_work_mem = '{spec.maintenance_work_mem}'")  # the graph in memory
         connection.execute(
             f"CREATE INDEX IF NOT EXISTS {build_table}_hnsw ON {build_table} USING hnsw (embedding vector_ip_ops) "
             f"WITH (m = {int(spec.hnsw_m)}, ef_construction = {int(spec.hnsw_ef_construction)})"
@@ -116,22 +134,43 @@ def _jsonable(options: dict[str, Any]) -> Any:
 
 
 def _copy_rows(
-    connection: Any, target: PgTarget, encoder: Any, passages: Sequence[Passage], start: int, batch_size: int
+    connection: Any,
+    target: PgTarget,
+    embed: Callable[[Sequence[Passage]], np.ndarray],
+    passages: Sequence[Passage],
+    start: int,
+    batch_size: int,
 ) -> None:
     columns = f"{target.build_table} (row, id, title, text, embedding)"
     with tqdm(total=len(passages), initial=start, desc="pgvector load", unit="passage", dynamic_ncols=True) as bar:
         for first in range(start, len(passages), batch_size):
             batch = passages[first : first + batch_size]
-            texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in batch]
-            vectors = np.asarray(
-                encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True),
-                dtype=np.float32,
-            )
-            with connection.transaction(), connection.cursor() as cursor, cursor.copy(f"COPY {columns} FROM STDIN") \
-                    as copy:
-                for offset, (passage, vector) in enumerate(zip(batch, vectors, strict=True)):
-                    copy.write_row((first + offset, passage.id, passage.title, passage.text, vector_literal(vector)))
+            vectors = embed(batch)
+            payload = copy_payload(first, batch, vectors)
+            with connection.transaction(), connection.cursor() as cursor, \
+                    cursor.copy(f"COPY {columns} FROM STDIN (FORMAT binary)") as copy:
+                copy.write(payload)
             bar.update(len(batch))
+
+
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+
+
+def copy_payload(first: int, passages: Sequence[Passage], vectors: np.ndarray) -> bytes:
+    """One batch in COPY's binary format (row, id, title, text, embedding): ~10x faster than text COPY, whose
+    384 decimal floats a row cost more to print and parse than to send."""
+    dimension = vectors.shape[1]
+    big_endian = np.ascontiguousarray(vectors, dtype=">f4")
+    vector_head = struct.pack("!ihh", 4 + 4 * dimension, dimension, 0)  # length; pgvector's dim and unused
+    parts = [_COPY_HEADER]
+    for offset, passage in enumerate(passages):
+        parts.append(struct.pack("!hiq", 5, 8, first + offset))
+        for value in (passage.id, passage.title, passage.text):
+            encoded = value.encode("utf-8")
+            parts.append(struct.pack("!i", len(encoded)) + encoded)
+        parts.append(vector_head + big_endian[offset].tobytes())
+    parts.append(struct.pack("!h", -1))
+    return b"".join(parts)
 
 
 def _swap(connection: Any, target: PgTarget) -> None:

@@ -118,9 +118,9 @@ def test_a_killed_load_resumes_and_gives_the_same_table(postgres: LocalPostgres,
     calls = []
     original = pgvector_build._copy_rows
 
-    def killed(connection, target, encoder, rows, start, batch_size):  # type: ignore[no-untyped-def]
+    def killed(connection, target, embed, rows, start, batch_size):  # type: ignore[no-untyped-def]
         calls.append(start)
-        original(connection, target, encoder, rows[:32], start, batch_size)  # two batches, then the "kill"
+        original(connection, target, embed, rows[:32], start, batch_size)  # two batches, then the "kill"
         raise KeyboardInterrupt
 
     pgvector_build._copy_rows = killed  # type: ignore[assignment]
@@ -131,9 +131,9 @@ def test_a_killed_load_resumes_and_gives_the_same_table(postgres: LocalPostgres,
         pgvector_build._copy_rows = original  # type: ignore[assignment]
     resumed_from = []
 
-    def spy(connection, target, encoder, rows, start, batch_size):  # type: ignore[no-untyped-def]
+    def spy(connection, target, embed, rows, start, batch_size):  # type: ignore[no-untyped-def]
         resumed_from.append(start)
-        original(connection, target, encoder, rows, start, batch_size)
+        original(connection, target, embed, rows, start, batch_size)
 
     pgvector_build._copy_rows = spy  # type: ignore[assignment]
     try:
