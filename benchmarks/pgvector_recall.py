@@ -44,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="postgresql://... of a server with pgvector (default: start one from pgserver)")
     parser.add_argument("--queries", type=int, default=500, help="questions searched (the first N, all corpora)")
+    parser.add_argument("--cache", type=Path, help="a folder to keep the embeddings in between runs")
     parser.add_argument("--batch", type=int, default=32, help="queries per search_many round trip")
     args = parser.parse_args()
 
@@ -52,12 +53,20 @@ def main() -> None:
 
     passages, questions = shipped()
     questions = questions[: args.queries]
-    encoder = _load_encoder("all-minilm-l6-v2", "cpu")
+    encoder = _load_encoder("all-minilm-l6-v2", "cpu")  # what the table records and the queries were embedded with
     started = time.monotonic()
-    texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
-    matrix = np.asarray(encoder.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=True),
-                        dtype=np.float32)
-    queries = np.asarray(encoder.encode(questions, batch_size=64, normalize_embeddings=True), dtype=np.float32)
+    cache = args.cache / f"embeddings-{len(passages)}-{len(questions)}.npz" if args.cache else None
+    if cache is not None and cache.is_file():
+        stored = np.load(cache)
+        matrix, queries = stored["passages"], stored["queries"]
+    else:
+        texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
+        matrix = np.asarray(encoder.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=True),
+                            dtype=np.float32)
+        queries = np.asarray(encoder.encode(questions, batch_size=64, normalize_embeddings=True), dtype=np.float32)
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(cache, passages=matrix, queries=queries)
     print(f"embedded {len(passages)} passages and {len(questions)} questions in {time.monotonic() - started:.0f} s")
 
     server = None

@@ -255,10 +255,12 @@ class PgVectorRetriever:
         with self._connection.transaction():
             # ef_search below k would cap the result at ef_search rows
             self._connection.execute(f"SET LOCAL hnsw.ef_search = {max(self.ef_search, k)}")
+            # the vectors are parsed once each (MATERIALIZED), not once per row a scan compares
             rows = self._connection.execute(
-                f"SELECT q.n, p.id, p.title, p.text, p.score FROM unnest(%s::text[]) WITH ORDINALITY AS q(v, n) "
-                f"CROSS JOIN LATERAL (SELECT id, title, text, -(embedding <#> q.v::vector({dimension})) AS score "
-                f"FROM {table} ORDER BY embedding <#> q.v::vector({dimension}) LIMIT %s) AS p "
+                f"WITH q AS MATERIALIZED (SELECT n, v::vector({dimension}) AS v FROM unnest(%s::text[]) "
+                "WITH ORDINALITY AS input(v, n)) "
+                "SELECT q.n, p.id, p.title, p.text, p.score FROM q CROSS JOIN LATERAL (SELECT id, title, text, "
+                f"-(embedding <#> q.v) AS score FROM {table} ORDER BY embedding <#> q.v LIMIT %s) AS p "
                 "ORDER BY q.n, p.score DESC",
                 (literals, k),
             ).fetchall()
