@@ -42,7 +42,10 @@ KINDS = ("bm25", "dense", "pgvector")
 class IndexConfig:
     """What ``selfrag index`` builds."""
 
-    corpus: str = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
+    corpus: str = help_field(
+        "corpus: a JSONL file (id, title, text per line), DPR's psgs_w100.tsv (id, text, title) or a folder of "
+        ".txt/.md/.pdf files"
+    )
     output: str = help_field(
         "the index directory to write (replaced when it exists); kind=pgvector: postgresql://user@host/db?table=NAME"
     )
