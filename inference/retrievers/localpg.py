@@ -41,6 +41,11 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Whether every folder above ``path`` lets other users through (o+x), as the server's user needs."""
+    return all(folder.stat().st_mode & 0o001 for folder in [path, *path.parents])
+
+
 class LocalPostgres:
     """initdb into ``directory`` (kept if it holds a cluster already), start on 127.0.0.1, stop on exit."""
 
@@ -66,6 +71,20 @@ class LocalPostgres:
 
     def start(self) -> LocalPostgres:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self._user is not None and not _reachable_by_others(self.directory.parent):
+            raise RuntimeError(f"the server runs as {self._user}, who cannot reach {self.directory}; "
+                               "give a directory whose parents others may enter (e.g. tempfile.mkdtemp())")
+        if self._user is not None and not _reachable_by_others(self._bin):
+            # e.g. a checkout under /root: nobody cannot run binaries there; a private copy (~40 MB) can. The
+            # binaries find their vendored libraries at $ORIGIN/../../../pgserver.libs: keep that layout.
+            site = self._bin.parents[2]
+            copy = self.directory / "pgserver-copy"
+            if not (copy / "pgserver" / "pginstall" / "bin").is_dir():
+                shutil.copytree(self._bin.parent, copy / "pgserver" / "pginstall", symlinks=True,
+                                ignore=shutil.ignore_patterns("include"), dirs_exist_ok=True)
+                if (site / "pgserver.libs").is_dir():
+                    shutil.copytree(site / "pgserver.libs", copy / "pgserver.libs", dirs_exist_ok=True)
+            self._bin = copy / "pgserver" / "pginstall" / "bin"
         socket_dir = self.directory / "socket"
         socket_dir.mkdir(exist_ok=True)
         if self._user is not None:

@@ -260,3 +260,22 @@ def test_every_stage_config_opens_the_same_hits(table_url: str, tmp_path: Path) 
     ]
     hits = [[_ids(found) for found in retriever.search_many(QUERIES, 4)] for retriever in opened if retriever]
     assert len(hits) == 5 and all(found == hits[0] for found in hits)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="only root runs the server as nobody from a private copy")
+def test_root_in_an_unreachable_checkout_runs_a_private_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    from selfrag.inference.retrievers import localpg
+
+    real = localpg._reachable_by_others
+    monkeypatch.setattr(localpg, "_reachable_by_others", lambda path: real(path) and "site-packages" not in str(path))
+    directory = Path(tempfile.mkdtemp(prefix="selfrag-pg-copy-"))
+    try:
+        with LocalPostgres(directory) as server:
+            assert "pgserver-copy" in str(server._bin)
+            with psycopg.connect(server.url(), autocommit=True) as connection:
+                connection.execute("CREATE EXTENSION vector")  # the copy carries pgvector and its libraries
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
