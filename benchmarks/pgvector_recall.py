@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +79,7 @@ def main() -> None:
     finally:
         if server is not None:
             server.stop()
+            shutil.rmtree(server.directory, ignore_errors=True)
     print(f"\n{len(passages)} passages (all shipped corpora), {len(questions)} queries, k={K}, batch {args.batch}\n")
     print("| search | recall@10 | queries/s | vs numpy exact |")
     print("|---|---|---|---|")
