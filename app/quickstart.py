@@ -27,7 +27,7 @@ from selfrag.artifacts import META_FILE
 from selfrag.config import from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 
@@ -109,6 +109,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.training.run import run as train
 
     out = config.output_dir
+    claim_output(out, "quickstart", key="output_dir", legacy=lambda path: (path / STAGES_FILE).is_file())
     write_resolved(config, out, "quickstart.yaml")
     stages = Stages(out / STAGES_FILE)
     started = time.monotonic()

@@ -35,7 +35,7 @@ from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.trajectory import Passage
@@ -84,6 +84,9 @@ class GenerateResult:
 
 
 def run(config: GenerateConfig) -> GenerateResult:
+    # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run (resumed),
+    # never a folder of the user's files or another command's output (an index's config.yaml was overwritten once).
+    claim_output(config.output, "generate", legacy=_is_generate_run)
     if config.labeler == "llm":
         from selfrag.data_gen.pipeline import run_llm, summarize
 
@@ -192,6 +195,15 @@ def select_queries(queries: Sequence[Query], split: str, shard: str, source: Pat
             'set split=all to use every query, or add "meta": {"split": ...} to the lines'
         )
     return [query for query in in_split if shard_of(query.id, count) == index]
+
+
+def _is_generate_run(output: Path) -> bool:
+    """A folder written by `selfrag generate` before the owner file existed: its config.yaml names a labeler."""
+    try:
+        settings = yaml.safe_load((output / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(settings, dict) and "labeler" in settings
 
 
 def check_resumable(config: GenerateConfig, output: Path) -> None:

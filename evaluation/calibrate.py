@@ -32,7 +32,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.models import resolve_model
@@ -86,6 +86,9 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     from .engines import load_trained
     from .modes import ExampleRetriever
 
+    if config.output_dir is not None:  # unset: the model's own folder, which calibrate writes into by design
+        claim_output(config.output_dir, "calibrate", key="output_dir",
+                     legacy=lambda path: (path / "calibration.json").is_file())
     examples = load_examples(config.data, config.format, config.limit, config.split)
     retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
     engine = load_trained(config.model)

@@ -20,7 +20,7 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.errors import ConfigError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
@@ -30,7 +30,7 @@ from .data import Example, load_examples, load_reflection_labels, split_sentence
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import AnswerStore, mode_fingerprint, model_identity
+from .resume import RESUME_DIR, AnswerStore, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def run(config: EvalConfig) -> EvalResult:
     from selfrag.inference.retrievers import build_bm25
 
     started = time.monotonic()
+    claim_output(config.output_dir, "eval", key="output_dir", legacy=_is_eval_run)
     examples = load_examples(config.data, config.format, config.limit, config.split)
     labels = load_reflection_labels(config.labels) if config.labels else []
     _check_passages(config, examples)
@@ -156,6 +157,11 @@ def run(config: EvalConfig) -> EvalResult:
     write_json(out / "results.json", results)
     answers = report.show_answers(records, config.show)
     return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
+
+
+def _is_eval_run(output_dir: Path) -> bool:
+    """A folder written by `selfrag eval` before the owner file existed."""
+    return (output_dir / RESUME_DIR).is_dir() or (output_dir / "results.json").is_file()
 
 
 def _needs_base(config: EvalConfig) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from selfrag.config import help_field, to_dict, write_resolved
 from selfrag.corpus import load_corpus
 from selfrag.errors import InputError
+from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.trajectory import Passage
 
@@ -36,14 +37,21 @@ INDEX_FILE = "index.json"
 PASSAGES_FILE = "passages.jsonl"
 INDEX_VERSION = 1
 KINDS = ("bm25", "dense")
+#: What an index folder of version 1, written before the owner file existed, may hold (bm25s's files, or dense's).
+_LEGACY_FILES = (
+    "config.yaml", PASSAGES_FILE, "embeddings.npy", "params.index.json", "vocab.index.json", "data.csc.index.npy",
+    "indices.csc.index.npy", "indptr.csc.index.npy",
+)
 
 
 @dataclass
 class IndexConfig:
     """What ``selfrag index`` builds."""
 
-    corpus: str = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
-    output: str = help_field("the index directory to write (replaced when it exists)")
+    corpus: Path = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
+    output: Path = help_field(
+        "the index directory to write: new, empty, or an index built before (replaced); never a folder of other files"
+    )
     kind: Literal["bm25", "dense"] = help_field("bm25 (bm25s, stemmed, English stop words) or dense", "bm25")
     stemmer_language: str = help_field("bm25: PyStemmer language; empty for no stemming", "english")
     embedding_model: str = help_field(
@@ -76,8 +84,15 @@ class IndexResult:
 def run(config: IndexConfig) -> IndexResult:
     """Build the index of ``config.corpus`` into ``config.output``."""
     started = time.monotonic()
-    passages = load_corpus(config.corpus)
     output = Path(config.output)
+    # The build replaces ``output`` whole: refuse, before any work, one that holds the corpus or anything but an
+    # index this command wrote (a user's folder with the corpus in it was deleted here once).
+    check_output_path(output, key="output", inputs=[config.corpus])
+    claim_output(
+        output, "index", legacy=lambda path: (path / INDEX_FILE).is_file(), legacy_files=(INDEX_FILE, *_LEGACY_FILES),
+        replaces=True, mark=False,
+    )
+    passages = load_corpus(config.corpus)
     tmp = output.parent / f".{output.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -94,6 +109,7 @@ def run(config: IndexConfig) -> IndexResult:
         }
         (tmp / INDEX_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         write_resolved(config, tmp)
+        write_owner(tmp, "index", [entry.name for entry in tmp.iterdir() if entry.name != OWNER_FILE])
         if output.exists():
             shutil.rmtree(output)
         os.replace(tmp, output)
