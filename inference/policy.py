@@ -83,7 +83,7 @@ def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
         return False, "the best continuation has no support verdict, so nothing says the passage supports it"
     if rf.NO_SUPPORT in supports:
         return False, f"the model judged the best continuation {rf.NO_SUPPORT}"
-    bound = config.support_bound
+    bound = config.support_floor
     if bound > 0 and (score.support is None or score.support < bound):
         return False, f"support score {score.support} is below support_bound {bound}"
     return True, f"the model judged the best continuation {score.support_token}"

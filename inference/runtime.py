@@ -89,8 +89,9 @@ class SelfRAG:
     def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig | None = None) -> None:
         self.engine = engine
         self.retriever = retriever
-        # threshold/support_bound left at their defaults take the model's calibrated values (selfrag calibrate)
-        self.config = (config or InferenceConfig()).resolved(getattr(engine, "calibration", None))
+        # threshold, relevance_threshold and support_bound left unset take the model's calibrated values, carried
+        # by every engine from the model's selfrag.json
+        self.config = (config or InferenceConfig()).resolved(engine.calibration)
         problems = self.config.validate()
         if retriever is None and self.config.mode != "never":
             problems.append(f"mode={self.config.mode} needs a retriever; pass one, or use mode=never")
@@ -288,7 +289,7 @@ class SelfRAG:
                 "no_retrieval": _probability(logprobs.get(self._no_retrieval_id)),
                 "p_retrieve": p_retrieve,
             },
-            "threshold": self.config.threshold,
+            "threshold": self.config.retrieve_threshold,
             "first_token": first_token,
         }
         if p_retrieve is None:
@@ -297,9 +298,9 @@ class SelfRAG:
                 f"neither retrieve token has a log-prob; fell back to the generated first token {first_token!r}"
             )
         else:
-            work.retrieve = p_retrieve > self.config.threshold
+            work.retrieve = p_retrieve > self.config.retrieve_threshold
             relation = ">" if work.retrieve else "<="
-            step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.threshold}"
+            step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.retrieve_threshold}"
         step["chosen"] = "retrieve" if work.retrieve else "no_retrieval"
         rest = generation.token_ids[1:] if first == self._no_retrieval_id else generation.token_ids
         if work.retrieve and first != self._retrieval_id:
@@ -427,7 +428,7 @@ class SelfRAG:
         self, works: Sequence[_Work], branches: list[Any], first: list[Generation]
     ) -> list[RelevanceVerdict]:
         """Each branch's relevance verdict read at ``relevance_threshold`` (see :func:`relevance_verdict`)."""
-        threshold = self.config.relevance_threshold
+        threshold = self.config.relevance_cut
         verdicts = [relevance_verdict(g, self.engine.token_ids, threshold) for g in first]
         for work in works:
             mine = [i for i, branch in enumerate(branches) if branch[0] is work]
@@ -522,7 +523,7 @@ class SelfRAG:
             "verdict": score.support_token if score else None,
             "relevance_verdict": score.relevance_token if score else None,
             "probabilities": {"support": score.support if score else None},
-            "support_bound": self.config.support_bound,
+            "support_bound": self.config.support_floor,
             "chosen": action,
             "reason": reason,
         }

@@ -94,12 +94,16 @@ class Engine(Protocol):
 
     ``tokenizer`` is a transformers-compatible tokenizer (``decode``, ``__call__``, chat template);
     ``token_ids`` the reflection ids of the served model (from its ``selfrag.json``);
-    ``prompt_template`` ``auto``/``chat``/``paper`` as the model was trained; ``name`` is for logs.
+    ``prompt_template`` ``auto``/``chat``/``paper`` as the model was trained; ``calibration`` the runtime values
+    ``selfrag calibrate`` measured for the model (its ``selfrag.json``'s ``calibration``; None: not calibrated) —
+    every backend reads it from the model's metadata, so every engine and every replica decides alike;
+    ``name`` is for logs.
     """
 
     tokenizer: Any
     token_ids: ReflectionIds
     prompt_template: str
+    calibration: Mapping[str, Any] | None
     name: str
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...

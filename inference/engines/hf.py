@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -72,7 +72,7 @@ class HFEngine:
         model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, served.tokenizer)
         self._setup(served.tokenizer, model, meta.token_ids, meta.prompt_template, f"hf:{served.directory.name}",
                     device, batch_size, seed, legacy_decode, prefix_cache_mb)
-        self.calibration = meta.calibration  # the runtime's defaults measured by selfrag calibrate (None: none)
+        self.calibration = meta.calibration
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
@@ -85,7 +85,7 @@ class HFEngine:
         self.model = model.eval()
         self.token_ids = token_ids
         self.prompt_template = prompt_template
-        self.calibration = None
+        self.calibration: Mapping[str, Any] | None = None  # a plain model has no selfrag.json; __init__ sets it
         self.name = name
         self.device = device
         self.batch_size = batch_size

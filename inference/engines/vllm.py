@@ -61,6 +61,7 @@ class VLLMEngine:
         self.tokenizer = served.tokenizer
         self.token_ids = served.meta.token_ids
         self.prompt_template = served.meta.prompt_template
+        self.calibration = served.meta.calibration
         self.name = f"vllm:{served.directory.name}"
         self.top_logprobs = top_logprobs
         self.seed = seed

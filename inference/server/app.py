@@ -41,7 +41,8 @@ from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Healt
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_S = 10.0
-SETTINGS = ("mode", "top_k", "threshold", "relevance_threshold", "on_unsupported", "on_all_irrelevant", "support_bound")
+SETTINGS = ("mode", "top_k", "threshold", "relevance_threshold", "on_unsupported", "on_all_irrelevant", "support_bound",
+            "use_calibration")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in {

@@ -3,7 +3,7 @@
 Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
 servers do. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
 ``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``on_all_irrelevant``,
-``support_bound``.
+``support_bound``, ``use_calibration``.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ class ChatCompletionRequest(_Lenient):
     )
     support_bound: float | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: a support score below this counts as unsupported"
+    )
+    use_calibration: bool | None = Field(
+        default=None, description="Self-RAG: false takes the built-in threshold, relevance_threshold and "
+        "support_bound (0.2, 0.5, 0.0) where neither the request nor the server sets them, instead of the "
+        "model's calibrated values"
     )
 
 

@@ -492,3 +492,23 @@ def test_serve_command_reports_user_mistakes_in_one_line(capsys: pytest.CaptureF
     assert main(["serve", "--model", "m", "--corpus", str(DEMO_CORPUS), "max_queue=0", "prot=1"]) == 2
     err = capsys.readouterr().err
     assert "max_queue must be at least 1" in err and "did you mean 'port'" in err
+
+
+def test_calibration_fills_only_unset_settings_and_a_request_may_ask_for_the_built_in_values(
+    server: LiveServer, shared_engine: ScriptedBackendEngine
+) -> None:
+    """The model's calibration (carried by the engine) applies where neither the request nor the server sets a
+    value; an explicit threshold equal to the built-in 0.2 is kept (it was replaced by the calibrated one)."""
+    shared_engine.calibration = {"threshold": 0.999, "relevance_threshold": 0.5, "support_bound": 0.0}
+    try:
+        calibrated = ask(server, CAPITAL).model_extra["selfrag"]
+        assert calibrated["retrieved"] is False and calibrated["trace"][0]["threshold"] == 0.999
+        explicit = ask(server, CAPITAL, threshold=0.2).model_extra["selfrag"]
+        assert explicit["retrieved"] is True and explicit["trace"][0]["threshold"] == 0.2
+        built_in = ask(server, CAPITAL, use_calibration=False).model_extra["selfrag"]
+        assert built_in["retrieved"] is True and built_in["trace"][0]["threshold"] == 0.2
+    finally:
+        shared_engine.calibration = None
+    response = post(server, {"model": MODEL, "messages": [{"role": "user", "content": CAPITAL}],
+                             "use_calibration": "sometimes"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "use_calibration"
