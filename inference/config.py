@@ -184,13 +184,15 @@ class InferenceConfig:
         """A copy with threshold, relevance_threshold and support_bound all set: a value given (in a config, on the
         command line or in a request) is kept as given; an unset one takes the model's ``calibration`` (from its
         selfrag.json, carried by the engine) where ``use_calibration``, else the built-in value."""
-        changes: dict[str, float] = {}
+        changes: dict[str, Any] = {}
         for name, default in BUILT_IN.items():
             if getattr(self, name) is not None:
                 continue
             value = calibration.get(name) if calibration and self.use_calibration else None
-            usable = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            changes[name] = float(value) if usable else default  # type: ignore[arg-type]
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                changes[name] = float(value)
+            else:
+                changes[name] = default
         return dataclasses.replace(self, **changes) if changes else self
 
     @property

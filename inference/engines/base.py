@@ -103,8 +103,10 @@ class Engine(Protocol):
     tokenizer: Any
     token_ids: ReflectionIds
     prompt_template: str
-    calibration: Mapping[str, Any] | None
     name: str
+
+    @property
+    def calibration(self) -> Mapping[str, Any] | None: ...
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
 

@@ -51,6 +51,8 @@ class HFEngine:
     implementation (fp32 logits at every prompt position) reachable for ``benchmarks/engines.py``.
     """
 
+    calibration: Mapping[str, Any] | None
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -85,7 +87,7 @@ class HFEngine:
         self.model = model.eval()
         self.token_ids = token_ids
         self.prompt_template = prompt_template
-        self.calibration: Mapping[str, Any] | None = None  # a plain model has no selfrag.json; __init__ sets it
+        self.calibration = None  # a plain model has no selfrag.json; __init__ sets the model's
         self.name = name
         self.device = device
         self.batch_size = batch_size
