@@ -66,7 +66,7 @@ def test_every_command_has_a_handler() -> None:
 def test_help_config_lists_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["ask", "--model", "m", "--corpus", "c", "q", "--help-config"])
-    assert "threshold (float, 0.2)" in capsys.readouterr().out
+    assert "threshold (float | None, None): adaptive mode retrieves" in capsys.readouterr().out
 
 
 def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
