@@ -81,6 +81,7 @@ class InferenceConfig:
         "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this; unset "
         f"(null): the model's calibrated value (selfrag calibrate), else {DEFAULT_THRESHOLD}",
         None,
+        example=DEFAULT_THRESHOLD,
     )
     relevance_threshold: float | None = help_field(
         "a passage branch continues from [Relevant] when P([Relevant]) / (P([Relevant]) + P([Irrelevant])) at its "
@@ -88,6 +89,7 @@ class InferenceConfig:
         "model's own choice between the two; unset (null): the model's calibrated value (`selfrag calibrate` "
         f"measures one on the dev split), else {DEFAULT_RELEVANCE_THRESHOLD}",
         None,
+        example=DEFAULT_RELEVANCE_THRESHOLD,
     )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
     weights: ScoreWeights = help_field(
@@ -104,6 +106,7 @@ class InferenceConfig:
         f"support token the model generated counts; unset (null): the model's calibrated value, else "
         f"{DEFAULT_SUPPORT_BOUND}",
         None,
+        example=DEFAULT_SUPPORT_BOUND,
     )
     use_calibration: bool = help_field(
         "where threshold, relevance_threshold and support_bound are unset, use the values `selfrag calibrate` "

@@ -30,11 +30,15 @@ _MISSING = object()
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-def help_field(help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its help text (shown by ``selfrag <command> --help-config``)."""
+def help_field(
+    help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING, example: Any = None
+) -> Any:
+    """A dataclass field with its help text (shown by ``selfrag <command> --help-config``); ``example``: the value a
+    type error suggests where the default shows none (an unset ``None``)."""
+    metadata = {"help": help} if example is None else {"help": help, "example": example}
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -207,7 +211,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
 
 
 def _example(spec: dataclasses.Field[Any]) -> str | None:
-    default = spec.default
+    default = spec.metadata.get("example", spec.default)
     if isinstance(default, bool):
         return str(default).lower()
     if isinstance(default, int | float | str | Path) and str(default) and "\n" not in str(default):
