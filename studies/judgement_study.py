@@ -203,7 +203,7 @@ def negatives(name: str, items: int) -> dict[str, Any]:
 def compare(first: str, second: str, items: int) -> dict[str, dict[str, object]]:
     """Two arms (or trained folders) on the same ``items`` questions per class: each AUROC and a paired-bootstrap
     95% interval of ``second - first`` for relevance vs easy and hard negatives and for support."""
-    from selfrag.training.judgement import paired_auroc_difference
+    from paired_bootstrap import paired_auroc_difference
 
     def folder(name: str) -> Path:
         return RUNS / name if (RUNS / name).is_dir() else Path(name).resolve()
