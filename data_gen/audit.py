@@ -124,7 +124,7 @@ def settings(data_dir: Path, per_stratum: int | None, seed: int | None) -> Audit
             raise AuditError(f"{name} must be a{' positive' if name == 'per_stratum' else ' non-negative'} integer, "
                              f"got {value!r}")
     if path.is_file():
-        saved = json.loads(path.read_text(encoding="utf-8"))
+        saved = _read_settings(path)
         for name, value in given.items():
             if value is not None and value != saved.get(name):
                 raise AuditError(f"{path} holds an audit started with {name}={saved.get(name)}, got {name}={value}; "
@@ -134,6 +134,18 @@ def settings(data_dir: Path, per_stratum: int | None, seed: int | None) -> Audit
                          DEFAULT_SEED if seed is None else seed)
 
 
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise AuditError(f"{path} is not valid JSON ({error}); move {path.parent} away to start a new audit") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("per_stratum"), int) or \
+            not isinstance(saved.get("seed"), int) or not isinstance(saved.get("sample", []), list):
+        raise AuditError(f"{path} must hold per_stratum and seed (integers) and sample (a list of record ids); "
+                         f"move {path.parent} away to start a new audit")
+    return saved
+
+
 class Audit:
     """The sample of one run and its verdicts; ``record`` saves a verdict at once (atomic rewrite)."""
 
@@ -141,12 +153,13 @@ class Audit:
         self.data_dir = Path(data_dir)
         self.items = load_items(self.data_dir)
         self.settings = settings(self.data_dir, per_stratum, seed)
-        self.sample = stratified_sample(self.items.values(), self.settings.per_stratum, self.settings.seed)
+        self.folder = self.data_dir / AUDIT_DIR
+        self.sample = self._saved_sample() or stratified_sample(self.items.values(), self.settings.per_stratum,
+                                                                self.settings.seed)
         if not self.sample:
             raise AuditError(f"{self.data_dir} has no critic rows to audit (critic.jsonl is empty); generate a run "
                              "with labelled questions first")
         self._sampled = {item.id for item in self.sample}
-        self.folder = self.data_dir / AUDIT_DIR
         self.verdicts = read_verdicts(self.folder / VERDICTS_FILE, self.items)
 
     def record(self, item_id: str, human: str) -> dict[str, Any]:
@@ -160,12 +173,25 @@ class Audit:
             raise AuditError(f"label {human!r} is not a {item.type} label; pick one of {', '.join(item.choices)}")
         verdict = {"id": item.id, "type": item.type, "teacher": item.teacher, "human": human,
                    "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
-        if not (self.folder / SETTINGS_FILE).is_file():
+        if not (self.folder / SETTINGS_FILE).is_file():  # the sample is fixed by the first verdict
             write_json(self.folder / SETTINGS_FILE, {"per_stratum": self.settings.per_stratum,
-                                                     "seed": self.settings.seed})
+                                                     "seed": self.settings.seed,
+                                                     "sample": [item.id for item in self.sample]})
         self.verdicts[item.id] = verdict
         write_jsonl_atomic(self.folder / VERDICTS_FILE, self.verdicts.values())
         return verdict
+
+    def _saved_sample(self) -> list[AuditItem]:
+        """The sample an earlier session fixed (a run that grew since keeps its audit's rows)."""
+        path = self.folder / SETTINGS_FILE
+        if not path.is_file():
+            return []
+        saved = _read_settings(path).get("sample") or []
+        missing = [identifier for identifier in saved if identifier not in self.items]
+        if missing:
+            raise AuditError(f"{path}: the audit's sample holds record {missing[0]!r}, which is no longer in the run's "
+                             f"critic files (was the run regenerated?); move {self.folder} away to start a new audit")
+        return [self.items[identifier] for identifier in saved]
 
     def state(self) -> dict[str, Any]:
         """What the page shows: the sample in order, each with the reviewer's label so far (None: not reviewed)."""
@@ -195,5 +221,5 @@ def read_verdicts(path: Path, items: Mapping[str, AuditItem]) -> dict[str, dict[
         if human not in item.choices:
             raise AuditError(f"{path}:{line}: field 'human' must be one of {', '.join(item.choices)}, got {human!r}; "
                              "fix or delete that line")
-        verdicts[identifier] = dict(row)
+        verdicts[item.id] = dict(row)
     return verdicts

@@ -101,13 +101,15 @@ def write_plot(report: Mapping[str, Any], path: Path) -> Path | None:
                   [row[key] - row[f"{key}_interval"][0], row[f"{key}_interval"][1] - row[key]] for row in rows]
         bars = axis.bar([p + offset for p in positions], values, 0.36, label=title,
                         yerr=[[e[0] for e in errors], [e[1] for e in errors]] if rows else None, capsize=3)
-        axis.bar_label(bars, labels=["n/a" if row[key] is None else f"{row[key]:.2f}" for row in rows], fontsize=7,
-                       padding=2)
+        for bar, row in zip(bars, rows, strict=True):  # the figure above its interval's whisker, not on it
+            top = max(0.0, row[key] or 0.0, *(row[f"{key}_interval"] or ()))
+            axis.text(bar.get_x() + bar.get_width() / 2, top + 0.02, "n/a" if row[key] is None else f"{row[key]:.2f}",
+                      ha="center", va="bottom", fontsize=8)
     axis.set_xticks(list(positions), [f"{row['type']}\n(n={row['reviewed']})" for row in rows])
-    axis.set_ylim(min([-0.1, *(row["kappa_interval"][0] for row in rows if row["kappa_interval"])]) - 0.05, 1.15)
+    axis.set_ylim(min([-0.1, *(row["kappa_interval"][0] for row in rows if row["kappa_interval"])]) - 0.05, 1.2)
     axis.axhline(0, color="grey", linewidth=0.6)
     axis.set_title("Teacher labels versus the reviewer's (95% intervals)")
-    axis.legend(fontsize=8, loc="lower right")
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

@@ -91,7 +91,8 @@ def test_cli_report_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"| {item.type} | 1 | 1.00" in out
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "gone", "relabelled", "seed", "no_verdicts"])
+@pytest.mark.parametrize("case", ["missing", "not_a_run", "empty", "gone", "stray", "relabelled", "seed",
+                                  "no_verdicts"])
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
     run = tmp_path / "run"
     if case == "missing":
@@ -112,7 +113,11 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         if case == "gone":  # the run was regenerated without this record
             rows = [json.loads(line) for line in (run / "critic.jsonl").read_text().splitlines()]
             write_run(run, [row for row in rows if row["id"] != item.id])
-            expected = "verdicts.jsonl:1: a verdict for record .* no longer in the run"
+            expected = "audit.json: the audit's sample holds record .* no longer in the run's critic files"
+        elif case == "stray":  # a verdict line for a record the run never had
+            stray = {"id": "q-none", "type": "retrieve", "teacher": rf.RETRIEVAL, "human": rf.RETRIEVAL}
+            verdicts.write_text(verdicts.read_text() + json.dumps(stray) + "\n")
+            expected = "verdicts.jsonl:2: a verdict for record 'q-none', which is no longer in the run"
         elif case == "relabelled":
             row = json.loads(verdicts.read_text())
             verdicts.write_text(json.dumps({**row, "teacher": "[Utility:3]"}) + "\n")
@@ -128,3 +133,22 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     assert re.search(expected, err), err
+
+
+def test_a_run_that_grew_keeps_the_audits_sample(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run")
+    audit = Audit(run, per_stratum=1)
+    audit.record(audit.sample[0].id, audit.sample[0].teacher)
+    rows = [json.loads(line) for line in (run / "critic.jsonl").read_text().splitlines()]
+    extra = [{**row, "id": row["id"].replace("q-", "z-")} for row in rows]  # more questions, labelled since
+    write_run(run, rows + extra)
+    assert [item.id for item in Audit(run).sample] == [item.id for item in audit.sample]
+
+
+def test_a_damaged_settings_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_run(tmp_path / "run")
+    (run / "audit").mkdir()
+    (run / "audit" / "audit.json").write_text("{not json")
+    assert main(["audit", str(run), "--report"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "audit.json is not valid JSON" in err

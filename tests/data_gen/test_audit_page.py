@@ -64,10 +64,11 @@ def test_three_verdicts_by_keyboard_and_the_report_kappa(served: AuditServer) ->
             keys.perform()
             wait_for(driver, lambda d, i=index: d.find_element("id", "record-id").text == sample[i].id)
             assert driver.find_element("id", "teacher").text == sample[index].teacher
+            if done == len(plan):
+                screenshot(driver, "audit.png")  # a relevance label with its passage, two verdicts in
             ActionChains(driver).send_keys(key).perform()
             wait_for(driver, lambda d, n=done: _progress(d) == f"{n} / {total} reviewed")
             position = index + 1  # the page moves on to the next unreviewed record
-        screenshot(driver, "audit.png")
 
         saved = [json.loads(line) for line in (served.audit.data_dir / "audit" / "verdicts.jsonl").read_text()
                  .splitlines()]
@@ -83,6 +84,9 @@ def test_three_verdicts_by_keyboard_and_the_report_kappa(served: AuditServer) ->
         assert float(kappa.get_attribute("data-value")) == pytest.approx(0.4)
         assert kappa.text.startswith("0.40 [")
         assert "0.67" in row.text  # agreement 2/3
+        wait_for(driver, lambda d: d.execute_script(
+            "const plot = document.getElementById('report-plot'); return plot.complete && plot.naturalWidth > 0"))
+        driver.execute_script("document.getElementById('report').scrollIntoView()")
         screenshot(driver, "audit-report.png")
 
         driver.refresh()  # reopening continues at the first unreviewed record
