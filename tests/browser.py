@@ -47,5 +47,11 @@ def screenshot(driver: Any, name: str) -> None:
     """Save a PNG of the page when SELFRAG_SCREENSHOTS names a folder (how docs/images/ is made)."""
     folder = os.environ.get("SELFRAG_SCREENSHOTS")
     if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(Path(folder) / name))
+        from PIL import Image  # matplotlib's dependency
+
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(path))
+        with Image.open(path) as image:  # a 256-colour palette: a third of the bytes, the same look for a UI
+            small = image.convert("RGB").quantize(colors=256)
+        small.save(path, optimize=True)

@@ -12,6 +12,7 @@ from browser import screenshot, start_chrome, wait_for
 from server_harness import CAPITAL, CAPITAL_ANSWER, MAYOR, LiveServer, ScriptedBackendEngine, start_server
 
 from selfrag import reflection as rf
+from selfrag.inference.config import InferenceConfig, PruningConfig
 
 KEY = "sk-page-test"
 
@@ -98,13 +99,22 @@ def test_the_inspector_streams_an_answer_and_lays_out_its_decisions(driver: Any,
     screenshot(driver, "inspector.png")
 
 
-def test_an_abstention_shows_its_reason(driver: Any, server: LiveServer) -> None:
-    _page(driver, server)
-    _ask(driver, MAYOR)
-    wait_for(driver, lambda d: _state(d) == "done")
-    flag = driver.find_element("id", "abstained").text
-    assert flag.startswith("abstained: ") and rf.NO_SUPPORT in flag
-    assert driver.find_element("css selector", "#citations .empty").text == "No citations."
+def test_a_re_retrieval_round_and_an_abstention_with_its_reason(driver: Any, engine: ScriptedBackendEngine) -> None:
+    rounds = InferenceConfig(max_rounds=1, pruning=PruningConfig(enabled=False))
+    server = start_server(engine, api_key=KEY, inference=rounds)
+    try:
+        _page(driver, server)
+        _ask(driver, MAYOR)
+        wait_for(driver, lambda d: _state(d) == "done")
+        flag = driver.find_element("id", "abstained").text
+        assert flag.startswith("abstained: ") and rf.NO_SUPPORT in flag
+        assert driver.find_element("css selector", "#citations .empty").text == "No citations."
+        blocks = driver.find_elements("css selector", "#rounds .round")
+        assert [block.get_attribute("data-round") for block in blocks] == ["0", "1"]
+        assert "re-retrieve" in blocks[0].text  # round 1's support verdict sent the runtime back to retrieval
+        assert "Round 2" in blocks[1].text and "No passage:" in blocks[1].text
+    finally:
+        server.stop()
 
 
 def test_server_errors_are_messages_not_a_blank_page(driver: Any, server: LiveServer) -> None:

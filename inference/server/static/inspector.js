@@ -108,9 +108,11 @@ function rounds(steps) {
   for (const step of steps) {
     if (typeof step.round === "number") current = step.round;
     const round = get(current);
-    if (step.step === "retrieve" && Array.isArray(step.chosen)) {
-      round.query = step.query;
-      step.chosen.forEach((id, index) => { passage(round, id).retrieval = (step.scores || [])[index]; });
+    if (step.step === "retrieve") {
+      round.retrieved = true;
+      round.query = step.query || round.query;
+      round.reason = step.reason;
+      (Array.isArray(step.chosen) ? step.chosen : []).forEach((id, index) => { passage(round, id).retrieval = (step.scores || [])[index]; });
     } else if (step.step === "relevance" && step.relevance) {
       for (const [id, score] of Object.entries(step.relevance)) {
         const item = passage(round, id);
@@ -140,7 +142,7 @@ function rounds(steps) {
 function renderRounds(steps, citations) {
   const box = $("rounds");
   const all = rounds(steps);
-  const shown = [...all.entries()].filter(([, round]) => round.passages.size || round.support.length);
+  const shown = [...all.entries()].filter(([, round]) => round.retrieved || round.passages.size || round.support.length);
   if (!shown.length) { box.replaceChildren(el("p", { class: "empty", textContent: "No retrieval yet." })); return; }
   box.replaceChildren(...shown.map(([number_, round]) => {
     const head = el("tr", {}, ...["passage", "retrieval", "relevance", "verdict", "support", "utility", "score"]
@@ -168,7 +170,9 @@ function renderRounds(steps, citations) {
         el("span", { class: "query", textContent: round.query ? ` · query: ${round.query}` : "" }),
         typeof round.relevanceThreshold === "number"
           ? el("span", { class: "query", textContent: ` · relevant at ≥ ${round.relevanceThreshold}` }) : null),
-      el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)), ...support, ...other);
+      rows.length ? el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows))
+        : el("p", { class: "empty", textContent: `No passage: ${round.reason || "nothing retrieved"}` }),
+      ...support, ...other);
   }));
 }
 
