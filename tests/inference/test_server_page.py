@@ -4,9 +4,12 @@ and utility, citations linked to their sentences, abstention with its reason); s
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from browser import screenshot, start_chrome, wait_for
 from server_harness import CAPITAL, CAPITAL_ANSWER, MAYOR, LiveServer, ScriptedBackendEngine, start_server
@@ -15,6 +18,7 @@ from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, PruningConfig
 
 KEY = "sk-page-test"
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +38,20 @@ def driver() -> Iterator[Any]:
     browser = start_chrome()
     yield browser
     browser.quit()
+
+
+def test_the_page_is_served_without_a_key_and_shipped_as_package_data(server: LiveServer) -> None:
+    page = httpx.get(server.url + "/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    for name, kind in (("inspector.js", "javascript"), ("inspector.css", "text/css")):
+        response = httpx.get(f"{server.url}/static/{name}")
+        assert response.status_code == 200 and kind in response.headers["content-type"]
+    assert "//" not in page.text.replace("<!doctype", "")  # no CDN: every URL is relative to the server
+    assert "/" not in httpx.get(server.url + "/openapi.json").json()["paths"]
+    assert httpx.get(server.url + "/v1/models").status_code == 401  # the API itself still wants the key
+    shipped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "static/*" in shipped["selfrag.inference.server"]
+    assert "audit_page/*" in shipped["selfrag.data_gen"]
 
 
 def _page(driver: Any, server: LiveServer, key: str = KEY) -> None:
@@ -125,3 +143,18 @@ def test_server_errors_are_messages_not_a_blank_page(driver: Any, server: LiveSe
     wait_for(driver, lambda d: _state(d) == "failed")
     text = driver.find_element("id", "message").text
     assert text.startswith("The server answered 401: missing or wrong API key"), text
+
+
+def test_an_error_in_the_middle_of_the_stream_is_a_message(driver: Any, engine: ScriptedBackendEngine) -> None:
+    server = start_server(engine, api_key=KEY, timeout_s=0.5)
+    engine.gate.clear()  # the model never answers: the server sends its timeout error inside the stream
+    try:
+        _page(driver, server)
+        _ask(driver, CAPITAL)
+        wait_for(driver, lambda d: _state(d) == "failed")
+        text = driver.find_element("id", "message").text
+        assert text.startswith("The server reported an error: no answer within timeout_s=0.5"), text
+        assert driver.find_element("id", "status").text == "failed"
+    finally:
+        engine.gate.set()
+        server.stop()
