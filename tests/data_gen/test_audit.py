@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +20,7 @@ from selfrag import reflection as rf
 from selfrag.app.cli import main
 from selfrag.data_gen.audit import Audit, AuditError, stratified_sample
 from selfrag.data_gen.audit_report import agreement_report, write_report
+from selfrag.data_gen.audit_server import AuditServer
 
 
 def test_sample_takes_up_to_per_stratum_of_each_type_and_label_and_is_seeded(tmp_path: Path) -> None:
@@ -152,3 +158,46 @@ def test_a_damaged_settings_file_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert main(["audit", str(run), "--report"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "audit.json is not valid JSON" in err
+
+
+def test_cli_serves_the_page_on_loopback_until_interrupted(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run")
+    command = [sys.executable, "-m", "selfrag.app.cli", "audit", str(run), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        url = re.search(r"open (http://127\.0\.0\.1:\d+/)", line)
+        assert url, line
+        state = json.loads(urllib.request.urlopen(url.group(1) + "api/state", timeout=10).read())
+        assert len(state["items"]) == sum(min(10, count) for _, _, count in STRATA)
+        page = urllib.request.urlopen(url.group(1), timeout=10).read().decode()
+        assert "<title>selfrag label audit</title>" in page
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    assert process.returncode == 0 and "stopped; run the same command to continue" in out, err
+
+
+def test_the_api_answers_a_bad_verdict_with_a_message(tmp_path: Path) -> None:
+    server = AuditServer(Audit(write_run(tmp_path / "run"), per_stratum=1)).start()
+    try:
+        item = server.audit.sample[0]
+
+        def post(body: bytes, kind: str = "application/json") -> tuple[int, dict[str, object]]:
+            request = urllib.request.Request(server.url + "api/verdict", body, {"Content-Type": kind})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                return error.code, json.loads(error.read())
+
+        status, body = post(json.dumps({"id": "q-gone/critic-000", "human": rf.RELEVANT}).encode())
+        assert status == 400 and "is not in" in str(body["error"])
+        status, body = post(json.dumps({"id": item.id, "human": "[Maybe]"}).encode())
+        assert status == 400 and f"is not a {item.type} label" in str(body["error"])
+        assert post(b"id=1", "application/x-www-form-urlencoded")[0] == 415  # a cross-site form cannot post
+        assert post(b"{not json")[0] == 400
+        status, body = post(json.dumps({"id": item.id, "human": item.teacher}).encode())
+        assert status == 200 and body["reviewed"] == 1
+    finally:
+        server.stop()
