@@ -7,6 +7,7 @@
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
     selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
     selfrag serve --model runs/model --corpus data_gen/demo/corpus.jsonl --port 8000
+    selfrag audit runs/data                              # review teacher labels; --report prints the agreement
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -96,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     _add_config_arguments(serve)
+
+    audit = commands.add_parser("audit", help="review a sample of a generate run's teacher labels in a local page")
+    audit.add_argument("data_dir", type=Path, metavar="DATA_DIR", help="the output folder of `selfrag generate`")
+    audit.add_argument("--report", action="store_true", help="print (and write) the agreement report, start no page")
+    audit.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (default: a free one)")
+    audit.add_argument("--per-stratum", type=int, help="labels sampled per type and teacher label (default 10)")
+    audit.add_argument("--seed", type=int, help="the sample's seed (default 0)")
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -337,6 +345,12 @@ def _serve(args: argparse.Namespace) -> int:
     return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from selfrag.data_gen.audit_server import run
+
+    return run(args.data_dir, report=args.report, port=args.port, per_stratum=args.per_stratum, seed=args.seed)
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -355,6 +369,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": _calibrate,
     "quickstart": _quickstart,
     "serve": _serve,
+    "audit": _audit,
 }
 
 

@@ -25,6 +25,22 @@ pip_q() {
     fi
     rm -f "$log"
 }
+# The pages' browser tests drive Debian's chromium through its chromedriver (a browser a tool downloads cannot be
+# fetched here); installed once, skipped on reruns.
+if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt_log=$(mktemp)
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                -o DPkg::Lock::Timeout=600 chromium chromium-driver; } >"$apt_log" 2>&1; then
+            cat "$apt_log" >&2
+            echo "setup: apt-get install chromium chromium-driver failed (log above); the browser tests will skip" >&2
+        fi
+        rm -f "$apt_log"
+    else
+        echo "setup: chromium or /usr/bin/chromedriver missing and not root; the browser tests will skip" \
+             "(install: apt-get install chromium chromium-driver)" >&2
+    fi
+fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
 pip_q -e ".[dev,server,dense]"

@@ -3,8 +3,9 @@
     app = create_app(config, loader=lambda: load_backend(config), api_key=os.environ.get("SELFRAG_API_KEY"))
 
 Routes: ``POST /v1/chat/completions`` (JSON or server-sent events), ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (Prometheus), ``GET /openapi.json``. Every error is OpenAI's body
-``{"error": {"message", "type", "param", "code"}}`` with a 4xx status naming the field; no traceback is sent.
+``GET /metrics`` (Prometheus), ``GET /openapi.json``; ``GET /`` the trace inspector page (``static/``). Every error
+is OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status naming the field; no
+traceback is sent.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag.inference.answer import Answer
@@ -41,6 +44,7 @@ from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Healt
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_S = 10.0
+STATIC = Path(__file__).parent / "static"
 SETTINGS = ("mode", "top_k", "threshold", "relevance_threshold", "on_unsupported", "on_all_irrelevant", "support_bound",
             "use_calibration")
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -120,6 +124,7 @@ def create_app(
     app.add_middleware(BodyLimitAndMetrics, limit=config.max_request_bytes, metrics=metrics)
     _add_error_handlers(app)
     _add_routes(app, state)
+    _add_page(app)
     if state.api_key is None:
         _drop_security_from_schema(app)
     return app
@@ -198,6 +203,15 @@ def _add_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _add_page(app: FastAPI) -> None:
+    """The trace inspector: static files shipped in the package; it calls this server's API like any client."""
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
