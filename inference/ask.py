@@ -109,6 +109,7 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
             for candidate in step["candidates"]:
                 mark = "*" if candidate.get("passage_id") == step.get("chosen") else " "
                 lines.append(f"  {mark} {candidate.get('passage_id')}: {_scores(candidate)}")
+                lines += [f"      {line}" for line in _explained(candidate)]
         elif name == "relevance":
             lines.append(f"relevance: at >= {step['relevance_threshold']:.3g}")
             for passage, verdict in step["chosen"].items():
@@ -125,6 +126,18 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _explained(candidate: Mapping[str, Any]) -> list[str]:
+    """What a branch wrote and why it lost, where it is malformed, was retried or lost the ranking."""
+    lines = []
+    if candidate.get("retried") is not None:
+        lines.append(f"first wrote {candidate['retried']!r} (no answer text); decoded again, text first")
+    if not candidate.get("well_formed", True) or candidate.get("retried") is not None:
+        lines.append(f"wrote {candidate.get('generated', '')!r}")
+    if candidate.get("rejected"):
+        lines.append(f"not chosen: {candidate['rejected']}")
+    return lines
+
+
 def _scores(candidate: Mapping[str, Any]) -> str:
     components = candidate.get("components") or {}
     parts = [
@@ -134,6 +147,7 @@ def _scores(candidate: Mapping[str, Any]) -> str:
     total = candidate.get("score")
     parts.append(f"score {total:.2f}" if isinstance(total, float) else "score -")
     tokens = [t for t in (candidate.get("tokens") or {}).values() if t]
-    shape = "" if candidate.get("well_formed", True) else "  (malformed)"
+    problems = "; ".join(candidate.get("problems") or ())
+    shape = "" if candidate.get("well_formed", True) else f"  (malformed: {problems or 'unreadable'})"
     shape += "  (pruned)" if candidate.get("pruned") else ""
     return ", ".join(parts) + "  " + " ".join(tokens) + shape

@@ -43,7 +43,7 @@ def trained_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.slow
 def test_real_smollm2_answers_and_streams_the_same(trained_model: str) -> None:
-    config = load_config(ServeConfig, None, [f"model={trained_model}", f"corpus={DEMO_CORPUS}", "model_name=smol",
+    config = load_config(ServeConfig, None, [f"model={trained_model}", f"corpus={DEMO_CORPUS}", "served_model_name=smol",
                                              "inference.max_tokens=16", "inference.top_k=2"])
     live = LiveServer(create_app(config, load_backend(config))).start()
     try:
