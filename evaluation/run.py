@@ -25,7 +25,7 @@ from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
 from . import metrics, report
-from .config import MODE_TITLES, EvalConfig
+from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
 from .data import Example, load_examples, load_reflection_labels, split_sentences
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
@@ -99,6 +99,7 @@ def run(config: EvalConfig) -> EvalResult:
     for dropped in store.forget_others(config.modes):
         (out / "records" / f"{dropped}.jsonl").unlink(missing_ok=True)  # not this run's: never left to mix in
         logger.info("%s: not in modes; its answers from an earlier run were removed", dropped)
+    logger.info("%s", estimate(config, len(examples)))
     settings = to_dict(config)
     inputs = {"data": config.data, "corpus": config.corpus}
     ids = [example.id for example in examples]
@@ -156,6 +157,24 @@ def run(config: EvalConfig) -> EvalResult:
     write_json(out / "results.json", results)
     answers = report.show_answers(records, config.show)
     return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
+
+
+def estimate(config: EvalConfig, examples: int) -> str:
+    """One line before the run: how long it takes at most on 2 CPU cores with the 135M model (answers saved by an
+    earlier run are not answered again), and what the prompted mode costs."""
+    scale = config.max_tokens / 48
+    seconds = {mode: examples * CPU_SECONDS_PER_QUESTION[mode] * scale for mode in config.modes}
+    total = sum(seconds.values())
+    parts = ", ".join(f"{mode} ~{_duration(value)}" for mode, value in seconds.items())
+    line = (f"estimate: {examples} questions x {len(config.modes)} modes, up to ~{_duration(total)} on 2 CPU cores "
+            f"with a 135M model ({parts}); a GPU is much faster")
+    if "prompted" not in config.modes:
+        line += "; add prompted to modes for the prompted-critic baseline (~18 s a question on 2 CPU cores)"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _needs_base(config: EvalConfig) -> bool:
