@@ -22,11 +22,24 @@ from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import Retriever
 
 
-def load_retriever(corpus: str | Path | None = None, index: str | Path | None = None) -> Retriever:
-    """An index built by ``selfrag index``, or BM25 built now over ``corpus`` (exactly one of the two)."""
+def load_retriever(
+    corpus: str | Path | None = None,
+    index: str | Path | None = None,
+    chunk_words: int | None = None,
+    chunk_overlap: int | None = None,
+) -> Retriever:
+    """An index built by ``selfrag index``, or BM25 built now over ``corpus`` (exactly one of the two); a corpus
+    folder is cut into ``chunk_words``-word passages (None: 200) sharing ``chunk_overlap`` words (None: 40)."""
     if (corpus is None) == (index is None):
         raise InputError("give exactly one of --corpus FILE (BM25 built now) or --index DIR (built by selfrag index)")
-    return load_index(index) if index is not None else build_bm25(corpus)  # type: ignore[arg-type]
+    chunking = {name: value for name, value in (("chunk_words", chunk_words), ("chunk_overlap", chunk_overlap))
+                if value is not None}
+    if index is not None:
+        if chunking:
+            raise InputError(f"--chunk-words/--chunk-overlap apply to --corpus FOLDER; {str(index)!r} was cut into "
+                             "passages when it was built: rebuild it with selfrag index ... chunk_words=N")
+        return load_index(index)
+    return build_bm25(corpus, **chunking)  # type: ignore[arg-type]
 
 
 def ask_many(
@@ -36,9 +49,11 @@ def ask_many(
     corpus: str | Path | None = None,
     index: str | Path | None = None,
     engine: Engine | None = None,
+    chunk_words: int | None = None,
+    chunk_overlap: int | None = None,
 ) -> list[Answer]:
     """Load the retriever (its errors surface before the model loads), then the engine once, and answer all."""
-    retriever = load_retriever(corpus, index)
+    retriever = load_retriever(corpus, index, chunk_words, chunk_overlap)
     engine = engine if engine is not None else build_engine(config, model)
     return SelfRAG(engine, retriever, config).answer_many(list(questions))
 
