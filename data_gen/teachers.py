@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from selfrag.data_gen.cache import CachedReply, CallCache, call_key
 from selfrag.data_gen.config import TeacherConfig
-from selfrag.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

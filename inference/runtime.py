@@ -422,7 +422,9 @@ class SelfRAG:
         prefixes = [tuple(passage_ids(tokenizer, ids, hit.passage)) for _, hit, _ in branches]
         candidates = [
             replace(self._candidate(hit.passage, prefix, generation), pruned=was_pruned, round=work.round)
-            for (work, hit, _), prefix, generation, was_pruned in zip(branches, prefixes, generations, pruned, strict=True)
+            for (work, hit, _), prefix, generation, was_pruned in zip(
+                branches, prefixes, generations, pruned, strict=True
+            )
         ]
         again = [i for i, candidate in enumerate(candidates) if self._relevant_without_text(candidate, generations[i])]
         for i, generation in zip(again, self._text_first([branches[i] for i in again]), strict=True):

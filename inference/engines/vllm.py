@@ -27,8 +27,8 @@ from selfrag.errors import ModelNotFoundError
 from selfrag.models import resolve_model
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
-from .options import import_vllm
 from .loading import describe_model, eos_ids_of
+from .options import import_vllm
 
 logger = logging.getLogger(__name__)
 
