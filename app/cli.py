@@ -318,7 +318,10 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
 
 def _eval(args: argparse.Namespace) -> int:
     from selfrag.evaluation.config import EvalConfig
+    from selfrag.evaluation.data import check_recipe_pairs
     from selfrag.evaluation.run import run
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(EvalConfig, args)).summary())
     return 0
@@ -327,6 +330,9 @@ def _eval(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from selfrag.evaluation.calibrate import run
     from selfrag.evaluation.config import CalibrateConfig
+    from selfrag.evaluation.data import check_recipe_pairs
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(CalibrateConfig, args)).summary())
     return 0

@@ -32,6 +32,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
+from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
@@ -39,7 +40,7 @@ from selfrag.models import resolve_model
 from selfrag.prompting import encode_prompt
 
 from .config import CalibrateConfig
-from .data import load_examples
+from .data import DEV_SPLIT_HINT, check_passages, load_examples
 from .metrics import rate
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,19 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
+def _dev_examples(config: CalibrateConfig) -> list[Any]:
+    """The dev questions; a missing file or an empty split says how to make a dev split."""
+    if not Path(config.data).is_file():
+        raise InputError(f"data {str(config.data)!r} not found: calibration needs held-out dev questions; "
+                         + DEV_SPLIT_HINT)
+    try:
+        return load_examples(config.data, config.format, config.limit, config.split)
+    except InputError as error:
+        if config.split is None or "holds no examples" not in str(error):
+            raise
+        raise InputError(f"{error}; {DEV_SPLIT_HINT}") from None
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
@@ -86,8 +100,11 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     from .engines import load_trained
     from .modes import ExampleRetriever
 
-    examples = load_examples(config.data, config.format, config.limit, config.split)
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    examples = _dev_examples(config)
+    check_passages(examples, config.corpus, None, True)
+    corpus = build_bm25(config.corpus) if config.corpus else None
+    check_passages(examples, config.corpus, None if corpus is None else [p.id for p in corpus.passages], True)
+    retriever = ExampleRetriever(examples, corpus)
     engine = load_trained(config.model)
     ids = engine.token_ids
     requests = [

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
-from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
 from . import metrics, report
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
-from .data import Example, load_examples, load_reflection_labels, split_sentences
+from .data import check_passages, load_examples, load_reflection_labels, split_sentences
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
@@ -84,9 +83,12 @@ def run(config: EvalConfig) -> EvalResult:
     started = time.monotonic()
     examples = load_examples(config.data, config.format, config.limit, config.split)
     labels = load_reflection_labels(config.labels) if config.labels else []
-    _check_passages(config, examples)
+    needs_passages = any(mode in config.modes for mode in RETRIEVING)
+    check_passages(examples, config.corpus, None, needs_passages)
     inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    corpus = build_bm25(config.corpus) if config.corpus else None
+    check_passages(examples, config.corpus, None if corpus is None else [p.id for p in corpus.passages], needs_passages)
+    retriever = ExampleRetriever(examples, corpus)
     out = config.output_dir
     write_resolved(config, out)
     engines = _Engines(config)
@@ -181,15 +183,6 @@ def _duration(seconds: float) -> str:
 
 def _needs_base(config: EvalConfig) -> bool:
     return any(mode in config.modes for mode in ("no_retrieval", "plain_rag", "prompted"))
-
-
-def _check_passages(config: EvalConfig, examples: list[Example]) -> None:
-    without = [example.id for example in examples if not example.ctxs]
-    if without and config.corpus is None and any(mode in config.modes for mode in RETRIEVING):
-        raise ConfigError([
-            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
-            "or add ctxs to the data, or use modes=[no_retrieval]"
-        ])
 
 
 def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: Any, config: EvalConfig) -> Any:
