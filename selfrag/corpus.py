@@ -195,7 +195,7 @@ def _read_pdf(file: Path, fallback: str) -> _Text:
             page_words = (page.extract_text() or "").split()
             words += page_words
             pages += [number] * len(page_words)
-        title = str((reader.metadata or {}).get("/Title") or "").strip()
+        title = str(reader.metadata.get("/Title") or "").strip() if reader.metadata is not None else ""
     except (PdfReadError, ValueError, KeyError, OSError) as error:
         raise InputError(f"{file}: not a readable PDF ({error}); repair or remove it") from None
     return _Text(words, title or fallback, pages=pages)
