@@ -1,6 +1,7 @@
 """``selfrag calibrate``: measure the retrieval threshold, the relevance threshold and the support bound on a dev split.
 
-    selfrag calibrate --config configs/eval/demo.yaml model=runs/model data=runs/dev.jsonl target_false_abstain=0.1
+    selfrag calibrate --config configs/eval/calibrate-demo.yaml model=runs/my-model data=my-data/questions.jsonl \
+        split=dev corpus=my-data/corpus.jsonl target_false_abstain=0.1   # dev split: docs/own-data.md
 
 On every dev question: one decode step gives ``p_retrieve``; one step on each retrieved passage gives its relevance
 score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:

@@ -1,7 +1,8 @@
 """Settings of ``selfrag eval`` and ``selfrag calibrate``.
 
     selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
-    selfrag calibrate --config configs/eval/demo.yaml model=selfrag-quickstart/model data=runs/dev.jsonl
+    selfrag calibrate --config configs/eval/calibrate-demo.yaml model=selfrag-quickstart/model \
+        data=selfrag-quickstart/splits/dev.jsonl corpus=data_gen/demo/corpus.jsonl
 """
 
 from __future__ import annotations
