@@ -221,8 +221,11 @@ def _config(cls: type, args: argparse.Namespace, **base: Any) -> Any:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
+
+    check_recipe_pairs(args.config, args.overrides, "queries")
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())
@@ -317,8 +320,8 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.config import EvalConfig
-    from selfrag.evaluation.data import check_recipe_pairs
     from selfrag.evaluation.run import run
 
     check_recipe_pairs(args.config, args.overrides)
@@ -328,9 +331,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.calibrate import run
     from selfrag.evaluation.config import CalibrateConfig
-    from selfrag.evaluation.data import check_recipe_pairs
 
     check_recipe_pairs(args.config, args.overrides)
 

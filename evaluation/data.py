@@ -329,22 +329,3 @@ def check_passages(examples: Sequence[Example], corpus: Path | None, passage_ids
             f"corpus={corpus} holds none of the {len(gold)} gold passage ids of the data (e.g. {sorted(gold)[0]!r}); "
             "it is not this data's corpus: pass corpus=YOUR_CORPUS (the one the gold_passage_ids name)"
         ])
-
-
-def check_recipe_pairs(config_file: str | Path | None, overrides: Sequence[str]) -> None:
-    """A recipe's ``corpus`` goes with its ``data``: ``data=`` given on the command line over a recipe that names a
-    corpus, without ``corpus=``, would search the recipe's corpus (the demo's) for the user's questions."""
-    if config_file is None:
-        return
-    import yaml
-
-    try:
-        recipe = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return  # load_config reports an unreadable recipe
-    given = {override.split("=", 1)[0].strip() for override in overrides}
-    if isinstance(recipe, dict) and recipe.get("corpus") and "data" in given and "corpus" not in given:
-        raise ConfigError([
-            f"data= replaces the data of {config_file}, but its corpus ({recipe['corpus']}) goes with that data; pass "
-            "corpus=YOUR_CORPUS too (or corpus=null when every line of your data has ctxs)"
-        ])

@@ -56,3 +56,10 @@ def test_a_missing_dev_file_says_how_to_make_one(tmp_path: Path, capsys: pytest.
     line = _one_line(capsys, ["calibrate", f"model={tmp_path}", f"data={_questions(tmp_path, split='train')}",
                               f"corpus={DEMO_CORPUS}", "split=dev"])
     assert "meta.split='dev'" in line and "docs/own-data.md" in line
+
+
+def test_generate_over_the_demo_recipe_needs_the_queries_corpus(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line(capsys, ["generate", "--config", str(REPO / "configs/data_gen/squad-demo.yaml"),
+                              f"queries={_questions(tmp_path, split='train')}", f"output={tmp_path / 'out'}"])
+    assert "queries= replaces the queries of" in line and "pass corpus=YOUR_CORPUS too" in line
