@@ -32,10 +32,6 @@ class Candidate:
     generated: str = ""  # what the model wrote after the passage, special tokens kept (the raw decode)
     retried: str | None = None  # the first decode's raw text, where it had no answer text and was decoded again
 
-    def rejection(self) -> str | None:
-        """The rule that makes this decode malformed (its parse problems), or None when it is well formed."""
-        return None if self.well_formed else "; ".join(self.problems) or "malformed"
-
     def to_json(self) -> dict[str, Any]:
         return {
             "truncated": self.truncated,

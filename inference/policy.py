@@ -79,9 +79,7 @@ def _why_not(candidate: Candidate, best_complete: bool, best_total: float) -> st
     complete, total = rank_key(candidate)
     if best_complete and not complete:
         missing = ", ".join(candidate.score.missing) if candidate.score else "every verdict"
-        why = f"misses a verdict ({missing}): ranks below every complete candidate"
-        problem = candidate.rejection()
-        return why + (f"; malformed: {problem}" if problem else "")
+        return f"misses a verdict ({missing}): ranks below every complete candidate (its problems say why)"
     return f"combined score {total:.4f} is not above the chosen one's {best_total:.4f}"
 
 

@@ -119,7 +119,7 @@ def test_trace_and_ask_output_say_what_a_malformed_branch_wrote_and_why(reflecti
     assert gold["well_formed"] is False and gold["generated"] == f"{rf.RELEVANT} [Utility:5]"
     assert gold["retried"] == f"{rf.RELEVANT}{rf.FULLY_SUPPORTED}[Utility:5]"
     assert any("has no text" in problem for problem in gold["problems"])
-    assert gold["rejected"].startswith("misses a verdict (support): ranks below every complete candidate; malformed:")
+    assert gold["rejected"] == "misses a verdict (support): ranks below every complete candidate (its problems say why)"
     shown = format_answer(answer)
     assert f"first wrote '{rf.RELEVANT}{rf.FULLY_SUPPORTED}[Utility:5]' (no answer text)" in shown
     assert f"wrote '{rf.RELEVANT} [Utility:5]'" in shown
