@@ -138,6 +138,8 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
             lines.append(f"beam: kept {kept} — {step['reason']}")
         else:
             lines.append(f"{name}: {step.get('chosen')} — {step.get('reason')}")
+            if name == "generate" and step.get("abstain"):
+                lines.append(f"    wrote {step.get('generated', '')!r}: {step['abstain']}")
     return lines
 
 

@@ -38,7 +38,7 @@ from selfrag.retrieval import Hit, Retriever
 from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 
 from . import closedset, policy
-from .answer import Answer, AnswerSegment, Candidate
+from .answer import Answer, AnswerSegment, Candidate, shorten
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit, context_problem
 from .events import StreamEvent, TraceEvent, final_events
@@ -660,6 +660,7 @@ class SelfRAG:
             "reason": "no passage was used; there is no relevance or support verdict to apply",
             "well_formed": candidate.well_formed,
             "problems": list(candidate.problems),
+            "generated": shorten(candidate.generated),
         }
         reasons = []
         if work.outcome is not None:  # on_all_irrelevant=no_retrieval: retrieved, every passage judged irrelevant
