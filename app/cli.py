@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", required=True, help="a model directory trained by selfrag (or a released one)")
     ask.add_argument("--corpus", type=Path, help="corpus JSONL (id, title, text) or a folder; BM25 is built now")
     ask.add_argument("--index", type=Path, help="an index directory built by `selfrag index` (instead of --corpus)")
+    ask.add_argument("--chunk-words", type=int, help="--corpus folder: words per passage of a file (default 200)")
+    ask.add_argument("--chunk-overlap", type=int, help="--corpus folder: words shared by consecutive passages (40)")
     ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
     ask.add_argument("--json", action="store_true", help="print answers as JSON (one object per line for several)")
     _add_config_arguments(ask, positional=False)
@@ -227,8 +229,11 @@ def _config(cls: type, args: argparse.Namespace, **base: Any) -> Any:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
+
+    check_recipe_pairs(args.config, args.overrides, "queries")
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())
@@ -277,7 +282,8 @@ def _ask(args: argparse.Namespace) -> int:
         question, args.overrides = split_question(args.words, args.question)
     config = _config(InferenceConfig, args)
     questions = [question] if args.questions is None else read_questions(args.questions, sys.stdin)
-    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index)
+    chunking = {name: value for name in ("chunk_words", "chunk_overlap") if (value := getattr(args, name)) is not None}
+    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index, **chunking)
     for question, answer in zip(questions, answers, strict=True):
         if args.json and len(answers) == 1:
             print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
@@ -322,16 +328,22 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.config import EvalConfig
     from selfrag.evaluation.run import run
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(EvalConfig, args)).summary())
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.calibrate import run
     from selfrag.evaluation.config import CalibrateConfig
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(CalibrateConfig, args)).summary())
     return 0

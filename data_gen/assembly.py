@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
+from selfrag.data_gen.gold import split_sentences
 from selfrag.data_gen.labelers import LabelItem, LabelResult, LLMLabeler
 from selfrag.data_gen.teachers import ChatRequest, Teacher
 from selfrag.retrieval import Retriever
@@ -40,14 +40,6 @@ CRITIC_TYPE = {
     "support": "support",
     "utility": "utility",
 }
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer (after ., ! or ? followed by a capital or digit); never empty pieces."""
-    return [piece.strip() for piece in _SENTENCE_END.split(text.strip()) if piece.strip()]
-
 
 ANSWER_PROMPT = (
     "Answer the question in one to three sentences. Use the evidence where it helps.\n\n{evidence}\n"

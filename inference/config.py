@@ -69,7 +69,9 @@ class InferenceConfig:
 
     form: Literal["short", "long"] = help_field(
         "short: one retrieval step and one segment per candidate; long: segment-level beam search, retrieving "
-        "again whenever the model asks ([Retrieval] or p_retrieve > threshold) with the question plus the prefix",
+        "again whenever the model asks ([Retrieval] or p_retrieve > threshold) with the question plus the prefix; "
+        "it needs a model trained on multi-sentence records (gold: queries with an output, one segment per "
+        "sentence; see docs/own-data.md): one trained on one-segment records answers in one sentence",
         "short",
     )
     mode: Literal["adaptive", "always", "never"] = help_field(

@@ -429,3 +429,20 @@ def describe(cls: type[Any], prefix: str = "") -> list[str]:
         type_name = getattr(hint, "__name__", str(hint)).replace("typing.", "")
         lines.append(f"{prefix}{spec.name} ({type_name}, {default}): {spec.metadata.get('help', '')}")
     return lines
+
+
+def check_recipe_pairs(config_file: str | Path | None, overrides: Sequence[str], data_key: str = "data") -> None:
+    """A recipe's ``corpus`` goes with its data: ``data_key=`` given on the command line over a recipe that names a
+    corpus, without ``corpus=``, would search the recipe's corpus (the demo's) for the user's questions."""
+    if config_file is None:
+        return
+    try:
+        recipe = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return  # load_config reports an unreadable recipe
+    given = {override.split("=", 1)[0].strip() for override in overrides}
+    if isinstance(recipe, dict) and recipe.get("corpus") and data_key in given and "corpus" not in given:
+        raise ConfigError([
+            f"{data_key}= replaces the {data_key} of {config_file}, but its corpus ({recipe['corpus']}) goes with "
+            f"that {data_key}; pass corpus=YOUR_CORPUS too (or corpus=null where every line of your data has ctxs)"
+        ])

@@ -28,6 +28,7 @@ from selfrag.models import resolve_model
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
+from .options import import_vllm
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class VLLMEngine:
         top_logprobs: int = 20,
         vllm_args: Mapping[str, Any] | None = None,
     ) -> None:
-        import vllm
+        vllm = import_vllm("engine=vllm")
 
         served = describe_model(model_dir)
         self.tokenizer = served.tokenizer

@@ -60,9 +60,14 @@ class IndexConfig:
     )
     batch_size: int = help_field("dense: passages embedded per batch", 64)
     device: str = help_field("dense: torch device of the embedding model", "cpu")
+    chunk_words: int = help_field("corpus folder: words per passage cut from a .txt/.md/.pdf file", 200)
+    chunk_overlap: int = help_field("corpus folder: words shared by consecutive passages of a file", 40)
 
     def validate(self) -> list[str]:
         problems = []
+        if self.chunk_words < 1 or not 0 <= self.chunk_overlap < self.chunk_words:
+            problems.append(f"chunk_overlap must be in [0, chunk_words), got chunk_words={self.chunk_words}, "
+                            f"chunk_overlap={self.chunk_overlap}; e.g. chunk_words=80 chunk_overlap=20")
         if self.batch_size < 1:
             problems.append(f"batch_size must be at least 1, got {self.batch_size}")
         if self.kind not in KINDS:
@@ -92,7 +97,7 @@ def run(config: IndexConfig) -> IndexResult:
         output, "index", legacy=lambda path: (path / INDEX_FILE).is_file(), legacy_files=(INDEX_FILE, *_LEGACY_FILES),
         replaces=True, mark=False,
     )
-    passages = load_corpus(config.corpus)
+    passages = load_corpus(config.corpus, config.chunk_words, config.chunk_overlap)
     tmp = output.parent / f".{output.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -77,13 +77,14 @@ class ServerState:
     """What the routes share: settings, the backend once loaded, the worker and the metrics."""
 
     config: ServeConfig
-    model_name: str
+    model_name: str  # the name answers carry: served_model_name where one is configured, else the folder's
     api_key: str | None
     metrics: ServerMetrics
     worker: BatchWorker
     backend: Backend | None = None
     status: str = "loading"
     detail: str | None = None
+    served_names: tuple[str, ...] = ()  # every model id a request may name (model_name first)
 
     def ready_backend(self) -> Backend:
         if self.backend is None:
@@ -100,12 +101,13 @@ def create_app(
 ) -> FastAPI:
     """The application; ``loader`` is a loaded backend or a function that loads one (run in a thread)."""
     metrics = ServerMetrics()
-    name = config.model_name or (loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/")
-                                 .rsplit("/", 1)[-1])
-    state = ServerState(config, name, api_key or None, metrics, BatchWorker(
+    folder = loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/").rsplit("/", 1)[-1]
+    names = tuple(dict.fromkeys(name for name in (config.served_model_name, folder) if name))
+    state = ServerState(config, names[0], api_key or None, metrics, BatchWorker(
         lambda settings, questions: state.ready_backend().stream_many(settings, questions),
         config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
     ))
+    state.served_names = names
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -185,8 +187,8 @@ def _add_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(_check_key)],
              responses={401: _ERRORS[401]})
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
-                                            "owned_by": "selfrag"}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "selfrag"}
+                                           for name in state.served_names]}
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=[Depends(_check_key)],
               responses={**_ERRORS, 200: {"content": {"text/event-stream": {}},
@@ -216,9 +218,10 @@ def _add_page(app: FastAPI) -> None:
 
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
     backend = state.ready_backend()
-    if body.model != state.model_name:
-        raise ApiError(404, f"model {body.model!r} is not served here; use {state.model_name!r} (GET /v1/models)",
-                       param="model", code="model_not_found")
+    if body.model not in state.served_names:
+        served = " or ".join(repr(name) for name in state.served_names)
+        raise ApiError(404, f"model {body.model!r} is not served here; this server serves {served} (GET /v1/models; "
+                       "served_model_name=NAME adds a name)", param="model", code="model_not_found")
     question = _question(body, state.config)
     settings = _settings(body, state.config)
     prompt_tokens = backend.prompt_tokens(question)

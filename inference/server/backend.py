@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 class Backend:
     engine: Engine
     retriever: Retriever | None
-    model_name: str
+    model_name: str  # the model directory's name (served besides ServeConfig.served_model_name)
 
     def stream_many(self, settings: InferenceConfig, questions: Sequence[str]) -> Iterator[tuple[int, StreamEvent]]:
         """``(question index, event)`` as :meth:`SelfRAG.stream_many
@@ -54,4 +54,4 @@ def load_backend(config: ServeConfig) -> Backend:
     model_dir = resolve_model(config.model)
     logger.info("loading %s with the %s engine", model_dir, config.engine)
     engine = build_engine(config, model_dir)
-    return Backend(engine, retriever, config.model_name or Path(str(config.model).rstrip("/")).name)
+    return Backend(engine, retriever, Path(str(config.model).rstrip("/")).name)

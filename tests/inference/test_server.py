@@ -512,3 +512,21 @@ def test_calibration_fills_only_unset_settings_and_a_request_may_ask_for_the_bui
     response = post(server, {"model": MODEL, "messages": [{"role": "user", "content": CAPITAL}],
                              "use_calibration": "sometimes"})
     assert response.status_code == 400 and response.json()["error"]["param"] == "use_calibration"
+
+
+def test_the_folder_name_and_a_configured_served_name_are_both_served(engine: ScriptedBackendEngine) -> None:
+    """The model directory's name is always served (the README's model="model" is the quickstart's folder), a
+    configured served_model_name too; a 404 names every served id."""
+    live = start_server(engine, served_model_name="smol")  # the harness's backend is the folder MODEL
+    try:
+        listed = [card.id for card in client(live).models.list().data]
+        assert listed == ["smol", MODEL]
+        for name in ("smol", MODEL):
+            reply = post(live, {"model": name, "messages": _user(CAPITAL)})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["model"] == "smol"
+        missing = post(live, {"model": "model", "messages": _user()})
+        message = missing.json()["error"]["message"]
+        assert missing.status_code == 404 and f"'smol' or '{MODEL}'" in message and "served_model_name" in message
+    finally:
+        live.stop()
