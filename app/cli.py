@@ -185,7 +185,7 @@ OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split("\n"))
+    return " ".join(str(text).splitlines())  # \r, \v, \u2028 ... too: a user's text never breaks the line
 
 
 def _os_error_line(error: OSError) -> str:

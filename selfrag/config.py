@@ -156,6 +156,13 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
 
 
+def _key_text(key: Any) -> str:
+    """A user's mapping key as a message shows it: as typed where printable, else quoted (a ``\r`` in a key once
+    split a one-line error in two)."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
+
+
 def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial: bool = False) -> Any:
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
@@ -285,7 +292,7 @@ def _coerce(
             return value
         args = get_args(hint)
         if args and args[1] is not Any:
-            return {k: _coerce(args[1], v, f"{key}.{k}", problems, strict) for k, v in value.items()}
+            return {k: _coerce(args[1], v, f"{key}.{_key_text(k)}", problems, strict) for k, v in value.items()}
         return dict(value)
     if hint is Any or not isinstance(hint, type):
         return value
