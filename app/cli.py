@@ -224,7 +224,9 @@ def _generate(args: argparse.Namespace) -> int:
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())
-    return 0
+    for problem in result.problems:  # the outputs are written, but the run did not do its job
+        print(f"selfrag generate: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if result.problems else 0
 
 
 def _generate_merge(args: argparse.Namespace) -> int:
