@@ -94,6 +94,35 @@ class TeacherConfig:
 
 
 @dataclass
+class RayConfig:
+    """Where and how wide ``executor=ray`` runs."""
+
+    address: str | None = help_field(
+        "Ray cluster to join ('auto', 'ray://host:10001', or a GCS address); null: start a local Ray with "
+        "`workers` CPUs for this run.",
+        default=None,
+    )
+    workers: int = help_field("Labelling actors (each runs its own teacher client and retriever).", default=2)
+    cpus_per_worker: float = help_field("CPUs Ray reserves per labelling actor.", default=1.0)
+    batch_size: int = help_field(
+        "Questions per Ray batch: the unit a restarted worker redoes (its finished calls come from the cache).",
+        default=8,
+    )
+    shard_records: int = help_field(
+        "Lines per output shard (shards/*.jsonl, listed with counts and SHA-256 in manifest.json).", default=10000
+    )
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("workers", "batch_size", "shard_records"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cpus_per_worker <= 0:
+            problems.append(f"cpus_per_worker must be > 0, got {self.cpus_per_worker}; e.g. 1")
+        return problems
+
+
+@dataclass
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
@@ -115,6 +144,12 @@ class GenerateConfig:
         default="gold",
     )
     teacher: TeacherConfig = help_field("The teacher model (labeler=llm).", default_factory=TeacherConfig)
+    executor: Literal["local", "ray"] = help_field(
+        "labeler=llm: 'local' labels in this process (asyncio, bounded concurrency); 'ray' runs the same labelling "
+        "on Ray Data (see ray.*): the same records, written also as shards with a manifest.",
+        default="local",
+    )
+    ray: RayConfig = help_field("executor=ray: the cluster and its labelling actors.", default_factory=RayConfig)
     top_k: int = help_field(
         "labeler=llm: passages retrieved (BM25) for each retrieval decision; each gets a relevance label.", default=3
     )
@@ -217,6 +252,8 @@ class GenerateConfig:
             )
         if self.labeler == "llm":
             problems += self._gold_only_settings()
+        if self.executor == "ray" and self.labeler != "llm":
+            problems.append("executor=ray runs the teacher labeller (labeler=llm); the gold labeler runs locally")
         if self.labeler == "llm" and not self.teacher.model:
             problems.append("teacher.model is required with labeler=llm; e.g. teacher.model=gpt-4o-mini")
         if self.top_k < 1:

@@ -100,15 +100,23 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         logger.warning("%d questions changed since the run in %s; labelling them again", changed, output)
     cache_path = teacher_cache_path(config, output)
     logger.info("teacher cache: %s", cache_path)
-    cache = CallCache(cache_path)
-    teacher = CachedTeacher(build_teacher(config.teacher), cache)
-    labeler = LLMLabeler(
-        teacher, retries=config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
-    )
-    assembler = Assembler(teacher, labeler, BM25Retriever(passages), config.top_k, seed=config.teacher.seed)
     failed: dict[str, str] = {}
     try:
-        asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id, digests))
+        if config.executor == "ray":
+            from selfrag.data_gen.ray_executor import label_with_ray
+
+            added: set[str] = set()
+
+            def add(entry: dict[str, Any]) -> bool:
+                if entry["query_id"] in added:
+                    return False
+                added.add(entry["query_id"])
+                journal.add(entry)
+                return True
+
+            failed, made, hits = label_with_ray(config, todo, passages, digests, cache_path, add)
+        else:
+            made, hits = _label_locally(config, passages, passages_by_id, journal, todo, failed, digests, cache_path)
     except TeacherError as error:  # permanent (e.g. HTTP 401/404, unreachable): a setting to fix, not a bug
         done = sum(1 for query, _ in tasks if _finished(journal.done.get(query.id), digests[query.id]))
         raise ConfigError(
@@ -116,7 +124,6 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         ) from None
     finally:
         journal.close()
-        cache.close()
 
     # --- Outputs, rendered from the journal (sorted: identical however the run was interrupted) ------------
     selected = {query.id for query, _ in tasks}
@@ -129,13 +136,41 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         "questions_labelled_now": len(todo) - len(failed),
         "questions_changed": changed,
         "questions_failed_now": len(failed),
-        "teacher_calls_made": teacher.fresh_calls,
-        "teacher_calls_from_cache": teacher.cache_hits,
+        "teacher_calls_made": made,
+        "teacher_calls_from_cache": hits,
         "teacher_cache": str(cache_path),
         "seconds": round(time.monotonic() - started, 3),
     }
+    if config.executor == "ray":
+        from selfrag.data_gen.ray_executor import write_shards
+
+        write_shards(output, [name for name in OUTPUT_FILES if name.endswith(".jsonl")], config.ray.shard_records)
     write_json(output / RUN_FILE, run_info)
     return {**stats, "run": run_info}
+
+
+def _label_locally(
+    config: GenerateConfig,
+    passages: list[Passage],
+    passages_by_id: dict[str, Passage],
+    journal: Journal,
+    todo: Sequence[tuple[Query, str | None]],
+    failed: dict[str, str],
+    digests: dict[str, str],
+    cache_path: Path,
+) -> tuple[int, int]:
+    """Label ``todo`` in this process; returns (teacher calls made, calls answered from the cache)."""
+    cache = CallCache(cache_path)
+    teacher = CachedTeacher(build_teacher(config.teacher), cache)
+    labeler = LLMLabeler(
+        teacher, retries=config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+    )
+    assembler = Assembler(teacher, labeler, BM25Retriever(passages), config.top_k, seed=config.teacher.seed)
+    try:
+        asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id, digests))
+    finally:
+        cache.close()
+    return teacher.fresh_calls, teacher.cache_hits
 
 
 def _finished(entry: dict[str, Any] | None, digest: str) -> bool:
