@@ -130,6 +130,8 @@ def label_with_ray(
     from selfrag.data_gen.teachers import TeacherError
 
     settings = config.ray
+    ray.data.DataContext.get_current().enable_progress_bars = False  # one tqdm bar below, not Ray's per operator
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     started_here = not ray.is_initialized()
     if started_here:
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -154,10 +156,9 @@ def label_with_ray(
                 "cache_path": str(cache_path),
             },
             batch_size=settings.batch_size,
-            concurrency=settings.workers,
+            # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
+            compute=ray.data.ActorPoolStrategy(size=settings.workers),
             num_cpus=settings.cpus_per_worker,
-            max_restarts=-1,
-            max_task_retries=-1,
         )
         with tqdm(total=len(rows), desc="generate (ray)", unit="question", dynamic_ncols=True) as bar:
             for batch in labelled.iter_batches(batch_size=None, batch_format="pandas"):
