@@ -161,17 +161,16 @@ def label_with_ray(
             num_cpus=settings.cpus_per_worker,
         )
         with tqdm(total=len(rows), desc="generate (ray)", unit="question", dynamic_ncols=True) as bar:
-            for batch in labelled.iter_batches(batch_size=None, batch_format="pandas"):
-                for row in batch.to_dict("records"):
-                    fresh += int(row["fresh_calls"])
-                    hits += int(row["cache_hits"])
-                    if row["fatal"]:  # a permanent teacher error (HTTP 401/404, unreachable): stop the run
-                        raise TeacherError(row["fatal"], retryable=False)
-                    if row["failed"]:
-                        failed[row["query_id"]] = row["failed"]
-                    elif row["entry"] and not add(json.loads(row["entry"])):
-                        logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
-                    bar.update(1)
+            for row in labelled.iter_rows():
+                fresh += int(row["fresh_calls"])
+                hits += int(row["cache_hits"])
+                if row["fatal"]:  # a permanent teacher error (HTTP 401/404, unreachable): stop the run
+                    raise TeacherError(str(row["fatal"]), retryable=False)
+                if row["failed"]:
+                    failed[str(row["query_id"])] = str(row["failed"])
+                elif row["entry"] and not add(json.loads(str(row["entry"]))):
+                    logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
+                bar.update(1)
     finally:
         if started_here:
             ray.shutdown()
