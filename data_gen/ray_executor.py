@@ -45,35 +45,50 @@ SHARDS_DIR = "shards"
 
 
 class Labeller:
-    """One Ray actor: a teacher, a labeler and a retriever; labels a batch of questions, one journal entry each."""
+    """One Ray actor: a teacher, a labeler and a retriever; labels a batch of questions, one journal entry each.
+
+    The teacher lives as long as the actor (one event loop for every batch): its connection pool, and its count of
+    connection failures in a row, carry over from batch to batch, so an unreachable teacher stops the run.
+    """
 
     def __init__(self, config: dict[str, Any], passages: list[dict[str, str]], cache_path: str) -> None:
+        from selfrag.data_gen.cache import CallCache
         from selfrag.data_gen.config import GenerateConfig
 
         self.config = from_dict(GenerateConfig, config)
         self.passages = [Passage(p["id"], p["title"], p["text"]) for p in passages]
         self.by_id = {passage.id: passage for passage in self.passages}
-        self.cache_path = cache_path
+        self.cache = CallCache(cache_path)
+        self.loop = asyncio.new_event_loop()
+        self.assembler: Any = None
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        return asyncio.run(self._label(list(batch["query"]), list(batch["seed"]), list(batch["digest"])))
+        return self.loop.run_until_complete(
+            self._label(list(batch["query"]), list(batch["seed"]), list(batch["digest"]))
+        )
 
-    async def _label(self, queries: list[str], seeds: list[str], digests: list[str]) -> dict[str, list[Any]]:
+    def _build(self) -> Any:
         from selfrag.data_gen.assembly import Assembler
-        from selfrag.data_gen.cache import CallCache
         from selfrag.data_gen.labelers import LLMLabeler
-        from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
+        from selfrag.data_gen.teachers import CachedTeacher, build_teacher
         from selfrag.retrieval import BM25Retriever
 
         config = self.config
-        cache = CallCache(self.cache_path)
-        teacher = CachedTeacher(build_teacher(config.teacher), cache)
+        teacher = CachedTeacher(build_teacher(config.teacher), self.cache)
         labeler = LLMLabeler(
             teacher, config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
         )
-        assembler = Assembler(teacher, labeler, BM25Retriever(self.passages), config.top_k, seed=config.teacher.seed)
+        return Assembler(teacher, labeler, BM25Retriever(self.passages), config.top_k, seed=config.teacher.seed)
+
+    async def _label(self, queries: list[str], seeds: list[str], digests: list[str]) -> dict[str, list[Any]]:
+        from selfrag.data_gen.teachers import TeacherError
+
+        if self.assembler is None:  # built inside the loop: the HTTP client belongs to it
+            self.assembler = self._build()
+        assembler, config = self.assembler, self.config
+        teacher = assembler.teacher
+        fresh, hits = teacher.fresh_calls, teacher.cache_hits
         slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
-        out: dict[str, list[Any]] = {"query_id": [], "entry": [], "failed": [], "fatal": []}
 
         async def one(raw: str, seed: str, digest: str) -> tuple[str, str, str, str]:
             query = _query(json.loads(raw))
@@ -86,16 +101,12 @@ class Labeller:
                     return query.id, "", f"teacher unavailable: {error.reason}; rerun to retry", ""
             return query.id, json.dumps({**outcome.to_json(), "input_digest": digest}), "", ""
 
-        try:
-            results = await asyncio.gather(*(one(*row) for row in zip(queries, seeds, digests, strict=True)))
-        finally:
-            await teacher.aclose()
-            cache.close()
-        for query_id, entry, failed, fatal in results:
-            for key, value in zip(out, (query_id, entry, failed, fatal), strict=True):
-                out[key].append(value)
-        out["fresh_calls"] = [teacher.fresh_calls] + [0] * (len(results) - 1)
-        out["cache_hits"] = [teacher.cache_hits] + [0] * (len(results) - 1)
+        results = await asyncio.gather(*(one(*row) for row in zip(queries, seeds, digests, strict=True)))
+        names = ("query_id", "entry", "failed", "fatal")
+        out: dict[str, list[Any]] = {name: [row[i] for row in results] for i, name in enumerate(names)}
+        padding = [0] * (len(results) - 1)
+        out["fresh_calls"] = [teacher.fresh_calls - fresh, *padding]
+        out["cache_hits"] = [teacher.cache_hits - hits, *padding]
         return out
 
 

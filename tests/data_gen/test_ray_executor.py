@@ -90,3 +90,17 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     assert [shard["lines"] for shard in shards] == [5, 5, 2]
     joined = b"".join((tmp_path / "ray" / shard["path"]).read_bytes() for shard in shards)
     assert joined == (tmp_path / "local" / "records.jsonl").read_bytes()
+
+
+def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from test_teacher_faults import closed_port_url
+
+    from selfrag.errors import ConfigError
+
+    data = write_inputs(tmp_path, QUERIES[:3])
+    url = closed_port_url()
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
+        generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
+                 "teacher.backoff_s=0.2")
+    assert time.monotonic() - started < 60
