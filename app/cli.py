@@ -2,6 +2,7 @@
 
     selfrag quickstart                                   # demo data -> LoRA on SmolLM2 -> answers
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
+    selfrag paper-data import selfrag_train_data/train.jsonl runs/paper/records.jsonl
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
@@ -65,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(generate)
     generate_merge = commands.add_parser("generate-merge", help="join the outputs of shard=i/N generate runs")
     _add_config_arguments(generate_merge)
+    paper = commands.add_parser(
+        "paper-data", help="the paper's released training data (selfrag_train_data) <-> trajectory records"
+    )
+    paper.add_argument("direction", choices=("import", "export"), help="import: paper -> records; export: back")
+    paper.add_argument("source", type=Path, help="import: the paper's JSONL (or JSON array); export: records JSONL")
+    paper.add_argument("target", type=Path, help="the JSONL file to write")
     train = commands.add_parser("train", help="LoRA fine-tune a model to emit reflection tokens (TRL + PEFT)")
     _add_config_arguments(train)
     export = commands.add_parser("export", help="merge a trained adapter into a full model (loads without PEFT)")
@@ -237,7 +244,9 @@ def _generate(args: argparse.Namespace) -> int:
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())
-    return 0
+    for problem in result.problems:  # the outputs are written, but the run did not do its job
+        print(f"selfrag generate: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if result.problems else 0
 
 
 def _generate_merge(args: argparse.Namespace) -> int:
@@ -247,6 +256,18 @@ def _generate_merge(args: argparse.Namespace) -> int:
     stats = merge(config)
     records = stats.get("records")
     print(f"merged {len(config.shards)} shards into {config.output}: {json.dumps(records)} records")
+    return 0
+
+
+def _paper_data(args: argparse.Namespace) -> int:
+    from selfrag.data_gen.paper_data import export_file, import_file
+    from selfrag.fsutil import check_output_path
+
+    check_output_path(args.target, key="target", inputs=[args.source], directory=False)
+    if args.direction == "import":
+        print(import_file(args.source, args.target).summary(args.target))
+    else:
+        print(f"exported {export_file(args.source, args.target)} records to {args.target}")
     return 0
 
 
@@ -373,6 +394,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "generate": _generate,
     "generate-merge": _generate_merge,
+    "paper-data": _paper_data,
     "train": _train,
     "export": _export,
     "ask": _ask,

