@@ -30,7 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from selfrag.errors import SelfragError
+from selfrag.errors import ConfigError, SelfragError
 
 T = TypeVar("T")
 
@@ -61,6 +61,21 @@ def use_cpu_backend() -> bool:
     return launched_processes() > 1 and not torch.cuda.is_available()
 
 
+def check_cpu_sharding() -> None:
+    """Refuse FSDP / DeepSpeed launched without GPUs: accelerate 1.15 would quietly train plain DDP instead.
+
+    torch 2.13's FSDP2 (``fully_shard``) does run on CPU over gloo, but accelerate's ``AcceleratorState`` turns
+    FSDP on only for GPU-like process types, so a CPU launch with an FSDP config gets full replicas, not shards.
+    """
+    for variable, what in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")):
+        if os.environ.get(variable, "false").lower() == "true":
+            raise ConfigError([
+                f"the launcher asked for {what} but no GPU is visible: accelerate runs CPU processes as plain data "
+                f"parallel (every process a full copy), not sharded; launch on GPUs, or on CPU with "
+                f"`accelerate launch --multi_gpu --num_processes N` (data parallel over gloo)"
+            ])
+
+
 @dataclass(frozen=True)
 class Processes:
     """The training processes of one run, as accelerate's ``PartialState`` sees them."""
@@ -73,6 +88,7 @@ class Processes:
 
         options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
         if use_cpu_backend():
+            check_cpu_sharding()
             options.update(cpu=True, backend="gloo")
         return cls(PartialState(**options))
 
