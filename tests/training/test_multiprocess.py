@@ -182,6 +182,36 @@ def test_a_killed_process_stops_the_run_in_one_line_and_the_rerun_resumes(tiny_b
     assert [entry["step"] for entry in metrics["train_losses"]] == [1, 2, 3, 4, 5, 6]  # none repeated, none lost
 
 
+def test_two_machines_on_loopback_train_as_one(two_processes: TwoProcessRun) -> None:
+    """Two `accelerate launch` invocations, --num_machines 2 --machine_rank 0/1, one process each, meeting at
+    127.0.0.1: one run, the global main process the only writer, the weights of the one-machine run."""
+    folder = two_processes.folder
+    out = folder / "machines"
+    overrides = [item for item in two_processes.overrides if not item.startswith(("output_dir=", "eval_records="))]
+    port = str(free_port())
+    children = []
+    for machine in (0, 1):
+        writers = folder / f"machine-writers-{machine}"
+        environment = {**os.environ, "SELFRAG_TEST_WATCH": str(out), "SELFRAG_TEST_WRITERS": str(writers),
+                       "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                       "CUDA_VISIBLE_DEVICES": ""}
+        command = [str(ACCELERATE), "launch", "--multi_gpu", "--num_machines", "2", "--num_processes", "2",
+                   "--machine_rank", str(machine), "--main_process_ip", "127.0.0.1", "--main_process_port", port,
+                   "--rdzv_backend", "static", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   str(ENTRY), "train", *overrides, f"output_dir={out}"]
+        children.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True))
+    results = [child.communicate(timeout=LAUNCH_TIMEOUT_S) for child in children]
+    for child, (_, err) in zip(children, results, strict=True):
+        assert child.returncode == 0, err[-3000:]
+    second = [line for log in (folder / "machine-writers-1").glob("rank*.log") for line in log.read_text().splitlines()]
+    assert not second, f"the second machine wrote {second}"
+    assert (out / "selfrag.json").is_file()
+    weights = load_file(out / "adapter_model.safetensors")
+    for name, weight in weights.items():
+        assert torch.allclose(weight, two_processes.weights[name], rtol=1e-5, atol=1e-6), name
+
+
 def test_fsdp_without_gpus_is_refused_in_one_line(tiny_base_dir, records, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """accelerate 1.15 enables FSDP only for GPU-like process types: on CPU it would train full DDP replicas."""
     train, _ = records
