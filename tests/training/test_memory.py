@@ -77,3 +77,11 @@ def test_gpu_check_without_a_gpu_refuses_in_one_line(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--dry-run" in err[0]
     assert not any(tmp_path.iterdir())
+
+
+def test_gpu_check_reads_the_judgement_reports_aurocs() -> None:
+    report = {"relevance": {"easy": {"auroc": 0.991, "low": 0.98}, "hard": {"auroc": 0.8123}},
+              "support": {"support": {"auroc": None}}, "confusion": [[1, 2]]}
+    gpu_check = load_gpu_check()
+    assert gpu_check.aurocs(report, "relevance") == {"easy": 0.991, "hard": 0.812}
+    assert gpu_check.aurocs(report, "support") == {} and gpu_check.aurocs(report, "utility") == {}
