@@ -11,8 +11,8 @@ health_claims_processed.jsonl, arc_challenge_processed.jsonl; the paper's README
 `selfrag export`) answers every set in the single-pass mode with adaptive retrieval at the paper's threshold 0.2,
 over each question's own ``ctxs``. Each run is an ordinary `selfrag eval` output folder under
 ``--output/<model>/<set>`` (resumable; a rerun with other settings is refused). Prints the table and writes it
-as ``reference.json`` and ``reference.md``. Needs a GPU for 7B models (``inference.engine=vllm`` by
-``--engine vllm``); the paper's numbers are its Table 2 (Self-RAG 7B / 13B).
+as ``reference.json`` and ``reference.md``. `selfrag eval` decodes with the transformers engine: a GPU for 7B
+models; the paper's numbers are its Table 2 (Self-RAG 7B / 13B).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", action="append", required=True, help="a released checkpoint or a selfrag model")
     parser.add_argument("--tasks", default=",".join(PAPER_TASKS), help="comma-separated, of " + ", ".join(PAPER_TASKS))
     parser.add_argument("--limit", type=int, default=None, help="first N questions of each set (None: all)")
-    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--output", type=Path, default=Path("runs/paper-reference"))
     return parser.parse_args(argv)
 
@@ -44,7 +43,7 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/")).strip("_") or "model"
 
 
-def eval_config(model: str, task: str, data_dir: Path, output: Path, limit: int | None, engine: str) -> Any:
+def eval_config(model: str, task: str, data_dir: Path, output: Path, limit: int | None) -> Any:
     """The `selfrag eval` config of one model on one of the paper's sets, as the paper ran it."""
     from selfrag.config import load_config
     from selfrag.evaluation.config import EvalConfig
@@ -56,7 +55,7 @@ def eval_config(model: str, task: str, data_dir: Path, output: Path, limit: int 
         data=str(data_dir / spec.file), format=task, model=model, output_dir=str(output / slug(model) / task),
         modes=["single_pass"], top_k=spec.top_k, max_tokens=spec.max_tokens, limit=limit, plots=False, show=0,
         judge={"kind": "none"},
-        inference={"mode": "adaptive", "threshold": PAPER_THRESHOLD, "engine": engine},
+        inference={"mode": "adaptive", "threshold": PAPER_THRESHOLD},
     )
 
 
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"task": task, "paper_7b": PAPER_TASKS[task].paper_7b,
                                "paper_13b": PAPER_TASKS[task].paper_13b}
         for model in args.model:
-            result = evaluate(eval_config(model, task, args.data_dir, args.output, args.limit, args.engine))
+            result = evaluate(eval_config(model, task, args.data_dir, args.output, args.limit))
             accuracy = result.summaries["single_pass"]["accuracy"]
             row[model] = None if accuracy is None else round(100 * accuracy, 1)
         rows.append(row)

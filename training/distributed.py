@@ -20,6 +20,7 @@ died leaves the others failing after it instead of waiting forever (the launcher
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -90,7 +91,10 @@ class Processes:
         if use_cpu_backend():
             check_cpu_sharding()
             options.update(cpu=True, backend="gloo")
-        return cls(PartialState(**options))
+        processes = cls(PartialState(**options))
+        if not processes.is_main:  # the main process tells the story once; the others say only what goes wrong
+            logging.getLogger("selfrag").setLevel(logging.WARNING)
+        return processes
 
     @property
     def is_main(self) -> bool:
