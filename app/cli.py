@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import typing
@@ -144,8 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except SelfragError as error:
-        for problem in getattr(error, "problems", None) or [str(error)]:
-            print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
+        # several processes fail alike (training.distributed): the main one says why, unless it is the one lost
+        if os.environ.get("RANK", "0") == "0" or getattr(error, "every_process", False):
+            for problem in getattr(error, "problems", None) or [str(error)]:
+                print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
         return 2
     except OSError as error:
         # A model or file the system cannot give (an unreachable hub id, a full disk, no permission):
@@ -276,7 +279,8 @@ def _train(args: argparse.Namespace) -> int:
     from selfrag.training.run import run
 
     result = run(_config(TrainConfig, args))
-    print(result.summary())
+    if os.environ.get("RANK", "0") == "0":  # launched as several processes: the main one reports
+        print(result.summary())
     return 0
 
 

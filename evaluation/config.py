@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from selfrag.config import help_field
 
+DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
 MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
 MODE_TITLES = {
     "no_retrieval": "no retrieval",
@@ -70,7 +71,9 @@ class EvalConfig:
     )
     model: str = help_field("the trained Self-RAG model directory (single-pass mode, and the critic judge)")
     output_dir: Path = help_field("where results.json, table.md, plots and per-example records go")
-    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it per file", "auto")
+    format: DataFormat = help_field(
+        "data format; auto detects it per file; popqa, triviaqa, pubhealth, arc_challenge: the Self-RAG paper's "
+        "eval_data files with its prompt and metric", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
     corpus: Path | None = help_field(
         "corpus JSONL (id, title, text) or folder, searched with BM25 for examples without ctxs", None
@@ -122,7 +125,7 @@ class CalibrateConfig:
 
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
-    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it", "auto")
+    format: DataFormat = help_field("data format; auto detects it", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
     corpus: Path | None = help_field("corpus for examples without ctxs", None)
     target_false_abstain: float = help_field(

@@ -32,7 +32,9 @@ from selfrag.reflection import Group
 from selfrag.trajectory import Passage, Record
 
 Kind = Literal["qa", "choice", "claim"]
-FORMATS = ("auto", "qa", "choice", "claim")
+#: The paper's own files (evaluation/paper_data.py): its prompt and metric.
+PAPER_FORMATS = ("popqa", "triviaqa", "pubhealth", "arc_challenge")
+FORMATS = ("auto", "qa", "choice", "claim", *PAPER_FORMATS)
 LABEL_GROUPS: dict[str, Group] = {
     "retrieve": Group.RETRIEVE,
     "relevance": Group.RELEVANCE,
@@ -57,10 +59,14 @@ class Example:
     answerable: bool = True
     needs_retrieval: bool | None = None
     gold_passage_ids: tuple[str, ...] = ()
+    instruction: str | None = None  # the whole prompt as given (the paper's formats); None: built from the question
+    metric: Literal["exact", "match"] = "exact"  # qa: exact match, or the paper's match (a gold string occurs)
 
     @property
     def prompt(self) -> str:
         """The instruction given to every mode: the question, with its choices for a closed set."""
+        if self.instruction is not None:
+            return self.instruction
         if self.kind == "choice":
             options = "\n".join(f"{label}. {text}" for label, text in self.choices)
             return f"{self.question}\n{options}\nAnswer with the letter of the right choice."
@@ -96,13 +102,13 @@ def load_examples(
     path = Path(path)
     examples: list[Example] = []
     seen: dict[str, int] = {}
-    kind: Kind | None = None if data_format == "auto" else data_format  # type: ignore[assignment]
+    kind: str | None = None if data_format == "auto" else data_format
     for number, row in read_jsonl(path, "evaluation data"):
         where = f"{path}:{number}"
         if split is not None and (row.get("meta") or {}).get("split") != split:
             continue
         kind = kind or detect_format(row)
-        example = _PARSERS[kind](row, where, f"{path.stem}-{number}")
+        example = _reader(kind)(row, where, f"{path.stem}-{number}")
         if example.id in seen:
             raise InputError(
                 f"{where}: duplicate id {example.id!r} (first on line {seen[example.id]}); ids must be unique"
@@ -207,6 +213,14 @@ def _claim(row: Mapping[str, Any], where: str, default_id: str) -> Example:
 
 
 _PARSERS = {"qa": _qa, "choice": _choice, "claim": _claim}
+
+
+def _reader(data_format: str) -> Any:
+    if data_format in PAPER_FORMATS:
+        from selfrag.evaluation.paper_data import paper_reader
+
+        return paper_reader(data_format, _PARSERS)
+    return _PARSERS[data_format]
 
 
 def load_reflection_labels(path: str | Path, limit: int | None = None) -> list[LabelExample]:
