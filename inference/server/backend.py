@@ -20,7 +20,7 @@ from selfrag.inference.engines import Engine, build_engine
 from selfrag.inference.events import StreamEvent
 from selfrag.inference.runtime import SelfRAG
 from selfrag.models import resolve_model
-from selfrag.prompting import encode_prompt
+from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.retrieval import Retriever
 
 from .config import ServeConfig
@@ -41,6 +41,15 @@ class Backend:
 
     def prompt_tokens(self, question: str) -> int:
         return len(encode_prompt(self.engine.tokenizer, question, self.engine.prompt_template))
+
+    def passage_tokens(self, question: str, top_k: int) -> int:
+        """Tokens the longest of the question's ``top_k`` passages adds to a branch prompt (``[Retrieval]<paragraph>
+        ...</paragraph>``): the same search as the runtime's first retrieval round; 0 without a retriever."""
+        if self.retriever is None:
+            return 0
+        hits = self.retriever.search(question, top_k)
+        tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
+        return max((len(passage_ids(tokenizer, ids, hit.passage)) for hit in hits), default=0)
 
 
 def load_backend(config: ServeConfig) -> Backend:

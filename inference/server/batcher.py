@@ -24,6 +24,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,7 @@ class BatchWorker:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.in_flight = 0
+        self._seconds_per_job: float | None = None  # moving average of engine seconds per job: Retry-After
 
     @property
     def depth(self) -> int:
@@ -102,6 +104,11 @@ class BatchWorker:
         self._update_gauges()
         self._wakeup.set()
         return job
+
+    def retry_after_s(self) -> int:
+        """Whole seconds until the queue has likely drained by one batch (Retry-After of a 429), 1 to 60."""
+        per_job = self._seconds_per_job if self._seconds_per_job is not None else 1.0
+        return max(1, min(60, math.ceil(per_job * min(self.max_batch, max(len(self._waiting), 1)))))
 
     def cancel(self, job: Job) -> None:
         """The client is gone or timed out: free its queue slot now (or drop its events if it is being decoded)."""
@@ -152,6 +159,9 @@ class BatchWorker:
         self.in_flight = len(jobs)
         self._update_gauges()
         started = time.monotonic()
+        if self.metrics is not None:
+            for job in jobs:  # the queue wait ends here, when the engine takes the job
+                self.metrics.queue_wait.observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._drain, jobs, loop)
@@ -168,9 +178,13 @@ class BatchWorker:
             for job in jobs:
                 if job.events is not None:
                     job.events.put_nowait(None)
+        seconds = time.monotonic() - started
+        per_job = seconds / len(jobs)
+        previous = self._seconds_per_job
+        self._seconds_per_job = per_job if previous is None else 0.8 * previous + 0.2 * per_job
         if self.metrics is not None:
             self.metrics.batch_size.observe(len(jobs))
-            self.metrics.engine_seconds.observe(time.monotonic() - started)
+            self.metrics.engine_seconds.observe(seconds)
         for job in jobs:
             if not job.future.done():  # only if the runtime broke its contract (one final event per question)
                 job.future.set_exception(RuntimeError("the runtime sent no final answer for this question"))
