@@ -25,6 +25,22 @@ pip_q() {
     fi
     rm -f "$log"
 }
+# nginx balances `selfrag serve` replicas (deploy/, tests/inference/test_replicas.py); installed once, never started
+# as a service here (tests start their own on 127.0.0.1 with a config in a temp directory).
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] && command -v apt-get >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then APT=(apt-get); elif command -v sudo >/dev/null 2>&1; then APT=(sudo apt-get); else APT=(); fi
+    if [ ${#APT[@]} -gt 0 ]; then
+        log=$(mktemp)
+        if ! { "${APT[@]}" -o DPkg::Lock::Timeout=300 update -qq && DEBIAN_FRONTEND=noninteractive "${APT[@]}" install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=300 \
+                nginx; } >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "setup: apt-get install nginx failed (log above); the replica tests will be skipped" >&2
+        fi
+        rm -f "$log"
+    else
+        echo "setup: nginx is not installed and apt-get needs root; the replica tests will be skipped" >&2
+    fi
+fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
 pip_q -e ".[dev,server,dense]"
