@@ -25,20 +25,24 @@ pip_q() {
     fi
     rm -f "$log"
 }
-# The pages' browser tests drive Debian's chromium through its chromedriver (a browser a tool downloads cannot be
-# fetched here); installed once, skipped on reruns.
-if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
+# System packages the tests start on loopback, installed once and skipped on reruns: Debian's chromium and its
+# chromedriver (the pages' browser tests; a browser that a tool downloads cannot be fetched here) and nginx
+# (replicas behind a balancer: deploy/, tests/inference/test_replicas.py; never started as a service here).
+missing=()
+{ command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
+{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt_log=$(mktemp)
-        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-                -o DPkg::Lock::Timeout=600 chromium chromium-driver; } >"$apt_log" 2>&1; then
+        if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                -o DPkg::Lock::Timeout=600 "${missing[@]}"; } >"$apt_log" 2>&1; then
             cat "$apt_log" >&2
-            echo "setup: apt-get install chromium chromium-driver failed (log above); the browser tests will skip" >&2
+            echo "setup: apt-get install ${missing[*]} failed (log above); the tests that need them will skip" >&2
         fi
         rm -f "$apt_log"
     else
-        echo "setup: chromium or /usr/bin/chromedriver missing and not root; the browser tests will skip" \
-             "(install: apt-get install chromium chromium-driver)" >&2
+        echo "setup: ${missing[*]} missing and apt-get needs root; the tests that need them will skip" \
+             "(install: apt-get install ${missing[*]})" >&2
     fi
 fi
 pip_q --upgrade pip
