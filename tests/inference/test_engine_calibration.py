@@ -31,18 +31,8 @@ PASSAGES = [Passage("a", "Paris", "Paris is the capital of France."), Passage("b
 
 
 @pytest.fixture(scope="module")
-def calibrated(tmp_path_factory, reflection_tokenizer, token_ids, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    import torch
-
-    path = tmp_path_factory.mktemp("tiny-calibrated")
-    model = tiny_model_builder(len(reflection_tokenizer), seed=7)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    reflection_tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(token_ids, "add", "auto", "tiny-base", "merged"))
+def calibrated(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
+    path = merged_model_dir(7)
     write_calibration(path, dict(CALIBRATION))
     return path
 
