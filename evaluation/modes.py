@@ -64,6 +64,7 @@ def _base_record(example: Example) -> dict[str, Any]:
         "gold_answers": list(example.answers),
         "choices": [list(choice) for choice in example.choices],
         "answer_key": example.answer_key,
+        "metric": example.metric,
         "answerable": example.answerable,
         "needs_retrieval": example.needs_retrieval,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,11 +146,17 @@ def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int =
 
     A file that fits in one chunk keeps its relative path as passage id; longer files give ids
     ``<path>#<chunk number>``. PDFs are read with pypdf (pure Python), page by page.
+
+    Titles (see :func:`_read_text`): a Markdown file's first heading, and where a chunk starts under a later heading,
+    ``"<first heading> — <that heading>"``; heading lines are not part of the passage text. A text file's first line
+    when it reads as a title (short, no closing punctuation, a blank line after it); a PDF's own title; else the
+    file name, its ``_``/``-`` read as spaces.
     """
     folder = Path(folder)
     if chunk_words < 1 or not 0 <= chunk_overlap < chunk_words:
         raise InputError(
-            f"chunk_overlap must be in [0, chunk_words), got chunk_words={chunk_words}, chunk_overlap={chunk_overlap}"
+            f"chunk_overlap must be in [0, chunk_words), got chunk_words={chunk_words}, chunk_overlap={chunk_overlap}; "
+            "e.g. chunk_words=200 chunk_overlap=40"
         )
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and p.is_file())
     if not files:
@@ -159,26 +166,74 @@ def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int =
     chunks: list[Chunk] = []
     for file in files:
         relative = str(file.relative_to(folder))
-        words, pages = _read_words(file)
-        if not words:
+        text = _read_text(file)
+        if not text.words:
             raise InputError(f"{file}: no text in this file; delete it from the corpus folder or give it text")
         step = chunk_words - chunk_overlap
-        starts = list(range(0, max(len(words) - chunk_overlap, 1), step))
+        starts = list(range(0, max(len(text.words) - chunk_overlap, 1), step))
         for index, start in enumerate(starts):
-            end = min(start + chunk_words, len(words))
+            end = min(start + chunk_words, len(text.words))
             passage_id = relative if len(starts) == 1 else f"{relative}#{index}"
-            page = None if pages is None else pages[start]
-            chunks.append(
-                Chunk(Passage(passage_id, file.stem, " ".join(words[start:end])), relative, index, start, end, page)
-            )
+            page = None if text.pages is None else text.pages[start]
+            section = None if text.sections is None else text.sections[start]
+            title = text.title if not section or section == text.title else f"{text.title} — {section}"
+            passage = Passage(passage_id, title, " ".join(text.words[start:end]))
+            chunks.append(Chunk(passage, relative, index, start, end, page))
     return chunks
 
 
-def _read_words(file: Path) -> tuple[list[str], list[int] | None]:
-    """The file's words, and for a PDF the (1-based) page of each word."""
-    if file.suffix.lower() != ".pdf":
-        check_utf8(file, "corpus")
-        return file.read_text(encoding="utf-8").split(), None
+@dataclass(frozen=True)
+class _Text:
+    """A file's words; per word its PDF page (1-based) and its Markdown section heading, where the file has them."""
+
+    words: list[str]
+    title: str
+    pages: list[int] | None = None
+    sections: list[str | None] | None = None
+
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _read_text(file: Path) -> _Text:
+    """The file's words and title (see :func:`load_chunks`)."""
+    fallback = " ".join(file.stem.replace("_", " ").replace("-", " ").split()) or file.stem
+    suffix = file.suffix.lower()
+    if suffix == ".pdf":
+        return _read_pdf(file, fallback)
+    check_utf8(file, "corpus")
+    content = file.read_text(encoding="utf-8")
+    if suffix == ".md":
+        return _read_markdown(content, fallback)
+    lines = content.lstrip().splitlines()
+    first = lines[0].strip() if lines else ""
+    titled = len(lines) > 1 and not lines[1].strip() and 0 < len(first.split()) <= 12 and first[-1] not in ".!?:;,"
+    return _Text(content.split(), first if titled else fallback)
+
+
+def _read_markdown(content: str, fallback: str) -> _Text:
+    """Words without heading lines (or YAML front matter); the first heading is the title."""
+    lines = content.splitlines()
+    if lines and lines[0].strip() == "---" and "---" in (line.strip() for line in lines[1:]):
+        lines = lines[[line.strip() for line in lines].index("---", 1) + 1 :]
+    words: list[str] = []
+    sections: list[str | None] = []
+    title: str | None = None
+    section: str | None = None
+    for line in lines:
+        heading = _HEADING.match(line)
+        if heading:
+            section = heading.group(2).strip() or None
+            title = title or section
+            continue
+        line_words = line.split()
+        words += line_words
+        sections += [section] * len(line_words)
+    return _Text(words, title or fallback, sections=sections)
+
+
+def _read_pdf(file: Path, fallback: str) -> _Text:
+    """The PDF's words with the page of each, and its metadata title where it has one."""
     try:
         from pypdf import PdfReader
         from pypdf.errors import PdfReadError
@@ -192,9 +247,10 @@ def _read_words(file: Path) -> tuple[list[str], list[int] | None]:
             page_words = (page.extract_text() or "").split()
             words += page_words
             pages += [number] * len(page_words)
+        title = str(reader.metadata.get("/Title") or "").strip() if reader.metadata is not None else ""
     except (PdfReadError, ValueError, KeyError, OSError) as error:
         raise InputError(f"{file}: not a readable PDF ({error}); repair or remove it") from None
-    return words, pages
+    return _Text(words, title or fallback, pages=pages)
 
 
 def check_utf8(path: Path, what: str) -> None:

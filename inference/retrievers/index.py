@@ -25,6 +25,7 @@ from typing import Any, Literal
 from selfrag.config import help_field, to_dict, write_resolved
 from selfrag.corpus import load_corpus
 from selfrag.errors import InputError
+from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.trajectory import Passage
 
@@ -36,18 +37,24 @@ INDEX_FILE = "index.json"
 PASSAGES_FILE = "passages.jsonl"
 INDEX_VERSION = 1
 KINDS = ("bm25", "dense", "pgvector")
+#: What an index folder of version 1, written before the owner file existed, may hold (bm25s's files, or dense's).
+_LEGACY_FILES = (
+    "config.yaml", PASSAGES_FILE, "embeddings.npy", "params.index.json", "vocab.index.json", "data.csc.index.npy",
+    "indices.csc.index.npy", "indptr.csc.index.npy",
+)
 
 
 @dataclass
 class IndexConfig:
     """What ``selfrag index`` builds."""
 
-    corpus: str = help_field(
+    corpus: Path = help_field(
         "corpus: a JSONL file (id, title, text per line), DPR's psgs_w100.tsv (id, text, title) or a folder of "
         ".txt/.md/.pdf files"
     )
     output: str = help_field(
-        "the index directory to write (replaced when it exists); kind=pgvector: postgresql://user@host/db?table=NAME"
+        "the index directory to write: new, empty, or an index built before (replaced); never a folder of other "
+        "files; kind=pgvector: postgresql://user@host/db?table=NAME"
     )
     kind: Literal["bm25", "dense", "pgvector"] = help_field(
         "bm25 (bm25s, stemmed, English stop words), dense, or pgvector (a PostgreSQL table shared by many processes)",
@@ -62,9 +69,14 @@ class IndexConfig:
     device: str = help_field("dense: torch device of the embedding model", "cpu")
     hnsw_m: int = help_field("pgvector: HNSW links per node (pgvector's m)", 16)
     hnsw_ef_construction: int = help_field("pgvector: HNSW candidate list while building (ef_construction)", 64)
+    chunk_words: int = help_field("corpus folder: words per passage cut from a .txt/.md/.pdf file", 200)
+    chunk_overlap: int = help_field("corpus folder: words shared by consecutive passages of a file", 40)
 
     def validate(self) -> list[str]:
         problems = []
+        if self.chunk_words < 1 or not 0 <= self.chunk_overlap < self.chunk_words:
+            problems.append(f"chunk_overlap must be in [0, chunk_words), got chunk_words={self.chunk_words}, "
+                            f"chunk_overlap={self.chunk_overlap}; e.g. chunk_words=80 chunk_overlap=20")
         if self.batch_size < 1:
             problems.append(f"batch_size must be at least 1, got {self.batch_size}")
         if self.kind not in KINDS:
@@ -95,10 +107,17 @@ class IndexResult:
 def run(config: IndexConfig) -> IndexResult:
     """Build the index of ``config.corpus`` into ``config.output``."""
     started = time.monotonic()
-    passages = load_corpus(config.corpus)
     if config.kind == "pgvector":
-        return _run_pgvector(config, passages, started)
+        return _run_pgvector(config, load_corpus(config.corpus, config.chunk_words, config.chunk_overlap), started)
     output = Path(config.output)
+    # The build replaces ``output`` whole: refuse, before any work, one that holds the corpus or anything but an
+    # index this command wrote (a user's folder with the corpus in it was deleted here once).
+    check_output_path(output, key="output", inputs=[config.corpus])
+    claim_output(
+        output, "index", legacy=lambda path: (path / INDEX_FILE).is_file(), legacy_files=(INDEX_FILE, *_LEGACY_FILES),
+        replaces=True, mark=False,
+    )
+    passages = load_corpus(config.corpus, config.chunk_words, config.chunk_overlap)
     tmp = output.parent / f".{output.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -115,6 +134,7 @@ def run(config: IndexConfig) -> IndexResult:
         }
         (tmp / INDEX_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         write_resolved(config, tmp)
+        write_owner(tmp, "index", [entry.name for entry in tmp.iterdir() if entry.name != OWNER_FILE])
         if output.exists():
             shutil.rmtree(output)
         os.replace(tmp, output)

@@ -44,8 +44,9 @@ class ServeConfig:
     )
     host: str = help_field("address to bind; 127.0.0.1 keeps the server local, 0.0.0.0 exposes it", "127.0.0.1")
     port: int = help_field("TCP port", 8000)
-    model_name: str = help_field(
-        "the model id clients send and GET /v1/models lists; empty: the model directory's name", ""
+    served_model_name: str = help_field(
+        "another model id clients may send (as vLLM's --served-model-name); the model directory's name is always "
+        "served too, and GET /v1/models lists both; empty: only the directory's name", ""
     )
     api_key_env: str = help_field(
         "name of the environment variable holding the API key; when it is set and non-empty, /v1/* requires "

@@ -34,7 +34,7 @@ def test_folder_corpus(tmp_path: Path) -> None:
     (tmp_path / "docs" / "one.md").write_text("# One\nbody\n")
     (tmp_path / "docs" / "skip.bin").write_bytes(b"\0")
     passages = load_corpus(tmp_path / "docs")
-    assert [(p.id, p.title) for p in passages] == [("one.md", "one")]
+    assert [(p.id, p.title, p.text) for p in passages] == [("one.md", "One", "body")]  # the heading is the title
 
 
 def test_appender_resumes_after_a_killed_write(tmp_path: Path) -> None:

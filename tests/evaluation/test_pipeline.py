@@ -74,7 +74,8 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     monkeypatch.setattr(run_module, "load_trained", lambda model: world_engine)
     monkeypatch.setattr(run_module, "load_plain", lambda model: world_engine)
     config = from_dict(EvalConfig, {"data": data, "model": "m", "base_model": "b", "output_dir": tmp_path / "out",
-                                    "labels": labels, "show": 2})
+                                    "labels": labels, "show": 2,
+                                    "modes": ["no_retrieval", "plain_rag", "prompted", "single_pass"]})
     result = run_module.run(config)
 
     out = tmp_path / "out"
