@@ -2,11 +2,13 @@
 
     selfrag quickstart                                   # demo data -> LoRA on SmolLM2 -> answers
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
+    selfrag paper-data import selfrag_train_data/train.jsonl runs/paper/records.jsonl
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
     selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
     selfrag serve --model runs/model --corpus data_gen/demo/corpus.jsonl --port 8000
+    selfrag audit runs/data                              # review teacher labels; --report prints the agreement
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import typing
@@ -64,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(generate)
     generate_merge = commands.add_parser("generate-merge", help="join the outputs of shard=i/N generate runs")
     _add_config_arguments(generate_merge)
+    paper = commands.add_parser(
+        "paper-data", help="the paper's released training data (selfrag_train_data) <-> trajectory records"
+    )
+    paper.add_argument("direction", choices=("import", "export"), help="import: paper -> records; export: back")
+    paper.add_argument("source", type=Path, help="import: the paper's JSONL (or JSON array); export: records JSONL")
+    paper.add_argument("target", type=Path, help="the JSONL file to write")
     train = commands.add_parser("train", help="LoRA fine-tune a model to emit reflection tokens (TRL + PEFT)")
     _add_config_arguments(train)
     export = commands.add_parser("export", help="merge a trained adapter into a full model (loads without PEFT)")
@@ -75,12 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
     ask.add_argument("--model", required=True, help="a model directory trained by selfrag (or a released one)")
     ask.add_argument("--corpus", type=Path, help="corpus JSONL (id, title, text) or a folder; BM25 is built now")
-    ask.add_argument("--index", type=Path, help="an index directory built by `selfrag index` (instead of --corpus)")
+    ask.add_argument(
+        "--index", help="a prebuilt index (instead of --corpus): a directory from `selfrag index`, or a pgvector "
+        "postgresql://user@host/db?table=NAME"
+    )
+    ask.add_argument("--chunk-words", type=int, help="--corpus folder: words per passage of a file (default 200)")
+    ask.add_argument("--chunk-overlap", type=int, help="--corpus folder: words shared by consecutive passages (40)")
     ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
     ask.add_argument("--json", action="store_true", help="print answers as JSON (one object per line for several)")
     _add_config_arguments(ask, positional=False)
 
-    index = commands.add_parser("index", help="build a retrieval index (BM25 or dense) once, for ask/serve/eval")
+    index = commands.add_parser(
+        "index", help="build a retrieval index (BM25, dense, or a shared pgvector table) once, for every stage"
+    )
     _add_config_arguments(index)
 
     evaluate = commands.add_parser("eval", help="compare no retrieval, plain RAG, prompted and single-pass Self-RAG")
@@ -91,11 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
     serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
     serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
-    serve.add_argument("--index", help="an index directory built by `selfrag index` (config key: index)")
+    serve.add_argument(
+        "--index",
+        help="a prebuilt index: a directory from `selfrag index` or postgresql://...?table=NAME (config key: index)",
+    )
     serve.add_argument("--engine", help="decoding backend: hf, vllm or openai (config key: engine; default hf)")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     _add_config_arguments(serve)
+
+    audit = commands.add_parser("audit", help="review a sample of a generate run's teacher labels in a local page")
+    audit.add_argument("data_dir", type=Path, metavar="DATA_DIR", help="the output folder of `selfrag generate`")
+    audit.add_argument("--report", action="store_true", help="print (and write) the agreement report, start no page")
+    audit.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (default: a free one)")
+    audit.add_argument("--per-stratum", type=int, help="labels sampled per type and teacher label (default 10)")
+    audit.add_argument("--seed", type=int, help="the sample's seed (default 0)")
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
@@ -127,8 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except SelfragError as error:
-        for problem in getattr(error, "problems", None) or [str(error)]:
-            print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
+        # several processes fail alike (training.distributed): the main one says why, unless it is the one lost
+        if os.environ.get("RANK", "0") == "0" or getattr(error, "every_process", False):
+            for problem in getattr(error, "problems", None) or [str(error)]:
+                print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
         return 2
     except OSError as error:
         # A model or file the system cannot give (an unreachable hub id, a full disk, no permission):
@@ -175,7 +203,7 @@ OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split("\n"))
+    return " ".join(str(text).splitlines())  # \r, \v, \u2028 ... too: a user's text never breaks the line
 
 
 def _os_error_line(error: OSError) -> str:
@@ -219,12 +247,17 @@ def _config(cls: type, args: argparse.Namespace, **base: Any) -> Any:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
 
+    check_recipe_pairs(args.config, args.overrides, "queries")
+
     result = run(_config(GenerateConfig, args))
     print(result.summary())
-    return 0
+    for problem in result.problems:  # the outputs are written, but the run did not do its job
+        print(f"selfrag generate: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if result.problems else 0
 
 
 def _generate_merge(args: argparse.Namespace) -> int:
@@ -237,12 +270,25 @@ def _generate_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paper_data(args: argparse.Namespace) -> int:
+    from selfrag.data_gen.paper_data import export_file, import_file
+    from selfrag.fsutil import check_output_path
+
+    check_output_path(args.target, key="target", inputs=[args.source], directory=False)
+    if args.direction == "import":
+        print(import_file(args.source, args.target).summary(args.target))
+    else:
+        print(f"exported {export_file(args.source, args.target)} records to {args.target}")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     from selfrag.training.config import TrainConfig
     from selfrag.training.run import run
 
     result = run(_config(TrainConfig, args))
-    print(result.summary())
+    if os.environ.get("RANK", "0") == "0":  # launched as several processes: the main one reports
+        print(result.summary())
     return 0
 
 
@@ -269,7 +315,8 @@ def _ask(args: argparse.Namespace) -> int:
         question, args.overrides = split_question(args.words, args.question)
     config = _config(InferenceConfig, args)
     questions = [question] if args.questions is None else read_questions(args.questions, sys.stdin)
-    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index)
+    chunking = {name: value for name in ("chunk_words", "chunk_overlap") if (value := getattr(args, name)) is not None}
+    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index, **chunking)
     for question, answer in zip(questions, answers, strict=True):
         if args.json and len(answers) == 1:
             print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
@@ -314,16 +361,22 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.config import EvalConfig
     from selfrag.evaluation.run import run
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(EvalConfig, args)).summary())
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from selfrag.config import check_recipe_pairs
     from selfrag.evaluation.calibrate import run
     from selfrag.evaluation.config import CalibrateConfig
+
+    check_recipe_pairs(args.config, args.overrides)
 
     print(run(_config(CalibrateConfig, args)).summary())
     return 0
@@ -337,6 +390,12 @@ def _serve(args: argparse.Namespace) -> int:
     return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from selfrag.data_gen.audit_server import run
+
+    return run(args.data_dir, report=args.report, port=args.port, per_stratum=args.per_stratum, seed=args.seed)
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -347,6 +406,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "generate": _generate,
     "generate-merge": _generate_merge,
+    "paper-data": _paper_data,
     "train": _train,
     "export": _export,
     "ask": _ask,
@@ -355,6 +415,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": _calibrate,
     "quickstart": _quickstart,
     "serve": _serve,
+    "audit": _audit,
 }
 
 

@@ -27,7 +27,7 @@ from selfrag.artifacts import META_FILE
 from selfrag.config import from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 
@@ -109,6 +109,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.training.run import run as train
 
     out = config.output_dir
+    claim_output(out, "quickstart", key="output_dir", legacy=lambda path: (path / STAGES_FILE).is_file())
     write_resolved(config, out, "quickstart.yaml")
     stages = Stages(out / STAGES_FILE)
     started = time.monotonic()
@@ -228,7 +229,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     if judges["learned"] is False:
         print(f"WARNING: this run's model does not tell relevant from irrelevant passages (relevance AUROC "
               f"{judges['auroc']:.2f} on {judges['items']} held-out passages; {RELEVANCE_LEARNED} or more when it has "
-              f"learned). The recipe does not learn it in every run ({length} here; README, the CPU study): "
+              f"learned). The recipe does not learn it in every run ({length} here; docs/study/judgement.md): "
               f"try another seed (train.training.seed=1) or a longer run ({longer}).")
     if well_formed["share"] is not None and well_formed["share"] < config.min_well_formed:
         raise SelfragError(

@@ -1,14 +1,19 @@
-"""Load test of ``selfrag serve``: concurrent streaming clients on loopback, with and without request batching.
+"""Load test of ``selfrag serve``: concurrent streaming clients on loopback, with and without request batching, or
+one replica against two behind nginx.
 
     .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --clients 32 --seconds 60
+    .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --compare replicas --threads 2
 
-For each setting (``max_batch=1``: one request per engine call, the baseline; then ``max_batch=--batch``) it
-starts the real ``selfrag serve`` command in a subprocess on a free 127.0.0.1 port, waits for ``/health``,
-runs ``--clients`` asyncio clients that each stream chat completions back to back (demo questions) for
-``--seconds``, then cancels what is still in flight and stops the server (SIGTERM). Reports completed
-requests, throughput, p50/p95 latency to the last byte and to the first content delta, errors (anything but
-a complete stream; 429s are counted apart and retried after 0.2 s) and the server's resident memory (RSS)
-when ready and after the load. Loopback only: the script never contacts another host.
+``--compare batching`` (default): ``max_batch=1`` (one request per engine call, the baseline), then
+``max_batch=--batch``. ``--compare replicas``: one replica (the baseline), then two replicas behind nginx
+(deploy/render_nginx.py's config, run as the current user from a temp folder); ``--threads`` torch threads are
+split between the replicas, so both settings use the same cores. Each setting starts the real ``selfrag serve``
+command(s) in subprocesses on free 127.0.0.1 ports, waits for ``/health``, runs ``--clients`` asyncio clients that
+each stream chat completions back to back (demo questions) for ``--seconds``, then cancels what is still in
+flight and stops the servers (SIGTERM). Reports completed requests, throughput, p50/p95 latency to the last byte,
+to the first trace chunk and to the first content delta, errors (anything but a complete stream; 429s are counted
+apart and retried after the server's Retry-After, at most 1 s) and the servers' resident memory (RSS) when ready and
+after the load. Loopback only: the script never contacts another host.
 """
 
 from __future__ import annotations
@@ -17,14 +22,17 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -38,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 class Tally:
     latencies: list[float] = field(default_factory=list)
     first_delta: list[float] = field(default_factory=list)
+    first_trace: list[float] = field(default_factory=list)
     rejected_429: int = 0
     errors: list[str] = field(default_factory=list)
     cancelled: int = 0
@@ -58,14 +67,18 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_server(args: argparse.Namespace, max_batch: int, port: int) -> subprocess.Popen[bytes]:
+def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None
+                 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
-        "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.clients * 2}", "batch_wait_ms=20",
+        "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.max_queue or args.clients * 2}",
+        "batch_wait_ms=20",
         f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
-        f"engine_options.batch_size={args.engine_batch}", "model_name=bench",
+        f"engine_options.batch_size={args.engine_batch}", "served_model_name=bench",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SELFRAG_API_KEY": ""}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -88,10 +101,11 @@ async def one_stream(client: httpx.AsyncClient, url: str, question: str, tally: 
     body = {"model": "bench", "stream": True, "messages": [{"role": "user", "content": question}]}
     started = time.monotonic()
     first: float | None = None
+    trace: float | None = None
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         if response.status_code == 429:
             tally.rejected_429 += 1
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(min(float(response.headers.get("retry-after", "1")), 1.0))
             return
         if response.status_code != 200:
             tally.errors.append(f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
@@ -109,6 +123,8 @@ async def one_stream(client: httpx.AsyncClient, url: str, question: str, tally: 
                 return
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content") and first is None:
                 first = time.monotonic() - started
+            if chunk.get("selfrag", {}).get("type") == "trace" and trace is None:
+                trace = time.monotonic() - started
             if chunk.get("selfrag", {}).get("type") == "final":
                 final = chunk["selfrag"]
     if not done or final is None:
@@ -116,6 +132,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, question: str, tally: 
         return
     tally.latencies.append(time.monotonic() - started)
     tally.first_delta.append(first if first is not None else tally.latencies[-1])
+    tally.first_trace.append(trace if trace is not None else tally.latencies[-1])
     tally.abstained += final["abstained"]
     tally.retrieved += final["retrieved"]
 
@@ -150,28 +167,63 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def measure(args: argparse.Namespace, max_batch: int, questions: list[str]) -> dict[str, float]:
+def start_balancer(ports: list[int], run_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """nginx (deploy/nginx.conf.template) in front of ``ports``, as the current user, its files in ``run_dir``."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = start_server(args, max_batch, port)
+    user = ["--user", "root"] if os.geteuid() == 0 else []
+    config = subprocess.run(
+        [sys.executable, str(REPO / "deploy/render_nginx.py"), "--listen", f"127.0.0.1:{port}", "--run-dir",
+         str(run_dir), *user, *[arg for p in ports for arg in ("--replica", f"127.0.0.1:{p}")]],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    (run_dir / "nginx.conf").write_text(config)
+    process = subprocess.Popen([nginx, "-c", str(run_dir / "nginx.conf"), "-p", str(run_dir), "-e",
+                                str(run_dir / "error.log"), "-g", "daemon off;"], stderr=subprocess.PIPE)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    process.send_signal(sig)
     try:
-        asyncio.run(wait_ready(url, process))
-        rss_ready = rss_mib(process.pid)
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def measure(args: argparse.Namespace, max_batch: int, questions: list[str], replicas: int = 1) -> dict[str, Any]:
+    ports = [free_port() for _ in range(replicas)]
+    threads = None if args.threads is None else max(1, args.threads // replicas)
+    processes = [start_server(args, max_batch, port, threads) for port in ports]
+    balancer: subprocess.Popen[bytes] | None = None
+    run_dir = Path(tempfile.mkdtemp(prefix="selfrag-load-"))
+    try:
+        for port, process in zip(ports, processes, strict=True):
+            asyncio.run(wait_ready(f"http://127.0.0.1:{port}", process))
+        url = f"http://127.0.0.1:{ports[0]}"
+        if replicas > 1:
+            balancer, url = start_balancer(ports, run_dir)
+            time.sleep(0.5)
+        rss_ready = sum(rss_mib(process.pid) for process in processes)
         tally, elapsed = asyncio.run(run_load(url, questions, args.clients, args.seconds))
-        rss_after = rss_mib(process.pid)
-        metrics = httpx.get(f"{url}/metrics").text
+        rss_after = sum(rss_mib(process.pid) for process in processes)
+        texts = [httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports]
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
-    batch_sum, batch_count = float(samples["selfrag_batch_size_sum"]), float(samples["selfrag_batch_size_count"])
+        if balancer is not None:
+            stop(balancer, signal.SIGQUIT)
+        for process in processes:
+            stop(process)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    batch_sum = batch_count = 0.0
+    for text in texts:
+        samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        batch_sum += float(samples["selfrag_batch_size_sum"])
+        batch_count += float(samples["selfrag_batch_size_count"])
     result = {
-        "max_batch": max_batch, "completed": len(tally.latencies), "seconds": elapsed,
-        "throughput_rps": len(tally.latencies) / elapsed,
+        "replicas": replicas, "max_batch": max_batch, "threads_per_replica": threads,
+        "completed": len(tally.latencies), "seconds": elapsed, "throughput_rps": len(tally.latencies) / elapsed,
         "p50_s": percentile(tally.latencies, 50), "p95_s": percentile(tally.latencies, 95),
+        "first_trace_p50_s": percentile(tally.first_trace, 50), "first_trace_p95_s": percentile(tally.first_trace, 95),
         "first_delta_p50_s": percentile(tally.first_delta, 50),
         "errors": len(tally.errors), "rejected_429": tally.rejected_429, "cancelled_at_end": tally.cancelled,
         "mean_batch": batch_sum / batch_count if batch_count else 0.0,
@@ -179,7 +231,7 @@ def measure(args: argparse.Namespace, max_batch: int, questions: list[str]) -> d
         "retrieved": tally.retrieved, "abstained": tally.abstained,
     }
     if tally.errors:
-        print(f"  first errors (max_batch={max_batch}): {tally.errors[:3]}", file=sys.stderr)
+        print(f"  first errors ({replicas} replica(s), max_batch={max_batch}): {tally.errors[:3]}", file=sys.stderr)
     return result
 
 
@@ -193,29 +245,36 @@ def main() -> None:
     parser.add_argument("--engine-batch", type=int, default=32, help="the hf engine's decode batch size")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--only", choices=["batched", "unbatched"], help="run one setting only")
+    parser.add_argument("--compare", choices=["batching", "replicas"], default="batching",
+                        help="batching: max_batch=1 vs --batch; replicas: one replica vs two behind nginx")
+    parser.add_argument("--threads", type=int, help="torch threads in all, split between the replicas (default: "
+                        "torch's own, per replica)")
+    parser.add_argument("--max-queue", type=int, help="max_queue of each replica (default: twice --clients)")
+    parser.add_argument("--only", help="run one setting only (unbatched/batched, or one/two)")
     args = parser.parse_args()
     questions = [query.question for query in load_queries(DEMO_QUERIES)]
-    settings = {"unbatched": 1, "batched": args.batch}
+    settings = ({"unbatched": (1, 1), "batched": (args.batch, 1)} if args.compare == "batching"
+                else {"one": (args.batch, 1), "two": (args.batch, 2)})
     results = {}
-    for name, max_batch in settings.items():
+    for name, (max_batch, replicas) in settings.items():
         if args.only and name != args.only:
             continue
-        print(f"{name}: max_batch={max_batch}, {args.clients} streaming clients for {args.seconds:.0f} s ...",
-              flush=True)
-        results[name] = measure(args, max_batch, questions)
+        print(f"{name}: {replicas} replica(s), max_batch={max_batch}, {args.clients} streaming clients for "
+              f"{args.seconds:.0f} s ...", flush=True)
+        results[name] = measure(args, max_batch, questions, replicas)
         print(json.dumps(results[name], indent=None), flush=True)
-    header = ("setting", "completed", "req/s", "p50 s", "p95 s", "first delta p50 s", "errors", "429s",
-              "mean batch", "RSS ready MiB", "RSS after MiB")
+    header = ("setting", "completed", "req/s", "p50 s", "p95 s", "first trace p50 s", "first trace p95 s",
+              "first delta p50 s", "errors", "429s", "mean batch", "RSS ready MiB", "RSS after MiB")
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for name, r in results.items():
-        print(f"| {name} (max_batch={r['max_batch']}) | {r['completed']} | {r['throughput_rps']:.3f} "
-              f"| {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_delta_p50_s']:.1f} "
-              f"| {r['errors']} | {r['rejected_429']} "
+        print(f"| {name} ({r['replicas']} replica(s), max_batch={r['max_batch']}) | {r['completed']} "
+              f"| {r['throughput_rps']:.3f} | {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_trace_p50_s']:.2f} "
+              f"| {r['first_trace_p95_s']:.2f} | {r['first_delta_p50_s']:.1f} | {r['errors']} | {r['rejected_429']} "
               f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} |")
-    if len(results) == 2 and results["unbatched"]["throughput_rps"] > 0:
-        ratio = results["batched"]["throughput_rps"] / results["unbatched"]["throughput_rps"]
-        print(f"\nthroughput, batched / unbatched: {ratio:.2f}x")
+    base, other = ("unbatched", "batched") if args.compare == "batching" else ("one", "two")
+    if base in results and other in results and results[base]["throughput_rps"] > 0:
+        ratio = results[other]["throughput_rps"] / results[base]["throughput_rps"]
+        print(f"\nthroughput, {other} / {base}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int) -
             "teacher.model=bench",
             f"teacher.base_url={url}",
             f"teacher.max_concurrency={concurrency}",
+            f"teacher.cache={output}.sqlite",  # its own, empty: the per-teacher default would answer the 2nd run
             "split=all",
             f"corpus={data[0]}",
             f"queries={data[1]}",

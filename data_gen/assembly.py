@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
+from selfrag.data_gen.gold import split_sentences
 from selfrag.data_gen.labelers import LabelItem, LabelResult, LLMLabeler
 from selfrag.data_gen.teachers import ChatRequest, Teacher
+from selfrag.inference.retrievers.batched import BatchedSearcher
 from selfrag.retrieval import Retriever
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -41,17 +42,14 @@ CRITIC_TYPE = {
     "utility": "utility",
 }
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer (after ., ! or ? followed by a capital or digit); never empty pieces."""
-    return [piece.strip() for piece in _SENTENCE_END.split(text.strip()) if piece.strip()]
-
-
 ANSWER_PROMPT = (
     "Answer the question in one to three sentences. Use the evidence where it helps.\n\n{evidence}\n"
     "Question: {question}\nAnswer:"
+)
+ANSWER_CORRECTION = "That reply was empty. Answer the question in one to three sentences."
+QUESTION_CORRECTION = (
+    "That reply cannot be used: {problem}. Reply again with exactly one JSON object and nothing else: "
+    '{{"question": "<question>", "answer": "<answer in one or two sentences>"}}'
 )
 QUESTION_PROMPT = (
     "Write one question that the passage below answers, and its answer. The question must make sense without "
@@ -99,6 +97,7 @@ class Assembler:
         self.teacher = teacher
         self.labeler = labeler
         self.retriever = retriever
+        self.searcher = BatchedSearcher(retriever)  # off the event loop, many questions' searches in one batch
         self.top_k = top_k
         self.seed = seed
 
@@ -147,25 +146,32 @@ class Assembler:
                 passage, relevance, support = await self._choose_passage(query, search, sentence, preceding, outcome)
                 evidence = passage
                 segments.append(Segment(text, decision, passage, relevance, support))
-            elif decision.value == rf.CONTINUE_EVIDENCE and evidence is not None:
+            elif decision.value == rf.CONTINUE_EVIDENCE:
+                if evidence is None:  # cannot happen after a retrieving first sentence; never write a made-up label
+                    raise QuestionDropped("retrieve_sentence: [Continue to Use Evidence] without evidence")
                 item = LabelItem("support", query.question, evidence, sentence, preceding)
                 continued = await self._label(outcome, item, required=True)
                 segments.append(Segment(text, decision, support=continued))
             else:
-                segments.append(
-                    Segment(text, Label(rf.NO_RETRIEVAL, decision.labeler, decision.model, decision.prompt_hash))
-                )
+                segments.append(Segment(text, decision))
         return segments, first
 
     async def _choose_passage(
         self, query: Query, search: str, sentence: str, preceding: str, outcome: Outcome
     ) -> tuple[Passage, Label, Label]:
-        hits = [hit.passage for hit in self.retriever.search(search, self.top_k)]
+        # a question with ctxs of its own answers every search of its sentences from them (by its question)
+        search = query.question if query.ctxs else search
+        hits = [hit.passage for hit in await self.searcher.search(search, self.top_k)]
         relevance = await self._label_many(outcome, [LabelItem("relevance", query.question, p) for p in hits])
         labelled = [(p, r) for p, r in zip(hits, relevance, strict=True) if r is not None]
         if not labelled:
             raise QuestionDropped("relevance: no candidate passage could be labelled")
-        relevant = [(p, r) for p, r in labelled if r.value == rf.RELEVANT] or labelled[:1]
+        relevant = [(p, r) for p, r in labelled if r.value == rf.RELEVANT]
+        if not relevant and len(labelled) < len(hits):
+            # The unlabelled candidate may be the evidence: an [Irrelevant] fallback would teach a verdict about
+            # the evidence that the teacher never gave.
+            raise QuestionDropped("relevance: a candidate's label was dropped and no labelled candidate is relevant")
+        relevant = relevant or labelled[:1]
         supports = await self._label_many(
             outcome, [LabelItem("support", query.question, p, sentence, preceding) for p, _ in relevant]
         )
@@ -204,39 +210,50 @@ class Assembler:
         outcome.prompt_tokens += result.prompt_tokens
         outcome.completion_tokens += result.completion_tokens
 
-    async def _ask(self, outcome: Outcome, prompt: str, max_tokens: int, attempt: int = 0) -> str:
-        reply = await self.teacher.chat(
-            ChatRequest((("user", prompt),), max_tokens, temperature=0.0, seed=self.seed, attempt=attempt)
-        )
+    async def _ask(self, outcome: Outcome, messages: tuple[tuple[str, str], ...], attempt: int = 0) -> str:
+        request = ChatRequest(messages, 256, self.labeler.temperature, seed=self.seed, attempt=attempt)
+        reply = await self.teacher.chat(request)
         outcome.calls += 1
         outcome.prompt_tokens += reply.prompt_tokens
         outcome.completion_tokens += reply.completion_tokens
         return reply.text.strip()
 
     async def _write_answer(self, query: Query, outcome: Outcome) -> str:
-        hits = self.retriever.search(query.question, self.top_k)
+        hits = await self.searcher.search(query.question, self.top_k)
         evidence = "\n".join(f"Evidence: {hit.passage.render()}" for hit in hits)
+        messages: tuple[tuple[str, str], ...] = (
+            ("user", ANSWER_PROMPT.format(evidence=evidence, question=query.question)),
+        )
         for attempt in range(self.labeler.retries + 1):
-            text = await self._ask(
-                outcome, ANSWER_PROMPT.format(evidence=evidence, question=query.question), 256, attempt
-            )
+            text = await self._ask(outcome, messages, attempt)
             if text:
                 return text
+            messages = (*messages, ("assistant", text), ("user", ANSWER_CORRECTION))
         raise QuestionDropped("answer: the teacher wrote no answer")
 
     async def _write_question(self, query: Query, passage: Passage, outcome: Outcome) -> Query:
+        messages: tuple[tuple[str, str], ...] = (("user", QUESTION_PROMPT.format(passage=passage.render())),)
+        replies: list[str] = []
         reason = "reply is not JSON"
+        calls = 0
         for attempt in range(self.labeler.retries + 1):
-            text = await self._ask(outcome, QUESTION_PROMPT.format(passage=passage.render()), 256, attempt)
+            text = await self._ask(outcome, messages, attempt)
+            calls += 1
             try:
                 data = json.loads(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
             except json.JSONDecodeError:
-                continue
+                data, reason = None, "reply is not JSON"
             question, answer = (data.get(k) if isinstance(data, dict) else None for k in ("question", "answer"))
             if isinstance(question, str) and question.strip() and isinstance(answer, str) and answer.strip():
                 return Query(query.id, question.strip(), output=answer.strip(), meta=dict(query.meta))
-            reason = "reply lacks a question or an answer"
-        raise QuestionDropped(f"question: {reason} ({self.labeler.retries + 1} tries)")
+            if data is not None:
+                reason = "reply lacks a question or an answer"
+            if text in replies:
+                reason += ", the same reply again after a correction"
+                break
+            replies.append(text)
+            messages = (*messages, ("assistant", text), ("user", QUESTION_CORRECTION.format(problem=reason)))
+        raise QuestionDropped(f"question: {reason} ({calls} {'try' if calls == 1 else 'tries'})")
 
 
 def critic_row(outcome: Outcome, item: LabelItem, label: Label) -> dict[str, Any]:

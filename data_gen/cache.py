@@ -3,12 +3,17 @@
 A killed run (SIGKILL included) loses at most the calls in flight: each reply is committed as soon as it
 arrives, so rerunning the same command answers every earlier call from here and pays for none twice.
 The key never includes the API key or the server address: the same model at another URL is the same call.
+
+One cache per teacher, outside any one run (:func:`default_cache_path`): a new output directory, a restart or a
+second data set with the same prompts pays no call twice. Several processes may share one file (SQLite WAL).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import sqlite3
 import threading
 from collections.abc import Mapping
@@ -31,6 +36,20 @@ def call_key(model: str, messages: Any, params: Mapping[str, Any]) -> str:
     """A stable hash of one call: the same model, messages and parameters give the same key everywhere."""
     payload = json.dumps({"model": model, "messages": messages, "params": dict(params)}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+#: Environment variable naming the folder of the per-teacher caches (default: ``<selfrag cache dir>/teacher``).
+CACHE_ENV = "SELFRAG_TEACHER_CACHE"
+
+
+def default_cache_path(backend: str, model: str) -> Path:
+    """``$SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite`` (else under the user's selfrag cache dir)."""
+    from selfrag.models import cache_dir
+
+    root = Path(os.environ.get(CACHE_ENV) or cache_dir() / "teacher")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_.")[:80] or "model"
+    digest = hashlib.sha256(f"{backend}\0{model}".encode()).hexdigest()[:8]
+    return root / f"{backend}--{slug}--{digest}.sqlite"
 
 
 @dataclass(frozen=True)

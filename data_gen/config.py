@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from selfrag.config import help_field
 from selfrag.data_gen.gold import ABSTAIN_TEXT
+from selfrag.inference.retrievers.spec import RetrieverConfig
 
 
 @dataclass
@@ -38,10 +39,24 @@ class TeacherConfig:
         "Retry-After honoured); then the query is listed as dropped and retried by the next run.",
         default=5,
     )
+    stop_after_connection_failures: int | None = help_field(
+        "Stop the run after this many failures in a row to reach the server at all (connection refused or reset, "
+        "DNS, connect timeout) with no reply in between: a wrong base_url or a dead server then stops in seconds "
+        "(the first failure is logged at once, with the URL and the error). Finished questions are kept; the rerun "
+        "resumes. null: never stop early (each call still gives up after max_retries).",
+        default=8,
+    )
     backoff_s: float = help_field("First back-off ceiling in seconds; doubles per retry.", default=1.0)
     backoff_max_s: float = help_field("Largest back-off in seconds.", default=60.0)
     temperature: float = help_field("Sampling temperature; 0 is greedy (reproducible).", default=0.0)
     seed: int = help_field("Seed sent with every call (servers that honour it sample reproducibly).", default=0)
+    cache: Path | None = help_field(
+        "SQLite file caching every call to this teacher (a killed or repeated run pays no call twice). null: one "
+        "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite (default "
+        "folder: ~/.cache/selfrag/teacher), so a new output directory or restart=true reuses every answer; an "
+        "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it.",
+        default=None,
+    )
     price_input_per_million: float = help_field(
         "Price per million prompt tokens, for the cost line of the stats.", default=0.0
     )
@@ -66,6 +81,11 @@ class TeacherConfig:
             problems.append(f"timeout_s must be > 0, got {self.timeout_s}; e.g. 60")
         if self.max_retries < 0:
             problems.append(f"max_retries must be >= 0, got {self.max_retries}; 0 means no retry")
+        if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
+            problems.append(
+                f"stop_after_connection_failures must be >= 1 or null, got {self.stop_after_connection_failures}; "
+                "null never stops early"
+            )
         if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
             problems.append(
                 f"api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
@@ -75,13 +95,53 @@ class TeacherConfig:
 
 
 @dataclass
+class RayConfig:
+    """Where and how wide ``executor=ray`` runs."""
+
+    address: str | None = help_field(
+        "Ray cluster to join ('auto', 'ray://host:10001', or a GCS address); null: start a local Ray with "
+        "`workers` CPUs for this run.",
+        default=None,
+    )
+    workers: int = help_field("Labelling actors (each runs its own teacher client and retriever).", default=2)
+    cpus_per_worker: float = help_field("CPUs Ray reserves per labelling actor.", default=1.0)
+    batch_size: int = help_field(
+        "Questions per Ray batch: the unit a restarted worker redoes (its finished calls come from the cache).",
+        default=8,
+    )
+    shard_records: int = help_field(
+        "Lines per output shard (shards/*.jsonl, listed with counts and SHA-256 in manifest.json).", default=10000
+    )
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("workers", "batch_size", "shard_records"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cpus_per_worker <= 0:
+            problems.append(f"cpus_per_worker must be > 0, got {self.cpus_per_worker}; e.g. 1")
+        return problems
+
+
+@dataclass
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
-    corpus: Path = help_field("Corpus: JSONL lines {id, title, text}, or a folder of .txt/.md files.")
     output: Path = help_field(
         "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "
         "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory."
+    )
+    corpus: Path | None = help_field(
+        "Corpus: JSONL lines {id, title, text}, DPR's psgs_w100.tsv (id, text, title), or a folder of .txt/.md/.pdf "
+        "files. Needed by labeler=gold (gold passages by id) and to write questions (queries=null); labeler=llm "
+        "with queries and a retriever section needs none. Without a retriever section, BM25 over it is built "
+        "in memory (small corpora).",
+        default=None,
+    )
+    retriever: RetrieverConfig = help_field(
+        "Where searches go: retriever.index=DIR (built once by selfrag index) or retriever.url=postgresql://... "
+        "(pgvector, one table shared by every shard and worker). Unset: BM25 over corpus, built by each run.",
+        default_factory=RetrieverConfig,
     )
     queries: Path | None = help_field(
         "Queries JSONL: question, optional id, answer/answers/output, answerable, gold_passage_ids, "
@@ -96,6 +156,12 @@ class GenerateConfig:
         default="gold",
     )
     teacher: TeacherConfig = help_field("The teacher model (labeler=llm).", default_factory=TeacherConfig)
+    executor: Literal["local", "ray"] = help_field(
+        "labeler=llm: 'local' labels in this process (asyncio, bounded concurrency); 'ray' runs the same labelling "
+        "on Ray Data (see ray.*): the same records, written also as shards with a manifest.",
+        default="local",
+    )
+    ray: RayConfig = help_field("executor=ray: the cluster and its labelling actors.", default_factory=RayConfig)
     top_k: int = help_field(
         "labeler=llm: passages retrieved (BM25) for each retrieval decision; each gets a relevance label.", default=3
     )
@@ -196,6 +262,18 @@ class GenerateConfig:
             problems.append(
                 "queries is required with labeler=gold; set queries=FILE, or labeler=llm to let the teacher write them"
             )
+        if self.corpus is None and (self.labeler == "gold" or self.queries is None):
+            problems.append(
+                "corpus is required with labeler=gold (gold passages by id) and to write questions (queries=null); "
+                "set corpus=FILE"
+            )
+        if self.retriever.corpus is not None and self.corpus is not None:
+            problems.append("retriever.corpus: set corpus= once (BM25 over it is built when no prebuilt "
+                            "retriever.index / retriever.url is given); drop retriever.corpus")
+        if self.labeler == "llm":
+            problems += self._gold_only_settings()
+        if self.executor == "ray" and self.labeler != "llm":
+            problems.append("executor=ray runs the teacher labeller (labeler=llm); the gold labeler runs locally")
         if self.labeler == "llm" and not self.teacher.model:
             problems.append("teacher.model is required with labeler=llm; e.g. teacher.model=gpt-4o-mini")
         if self.top_k < 1:
@@ -214,6 +292,28 @@ class GenerateConfig:
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}; use limit=null for every query")
         return problems
+
+    def _gold_only_settings(self) -> list[str]:
+        given = [f"{key}={getattr(self, key)}" for key, usual in GOLD_NEGATIVES.items() if getattr(self, key) != usual]
+        if not given:
+            return []
+        return [
+            f"{', '.join(given)}: negatives are drawn by labeler=gold only; with labeler=llm the teacher judges the "
+            f"top_k={self.top_k} passages BM25 retrieves for each question (raise top_k for more [Irrelevant] "
+            "verdicts); remove these settings, or use labeler=gold"
+        ]
+
+
+#: labeler=gold settings with their defaults; with labeler=llm any other value is refused (the teacher does not
+#: draw negatives: it judges the top_k passages BM25 retrieves, the paper's recipe).
+GOLD_NEGATIVES = {
+    "distractors": 1,
+    "easy_negatives": 0,
+    "hard_negatives": 0,
+    "article_negatives": 0,
+    "support_negatives": 0,
+    "erased_negatives": 0,
+}
 
 
 def parse_shard(shard: str) -> tuple[int, int]:

@@ -5,7 +5,8 @@ the question's own paragraph (SQuAD v2 keeps those in ``meta.own_passage_ids``),
 answer (case-insensitive). Three difficulties, each a configurable count per question:
 
 - ``retrieved``: the top BM25 hits for the question (what the runtime's retriever shows the model);
-- ``easy``: a passage of another article (``meta.title``), drawn with a seed from the question id;
+- ``easy``: a passage of another article (``meta.title``, else the gold passage's title), drawn with a seed from
+  the question id;
 - ``hard``: the best BM25 match from the question's own article (same topic, no answer);
 - ``article``: a passage of the question's own article drawn at random (same article, no answer, not the closest
   match: between easy and hard; the hard kind's passages are left out);
@@ -66,10 +67,17 @@ def is_distractor(query: Query, passage: Passage) -> bool:
     return not any(mentions(passage, answer) for answer in query.answers)
 
 
-def article_of(query: Query) -> str | None:
-    """The query's article (``meta.title``), or None when the data set does not say."""
+def article_of(query: Query, passages_by_id: Mapping[str, Passage] | None = None) -> str | None:
+    """The query's article: ``meta.title``, else the title of its first gold passage (or of its own paragraph's)
+    that has one; None when neither says."""
     title = query.meta.get("title")
-    return None if title is None else str(title).replace("_", " ")
+    if title is not None:
+        return str(title).replace("_", " ")
+    for passage_id in (*query.gold_passage_ids, *(query.meta.get("own_passage_ids") or ())):
+        passage = (passages_by_id or {}).get(str(passage_id))
+        if passage is not None and passage.title.strip():
+            return passage.title.replace("_", " ")
+    return None
 
 
 def answer_form(answer: str) -> str:
@@ -128,18 +136,20 @@ def find_evidence(
         ranked = [hit.passage for hit in hits]
         chosen = [p for p in ranked if is_distractor(query, p)][: mix.retrieved]
         own = _best_own(query, ranked, passages_by_id) if not query.answerable else None
-        easy = _easy(query, by_article, mix) if mix.easy else ()
-        hard = _hard(query, ranked, by_article, mix) if mix.hard else ()
+        article = article_of(query, passages_by_id)
+        easy = _easy(query, article, by_article, mix) if mix.easy else ()
+        hard = _hard(query, article, ranked, by_article, mix) if mix.hard else ()
         wrong = _wrong_answers(query, passages_by_id, forms, mix) if mix.support and query.answerable else ()
-        article = _article(query, by_article, mix, hard) if mix.article else ()
+        same_article = _article(query, article, by_article, mix, hard) if mix.article else ()
         erased = _erased(query, passages_by_id) if mix.erased and query.answerable else ()
-        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, article, erased))
+        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, same_article, erased))
     return evidence
 
 
-def _easy(query: Query, by_article: Mapping[str, list[Passage]], mix: NegativeMix) -> tuple[Passage, ...]:
+def _easy(
+    query: Query, article: str | None, by_article: Mapping[str, list[Passage]], mix: NegativeMix
+) -> tuple[Passage, ...]:
     """Passages of other articles (each from a different one where possible), seeded by the query id."""
-    article = article_of(query)
     others = sorted(title for title in by_article if title != article)
     if not others:
         return ()
@@ -153,10 +163,13 @@ def _easy(query: Query, by_article: Mapping[str, list[Passage]], mix: NegativeMi
 
 
 def _hard(
-    query: Query, ranked: Sequence[Passage], by_article: Mapping[str, list[Passage]], mix: NegativeMix
+    query: Query,
+    article: str | None,
+    ranked: Sequence[Passage],
+    by_article: Mapping[str, list[Passage]],
+    mix: NegativeMix,
 ) -> tuple[Passage, ...]:
     """The best-ranked passages of the query's own article that are safe negatives; seeded draws if too few rank."""
-    article = article_of(query)
     if article is None or article not in by_article:
         return ()
     picked = [p for p in ranked if p.title.replace("_", " ") == article and is_distractor(query, p)][: mix.hard]
@@ -168,11 +181,14 @@ def _hard(
 
 
 def _article(
-    query: Query, by_article: Mapping[str, list[Passage]], mix: NegativeMix, hard: Sequence[Passage]
+    query: Query,
+    article: str | None,
+    by_article: Mapping[str, list[Passage]],
+    mix: NegativeMix,
+    hard: Sequence[Passage],
 ) -> tuple[Passage, ...]:
     """Passages of the query's own article that are safe negatives, drawn with a seed from the query id (not the
     best BM25 match: the passages ``hard`` already holds are left out)."""
-    article = article_of(query)
     if article is None or article not in by_article:
         return ()
     taken = {passage.id for passage in hard}

@@ -1,9 +1,12 @@
 """The gold labeler: reflection labels derived from a data set's own annotations, no teacher model.
 
-Per query (every record is one segment plus a utility label)::
+Per query (a record is one segment plus a utility label; a long-form ``output`` gives one segment per sentence)::
 
     no retrieval:  [No Retrieval]{answer}[Utility:5]
     gold G:        [Retrieval]<paragraph>G</paragraph>[Relevant]{answer}[Fully supported][Utility:5]
+    gold, output:  [Retrieval]<paragraph>G</paragraph>[Relevant]{sentence 1}[Fully supported]
+                   [Continue to Use Evidence]{sentence 2}[Fully supported]   (same passage)
+                   [Retrieval]<paragraph>G2</paragraph>[Relevant]{sentence 3}[Fully supported]...[Utility:5]
     unanswerable:  [Retrieval]<paragraph>P</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     negative D:    [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     support neg.:  [Retrieval]<paragraph>G</paragraph>[Relevant]{wrong}[No support / Contradictory][Utility:1]
@@ -33,13 +36,20 @@ the model judges an unsupported response, never learns to say it). Such a query 
 answer span, no other passage can be shown irrelevant without reading it (neighbouring dialogue turns share
 their article).
 
-``answer`` is the first gold answer; ``abstain`` is :data:`ABSTAIN_TEXT` unless configured otherwise.
+``answer`` is the first gold answer, or the query's ``output`` where it has one besides its ``answers`` (a long-form
+answer written from its gold passages; an output without answers is a data set's unjudged response, skipped as
+before): then each sentence is a segment, on the gold passage that shares the most words with it
+(``[Continue to Use Evidence]`` where that is the previous sentence's passage, else a new ``[Retrieval]``), and
+without retrieval each sentence is a ``[No Retrieval]`` segment. ``form=long`` at run time needs such records: a model
+trained on one-segment records writes one-sentence answers. ``abstain`` is :data:`ABSTAIN_TEXT` unless configured
+otherwise.
 Record ids are stable (``<query id>/gold``, ``<query id>/distractor-0``), so a rerun can skip them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from selfrag import reflection as rf
@@ -54,6 +64,16 @@ ABSTAIN_TEXT = "The sources do not say."
 LABELER = "gold"
 BEST_UTILITY = rf.UTILITY_TOKENS[-1]  # [Utility:5]
 WORST_UTILITY = rf.UTILITY_TOKENS[0]  # [Utility:1]
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD = re.compile(r"\w+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of an answer (after ., ! or ? followed by a capital or digit; not after an initial like "W."); never
+    empty pieces."""
+    return [piece.strip() for piece in _SENTENCE_END.split(text.strip()) if piece.strip()]
 
 
 def _label(value: str) -> Label:
@@ -75,6 +95,11 @@ def check_support_labels(queries: Iterable[Query], source: str) -> None:
                 f"{source}: query {query.id!r}: meta.support must be one of {list(allowed)}, got {value!r}; "
                 "write one of them (BEGIN's 'Fully attributable' is [Fully supported]) or remove meta.support"
             )
+
+
+def _joined(index: int, sentence: str) -> str:
+    """A segment's text: later sentences keep the space that joins them to the one before (as the assembler writes)."""
+    return sentence if index == 0 else " " + sentence
 
 
 class GoldLabeler:
@@ -109,16 +134,16 @@ class GoldLabeler:
             return []
         if has_judged_output(query):
             return [self._judged_output(query)]
+        sentences = list(query.answers[:1]) if query.output is None else split_sentences(query.output) or [query.output]
         if query.needs_retrieval is False:
-            segment = Segment(query.answers[0], retrieve=_label(rf.NO_RETRIEVAL))
-            return [self._record(query, "no-retrieval", "no-retrieval", segment, BEST_UTILITY)]
+            segments = [Segment(_joined(i, text), retrieve=_label(rf.NO_RETRIEVAL)) for i, text in enumerate(sentences)]
+            return [self._record(query, "no-retrieval", "no-retrieval", segments, BEST_UTILITY)]
         records = []
         abstain_untrained = not self.train_abstain_text
         if query.answerable:
             gold = self._passage(query, query.gold_passage_ids[0])
-            records.append(
-                self._evidence_record(query, "gold", "gold", gold, rf.RELEVANT, query.answers[0], rf.FULLY_SUPPORTED)
-            )
+            golds = [self._passage(query, passage_id) for passage_id in query.gold_passage_ids]
+            records.append(self._record(query, "gold", "gold", self._grounded(sentences, golds), BEST_UTILITY))
             for number, wrong in enumerate(evidence.wrong_answers):
                 records.append(
                     self._evidence_record(
@@ -187,10 +212,29 @@ class GoldLabeler:
             support=_label(support),
         )
         utility = BEST_UTILITY if support == rf.FULLY_SUPPORTED else WORST_UTILITY
-        return self._record(query, name, kind, segment, utility, untrained)
+        return self._record(query, name, kind, [segment], utility, untrained)
+
+    def _grounded(self, sentences: Sequence[str], golds: Sequence[Passage]) -> list[Segment]:
+        """One ``[Fully supported]`` segment per sentence, on the gold passage sharing the most words with it (ties:
+        the earlier passage); ``[Continue to Use Evidence]`` where that passage is the previous sentence's."""
+        segments: list[Segment] = []
+        current: Passage | None = None
+        for index, sentence in enumerate(sentences):
+            words = {word.lower() for word in _WORD.findall(sentence)}
+            passage = max(golds, key=lambda p: (len(words & {w.lower() for w in _WORD.findall(p.text)}),
+                                                -golds.index(p)))
+            text = _joined(index, sentence)
+            if passage is current:
+                segments.append(Segment(text, retrieve=_label(rf.CONTINUE_EVIDENCE),
+                                        support=_label(rf.FULLY_SUPPORTED)))
+            else:
+                segments.append(Segment(text, retrieve=_label(rf.RETRIEVAL), passage=passage,
+                                        relevance=_label(rf.RELEVANT), support=_label(rf.FULLY_SUPPORTED)))
+            current = passage
+        return segments
 
     def _record(
-        self, query: Query, name: str, kind: str, segment: Segment, utility: str, untrained: bool = False
+        self, query: Query, name: str, kind: str, segments: Sequence[Segment], utility: str, untrained: bool = False
     ) -> Record:
         """``name`` makes the record id (``<query id>/<name>``); ``kind`` goes to ``meta.kind`` for stats."""
         meta: dict[str, Any] = {"query_id": query.id, "kind": kind}
@@ -201,7 +245,7 @@ class GoldLabeler:
         return Record(
             id=f"{query.id}/{name}",
             instruction=query.question,
-            segments=(segment,),
+            segments=tuple(segments),
             utility=_label(utility),
             source=str(query.meta.get("source", "")),
             meta=meta,

@@ -9,9 +9,11 @@ One interface for every type: ``retrieve`` (from the question alone: [Retrieval]
 ``retrieve_sentence`` (three-way, given the evidence so far: adds [Continue to Use Evidence]),
 ``relevance`` (IsREL), ``support`` (IsSUP, three-way) and ``utility`` (IsUSE, 1-5). Each prompt is the
 paper's critic instruction and its few-shot demonstrations (:mod:`selfrag.data_gen.critic_prompts`, read from
-AkariAsai/self-rag data_creation/critic/gpt4_reward/), then the item, then the request for a strict JSON reply;
-a malformed reply or a label outside the vocabulary is asked again (a new call, so the cache does not replay
-it) up to ``retries`` times, then the item is dropped with a counted reason.
+AkariAsai/self-rag data_creation/critic/gpt4_reward/), then the item, then the request for a strict JSON reply.
+A reply that is exactly one label of the vocabulary, without JSON, is taken as that label. A malformed reply or a
+label outside the vocabulary is answered with a correction (the bad reply, what was wrong with it and the format
+again) up to ``retries`` times — never the same prompt again, which a greedy teacher answers the same way — and
+the labeler gives up at once when the teacher repeats a reply; then the item is dropped with a counted reason.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "support": (rf.FULLY_SUPPORTED, rf.PARTIALLY_SUPPORTED, rf.NO_SUPPORT),
     "utility": rf.UTILITY_TOKENS,
 }
+
+CORRECTION = (
+    "That reply cannot be used: {problem}. Reply again with exactly one JSON object and nothing else: "
+    '{{"explanation": "<a short explanation>", "label": "<label>"}} where <label> is one of: {labels}.'
+)
 
 FORMAT = (
     "Reply with exactly one JSON object and nothing else: "
@@ -104,13 +111,31 @@ def _preamble(kind: str) -> str:
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
 
+_BARE = re.compile(r"""^[\s`"'*]*(.*?)[\s`"'*.]*$""", re.DOTALL)
+
+
+def bare_label(text: str, kind: str) -> str | None:
+    """The label when the whole reply is exactly one label of ``kind`` (``[Relevant]``, or ``Relevant`` without
+    brackets), give or take quotes, backticks, bold marks and a final period; None otherwise."""
+    match = _BARE.match(text)
+    body = match.group(1) if match else text.strip()
+    for label in VOCABULARY[kind]:
+        if body in (label, label[1:-1]):
+            return label
+    return None
+
+
 def parse_label(text: str, kind: str) -> tuple[str | None, str | None]:
-    """``(label, None)`` for a well-formed reply, ``(None, reason)`` otherwise."""
+    """``(label, None)`` for a well-formed reply, ``(None, reason)`` otherwise.
+
+    Well-formed: a JSON object with a ``label`` of the vocabulary (fenced or not), or exactly one label alone.
+    """
     body = _FENCE.sub("", text.strip())
     try:
         data = json.loads(body)
     except json.JSONDecodeError:
-        return None, "reply is not JSON"
+        bare = bare_label(text, kind)
+        return (bare, None) if bare is not None else (None, "reply is not JSON")
     if not isinstance(data, dict) or not isinstance(data.get("label"), str):
         return None, "reply has no string 'label'"
     label = data["label"].strip()
@@ -124,33 +149,38 @@ class LLMLabeler:
 
     name = LABELER
 
-    def __init__(self, teacher: Teacher, retries: int = 2, max_tokens: int = 128, seed: int = 0) -> None:
+    def __init__(
+        self, teacher: Teacher, retries: int = 2, max_tokens: int = 128, seed: int = 0, temperature: float = 0.0
+    ) -> None:
         self.teacher = teacher
         self.retries = retries
         self.max_tokens = max_tokens
         self.seed = seed
+        self.temperature = temperature
 
     async def label(self, item: LabelItem) -> LabelResult:
-        prompt = render_prompt(item)
+        labels = ", ".join(VOCABULARY[item.kind])
+        messages: tuple[tuple[str, str], ...] = (("system", SYSTEM), ("user", render_prompt(item)))
         result = LabelResult(None)
         reason = ""
         for attempt in range(self.retries + 1):
-            request = ChatRequest(
-                (("system", SYSTEM), ("user", prompt)),
-                self.max_tokens,
-                temperature=0.0,
-                seed=self.seed,
-                attempt=attempt,
-            )
+            request = ChatRequest(messages, self.max_tokens, self.temperature, seed=self.seed, attempt=attempt)
             reply = await self.teacher.chat(request)  # TeacherError (transport) propagates: the query is retried
             result.calls += 1
             result.prompt_tokens += reply.prompt_tokens
             result.completion_tokens += reply.completion_tokens
-            result.replies.append(reply.text)
             value, problem = parse_label(reply.text, item.kind)
             if value is not None:
                 result.label = Label(value, LABELER, self.teacher.model, prompt_hash(item.kind))
+                result.replies.append(reply.text)
                 return result
             reason = problem or "malformed reply"
-        result.drop = f"{item.kind}: {reason} ({self.retries + 1} tries)"
+            if reply.text.strip() in (earlier.strip() for earlier in result.replies):
+                reason += ", the same reply again after a correction"
+                break  # a teacher that repeats itself will not be talked round: stop paying for it
+            result.replies.append(reply.text)
+            correction = CORRECTION.format(problem=reason, labels=labels)
+            messages = (*messages, ("assistant", reply.text), ("user", correction))
+        tries = "try" if result.calls == 1 else "tries"
+        result.drop = f"{item.kind}: {reason} ({result.calls} {tries})"
         return result

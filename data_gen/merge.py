@@ -5,12 +5,15 @@
 Each shard ran ``selfrag generate ... shard=i/N output=runs/data-i`` (on any machine). The merge checks
 that the shards used the same settings and that together they are exactly ``0/N .. N-1/N``, then writes
 the same files a single unsharded run would have written (byte for byte: they are rendered from the
-journal, sorted by id), plus the union of the teacher-call caches. Gold runs merge their records (sorted by
-id) and held-out records, and render the critic files from them.
+journal, sorted by id), plus the union of the teacher-call caches kept inside the shard directories (the
+default cache, one per teacher outside any run, is already shared by the shards of one machine). Gold runs merge
+their records (sorted by id) and held-out records, and render the critic files from them. The output must be a
+new or empty directory.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 
 CONFIG_FILE = "config.yaml"
 CACHE_FILE = "teacher-cache.sqlite"
+RUN_FILE = "run.json"
 # Settings that may differ between shards of one data set.
 PER_SHARD = ("shard", "output", "limit", "restart", "teacher")
 TEACHER_CONTENT = ("backend", "model", "temperature", "seed")
@@ -37,7 +41,7 @@ class MergeConfig:
     """Settings of ``selfrag generate-merge``."""
 
     shards: list[Path] = help_field("Output directories of the shard runs (all N of them).")
-    output: Path = help_field("Where to write the merged data set (a new or empty directory).")
+    output: Path = help_field("Where to write the merged data set: a new or empty directory (else refused).")
 
     def validate(self) -> list[str]:
         if len(self.shards) < 1:
@@ -49,6 +53,11 @@ def merge(config: MergeConfig) -> dict[str, Any]:
     configs = [_shard_config(Path(shard)) for shard in config.shards]
     _check_compatible(configs, config.shards)
     output = Path(config.output)
+    if output.is_dir() and any(output.iterdir()):
+        raise InputError(
+            f"output {str(output)!r} is not empty; the merge writes a whole data set and would overwrite what is "
+            "there: choose a new or empty directory"
+        )
     output.mkdir(parents=True, exist_ok=True)
     first = dict(configs[0])
     merged_config = {**first, "shard": "0/1", "output": str(output), "limit": None}
@@ -107,13 +116,30 @@ def _merge_llm(shards: list[Path], output: Path, config: dict[str, Any]) -> dict
     teacher = config.get("teacher") or {}
     prices = (float(teacher.get("price_input_per_million", 0)), float(teacher.get("price_output_per_million", 0)))
     stats = write_outputs(output, ordered, float(config.get("heldout", 0)), int(config.get("seed", 0)), prices)
-    _merge_caches([shard / CACHE_FILE for shard in shards], output / CACHE_FILE)
+    _merge_caches(_shard_caches(shards), output / CACHE_FILE)
     return stats
+
+
+def _shard_caches(shards: list[Path]) -> list[Path]:
+    """The teacher caches that live inside the shard directories (older runs, or ``teacher.cache`` set there).
+
+    A cache outside them (the default one per teacher, shared by the shards of one machine) stays where it is.
+    """
+    found = []
+    for shard in shards:
+        run_file = shard / RUN_FILE
+        recorded = json.loads(run_file.read_text(encoding="utf-8")).get("teacher_cache") if run_file.is_file() else None
+        for path in (shard / CACHE_FILE, Path(recorded) if recorded else None):
+            if path is not None and path.is_file() and shard.resolve() in path.resolve().parents:
+                found.append(path)
+    return list(dict.fromkeys(found))
 
 
 def _merge_caches(paths: list[Path], target: Path) -> None:
     from selfrag.data_gen.cache import CallCache
 
+    if not paths:
+        return
     CallCache(target).close()  # creates the table
     db = sqlite3.connect(target)
     try:

@@ -2,11 +2,12 @@
 
     selfrag generate --config configs/data_gen/http-teacher.yaml teacher.model=gpt-4o-mini output=runs/data
 
-Resumable: every teacher call is cached in ``<output>/teacher-cache.sqlite`` and every finished question
-is one line of ``<output>/journal.jsonl``. Kill the run at any moment and rerun the same command: finished
-questions are skipped, unfinished ones replay their cached calls, and the output files (rendered from the
-journal, sorted by id) are byte-identical to an uninterrupted run's. A rerun with other content settings
-refuses and names each difference (``restart=true`` starts over, keeping the cache).
+Resumable: every teacher call is cached (one SQLite cache per teacher, outside the run: see ``teacher.cache``)
+and every finished question is one line of ``<output>/journal.jsonl``. Kill the run at any moment and rerun the
+same command: finished questions are skipped, unfinished ones replay their cached calls, and the output files
+(rendered from the journal, sorted by id) are byte-identical to an uninterrupted run's. A rerun with other
+content settings refuses and names each difference (``restart=true`` starts over, keeping the cache); so does a
+corpus whose content changed under the same path, while a question whose text or answer changed is labelled again.
 """
 
 from __future__ import annotations
@@ -25,17 +26,19 @@ import yaml
 from tqdm.auto import tqdm
 
 from selfrag.config import to_dict
-from selfrag.corpus import Query, load_chunks, load_queries
+from selfrag.corpus import Chunk, Query, load_chunks, load_queries
 from selfrag.data_gen.assembly import Assembler, Outcome
-from selfrag.data_gen.cache import CallCache
+from selfrag.data_gen.cache import CallCache, default_cache_path
 from selfrag.data_gen.config import GenerateConfig, parse_shard
+from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_digest, query_digest, write_inputs
 from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
+from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.retrieval import BM25Retriever
+from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -61,6 +64,9 @@ CONTENT_SETTINGS = (
     "teacher.model",
     "teacher.temperature",
     "teacher.seed",
+    "retriever.index",
+    "retriever.url",
+    "retriever.mode",
 )
 
 
@@ -76,47 +82,125 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
                 "or set teacher.api_key_env=null for a server without one"
             ]
         )
-    prepare_output(config, output, CONTENT_SETTINGS)
 
-    # --- Inputs: corpus (file or folder of chunks) and queries (given, or written by the teacher) ---------
-    passages = load_passages(config, output)
+    # --- Inputs: the retriever (a prebuilt index shared by every shard and worker, or BM25 built here over the
+    # corpus), the corpus (file or folder of chunks; not needed beside a prebuilt index when queries are given) and
+    # the queries (given, or written by the teacher) -----------------------------------------------------------
+    prebuilt = open_retriever(config.retriever)
+    passages, chunks = load_passages(config) if config.corpus is not None else ([], None)
+    corpus_digest = passages_digest(passages)
+    prepare_output(config, output, CONTENT_SETTINGS, {"corpus": corpus_digest})
+    if chunks is not None:
+        write_jsonl_atomic(output / "corpus.jsonl", (chunk.to_json() for chunk in chunks))
     passages_by_id = {passage.id: passage for passage in passages}
     tasks = select_tasks(config, passages)
     logger.info("%d passages; %d questions in this shard", len(passages), len(tasks))
+    retriever = PrecomputedRetriever(
+        {query.question: query.ctxs for query, _ in tasks}, fallback_retriever(prebuilt, passages)
+    )
+    without = [query.id for query, _ in tasks if not query.ctxs]
+    if without and retriever.fallback is None:
+        raise ConfigError([
+            f"{len(without)} queries (first: {without[0]!r}) have no ctxs and no retriever is set; set "
+            "retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 built in memory)"
+        ])
     write_config(config, output)
+    write_inputs(output, {"corpus": corpus_digest})
 
-    # --- Label every question not finished by an earlier run -----------------------------------------------
+    # --- Label every question not finished by an earlier run (or changed since) ----------------------------
     journal = Journal(output / JOURNAL_FILE)
-    todo = [(query, seed) for query, seed in tasks if query.id not in journal.done]
-    cache = CallCache(output / CACHE_FILE)
-    teacher = CachedTeacher(build_teacher(config.teacher), cache)
-    labeler = LLMLabeler(teacher, retries=config.label_retries, seed=config.teacher.seed)
-    assembler = Assembler(teacher, labeler, BM25Retriever(passages), config.top_k, seed=config.teacher.seed)
+    digests = {query.id: query_digest(query, None if s is None else passages_by_id[s]) for query, s in tasks}
+    todo = [(query, seed) for query, seed in tasks if not _finished(journal.done.get(query.id), digests[query.id])]
+    changed = sum(1 for query, _ in todo if query.id in journal.done)
+    if changed:
+        logger.warning("%d questions changed since the run in %s; labelling them again", changed, output)
+    cache_path = teacher_cache_path(config, output)
+    logger.info("teacher cache: %s", cache_path)
     failed: dict[str, str] = {}
     try:
-        asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id))
-    except TeacherError as error:  # permanent (e.g. HTTP 401/404): a setting to fix, not a bug
-        raise ConfigError([f"teacher: {error.reason}; finished questions are kept, rerun to resume"]) from None
+        if config.executor == "ray":
+            from selfrag.data_gen.ray_executor import label_with_ray
+
+            added: set[str] = set()
+
+            def add(entry: dict[str, Any]) -> bool:
+                if entry["query_id"] in added:
+                    return False
+                added.add(entry["query_id"])
+                journal.add(entry)
+                return True
+
+            failed, made, hits = label_with_ray(config, todo, passages, digests, cache_path, add)
+        else:
+            made, hits = _label_locally(config, retriever, passages_by_id, journal, todo, failed, digests, cache_path)
+    except TeacherError as error:  # permanent (e.g. HTTP 401/404, unreachable): a setting to fix, not a bug
+        done = sum(1 for query, _ in tasks if _finished(journal.done.get(query.id), digests[query.id]))
+        raise ConfigError(
+            [f"teacher: {error.reason} ({done} of {len(tasks)} questions are finished and kept)"]
+        ) from None
     finally:
         journal.close()
-        cache.close()
 
     # --- Outputs, rendered from the journal (sorted: identical however the run was interrupted) ------------
     selected = {query.id for query, _ in tasks}
-    entries = [entry for query_id, entry in journal.done.items() if query_id in selected]
+    entries = [entry for query_id, entry in journal.done.items() if query_id in selected and query_id not in failed]
     entries += [Outcome(query_id, "", drops=[reason]).to_json() for query_id, reason in failed.items()]
     prices = (config.teacher.price_input_per_million, config.teacher.price_output_per_million)
     stats = write_outputs(output, entries, config.heldout, config.seed, prices)
     run_info = {
         "questions_already_done": len(tasks) - len(todo),
         "questions_labelled_now": len(todo) - len(failed),
+        "questions_changed": changed,
         "questions_failed_now": len(failed),
-        "teacher_calls_made": teacher.fresh_calls,
-        "teacher_calls_from_cache": teacher.cache_hits,
+        "teacher_calls_made": made,
+        "teacher_calls_from_cache": hits,
+        "teacher_cache": str(cache_path),
         "seconds": round(time.monotonic() - started, 3),
     }
+    if config.executor == "ray":
+        from selfrag.data_gen.ray_executor import write_shards
+
+        write_shards(output, [name for name in OUTPUT_FILES if name.endswith(".jsonl")], config.ray.shard_records)
     write_json(output / RUN_FILE, run_info)
     return {**stats, "run": run_info}
+
+
+def _label_locally(
+    config: GenerateConfig,
+    retriever: Retriever,
+    passages_by_id: dict[str, Passage],
+    journal: Journal,
+    todo: Sequence[tuple[Query, str | None]],
+    failed: dict[str, str],
+    digests: dict[str, str],
+    cache_path: Path,
+) -> tuple[int, int]:
+    """Label ``todo`` in this process; returns (teacher calls made, calls answered from the cache)."""
+    cache = CallCache(cache_path)
+    teacher = CachedTeacher(build_teacher(config.teacher), cache)
+    labeler = LLMLabeler(
+        teacher, retries=config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+    )
+    assembler = Assembler(teacher, labeler, retriever, config.top_k, seed=config.teacher.seed)
+    try:
+        asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id, digests))
+    finally:
+        cache.close()
+    return teacher.fresh_calls, teacher.cache_hits
+
+
+def _finished(entry: dict[str, Any] | None, digest: str) -> bool:
+    """A journal entry stands for the question as it is now (entries of older versions carry no digest)."""
+    return entry is not None and entry.get("input_digest", digest) == digest
+
+
+def teacher_cache_path(config: GenerateConfig, output: Path) -> Path:
+    """``teacher.cache``; unset, the output's own cache of an older run, else one cache per teacher."""
+    if config.teacher.cache is not None:
+        return Path(config.teacher.cache)
+    if (output / CACHE_FILE).is_file():
+        return output / CACHE_FILE
+    return default_cache_path(config.teacher.backend, config.teacher.model)
 
 
 async def _label_all(
@@ -126,6 +210,7 @@ async def _label_all(
     todo: Sequence[tuple[Query, str | None]],
     failed: dict[str, str],
     passages_by_id: dict[str, Passage],
+    digests: dict[str, str],
 ) -> None:
     # Twice as many questions in flight as teacher slots keeps every slot busy (a question's calls are
     # mostly in sequence: each decision depends on the one before).
@@ -142,7 +227,7 @@ async def _label_all(
                     raise
                 failed[query.id] = f"teacher unavailable: {error.reason}; rerun to retry"
                 return
-            journal.add(outcome.to_json())
+            journal.add({**outcome.to_json(), "input_digest": digests[query.id]})
 
     tasks = [asyncio.create_task(one(query, seed)) for query, seed in todo]
     try:
@@ -157,6 +242,13 @@ async def _label_all(
         await assembler.teacher.aclose()
 
 
+def fallback_retriever(prebuilt: Retriever | None, passages: list[Passage]) -> Retriever | None:
+    """Where questions without ctxs search: the prebuilt index, else BM25 built here (small corpora), else none."""
+    if prebuilt is not None:
+        return prebuilt
+    return BM25Retriever(passages) if passages else None
+
+
 def write_config(config: GenerateConfig, output: Path) -> None:
     """The resolved config, written atomically: a kill mid-write must not leave a config that refuses to resume."""
     output.mkdir(parents=True, exist_ok=True)
@@ -165,16 +257,15 @@ def write_config(config: GenerateConfig, output: Path) -> None:
     os.replace(tmp, output / CONFIG_FILE)
 
 
-def load_passages(config: GenerateConfig, output: Path) -> list[Passage]:
-    """The corpus; a folder's chunks are also written to ``<output>/corpus.jsonl`` (with file and position)."""
-    corpus = Path(config.corpus)
+def load_passages(config: GenerateConfig) -> tuple[list[Passage], list[Chunk] | None]:
+    """The corpus; for a folder also its chunks (written to ``<output>/corpus.jsonl`` with file and position)."""
+    corpus = Path(str(config.corpus))
     if not corpus.is_dir():
         from selfrag.corpus import load_corpus
 
-        return load_corpus(corpus)
+        return load_corpus(corpus), None
     chunks = load_chunks(corpus, config.chunk_words, config.chunk_overlap)
-    write_jsonl_atomic(output / "corpus.jsonl", (chunk.to_json() for chunk in chunks))
-    return [chunk.passage for chunk in chunks]
+    return [chunk.passage for chunk in chunks], chunks
 
 
 def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tuple[Query, str | None]]:
@@ -198,18 +289,23 @@ def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tu
     return tasks
 
 
-def prepare_output(config: GenerateConfig, output: Path, keys: Sequence[str]) -> None:
-    """Refuse to resume into output made with other content settings (naming each), unless ``restart``."""
+def prepare_output(
+    config: GenerateConfig, output: Path, keys: Sequence[str], digests: dict[str, str] | None = None
+) -> None:
+    """Refuse to resume into output made with other content settings or inputs (naming each), unless ``restart``."""
     old_path = output / CONFIG_FILE
     if not old_path.exists():
         return
     old = yaml.safe_load(old_path.read_text(encoding="utf-8")) or {}
     differences = setting_differences(old, to_dict(config), keys)
-    if not differences:
+    inputs = input_changes(output, digests or {})
+    if not differences and not inputs:
         return
     if config.restart:
-        logger.warning("restart=true: removing earlier outputs in %s (%s)", output, "; ".join(differences))
-        for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE):
+        logger.warning(
+            "restart=true: removing earlier outputs in %s (%s)", output, "; ".join([*differences, *inputs])
+        )
+        for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE, INPUTS_FILE):
             (output / name).unlink(missing_ok=True)
         return
     raise ConfigError(
@@ -217,6 +313,11 @@ def prepare_output(config: GenerateConfig, output: Path, keys: Sequence[str]) ->
             f"{item} differs from the run already in {str(output)!r}; use a new output directory, "
             "set the old value to resume, or pass restart=true to start over"
             for item in differences
+        ]
+        + [
+            f"{item}; pass restart=true to label every question again (calls whose prompts did not change are "
+            "answered from the teacher cache), or use a new output directory"
+            for item in inputs
         ]
     )
 
@@ -248,14 +349,37 @@ def summarize(stats: dict[str, Any], output: Path) -> str:
         f"{stats['questions_labelled']} of {stats['questions']} questions labelled; "
         f"{stats['records']['train']} train + {stats['records']['heldout']} held-out records, "
         f"{stats['critic_records']['train'] + stats['critic_records']['heldout']} critic records in {output}",
-        f"teacher: {run['teacher_calls_made']} calls made now, {run['teacher_calls_from_cache']} from the cache; "
-        f"{stats['teacher']['prompt_tokens']} + {stats['teacher']['completion_tokens']} tokens, "
-        f"cost {stats['teacher']['cost']}",
-        f"already done: {run['questions_already_done']} questions; failed now (rerun to retry): "
-        f"{run['questions_failed_now']}",
+        f"teacher: {run['teacher_calls_made']} calls made now, {run['teacher_calls_from_cache']} from the cache "
+        f"({run['teacher_cache']}); {stats['teacher']['prompt_tokens']} + {stats['teacher']['completion_tokens']} "
+        f"tokens, cost {stats['teacher']['cost']}",
+        f"already done: {run['questions_already_done']} questions; changed and labelled again: "
+        f"{run.get('questions_changed', 0)}; failed now: {run['questions_failed_now']}",
         "drops: " + (", ".join(f"{reason} x{count}" for reason, count in drops.most_common()) or "none"),
         f"stats: {output / 'stats.md'}",
     ]
-    if run["questions_failed_now"]:
-        lines.append("some questions failed on the teacher (see drops.jsonl); run the same command again to retry them")
     return "\n".join(lines)
+
+
+def run_problems(stats: dict[str, Any], output: Path) -> list[str]:
+    """Why this run did not finish its job (the CLI exits non-zero on any): failed questions, or no record at all."""
+    run = stats["run"]
+    problems = []
+    if run["questions_failed_now"]:
+        first = next((reason for reason in stats["drops"] if reason.startswith("teacher")), "no answer")
+        first = first.removesuffix("; rerun to retry")
+        problems.append(
+            f"{run['questions_failed_now']} of {stats['questions']} questions failed on the teacher ({first}); "
+            f"run the same command again to retry them: the {stats['questions_labelled']} finished ones are kept "
+            "and their calls come from the cache"
+        )
+    records = stats["records"]["train"] + stats["records"]["heldout"]
+    if records == 0 and stats["questions"] and not run["questions_failed_now"]:
+        reasons = Counter(stats["drops"])
+        top = ", ".join(f"{reason} x{count}" for reason, count in reasons.most_common(2)) or "no reason recorded"
+        problems.append(
+            f"no record written: all {stats['questions']} questions were dropped ({top}; "
+            f"see {output / 'drops.jsonl'}); "
+            "the teacher's replies did not give the labels: check teacher.model (an instruction-following model "
+            "that can reply in JSON), or raise label_retries"
+        )
+    return problems

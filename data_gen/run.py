@@ -30,14 +30,17 @@ from tqdm.auto import tqdm
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.config import GenerateConfig, parse_shard
-from selfrag.data_gen.distractors import Evidence, NegativeMix, find_evidence
+from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
+from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_digest, write_inputs
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
+from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
-from selfrag.retrieval import BM25Retriever, Retriever
+from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
+from selfrag.runs import file_digest
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -48,7 +51,7 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed",
+    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed", "retriever",
 )
 
 T = TypeVar("T")
@@ -62,6 +65,8 @@ class GenerateResult:
     records_written: int  # by this run (a resumed run writes only what was missing)
     stats: dict[str, Any] = field(default_factory=dict)
     message: str = ""  # the summary, when the labeler writes its own
+    #: Why the run did not do its job (questions that failed, no record at all); the CLI exits 1 on any.
+    problems: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """A few lines for the CLI: what was written, where, and the label counts."""
@@ -69,32 +74,40 @@ class GenerateResult:
             return self.message
         run_stats = self.stats.get("run", {})
         critic = self.stats.get("critic_records", {})
+        train, heldout = self.stats.get("records", 0), self.stats.get("heldout_records", 0)
         lines = [
-            f"wrote {self.records_written} records ({self.stats.get('records', 0)} in all, "
-            f"{self.stats.get('queries', 0)} queries) to {self.records_path}",
-            f"held out: {self.stats.get('heldout_records', 0)} records; critic rows: {critic.get('train', 0)} "
-            f"train, {critic.get('heldout', 0)} held out",
+            f"wrote {self.records_written} records now; in all {train} train records ({self.stats.get('queries', 0)} "
+            f"queries) in {self.records_path} and {heldout} held-out records in {self.output / HELDOUT_FILE}",
+            f"critic rows: {critic.get('train', 0)} train, {critic.get('heldout', 0)} held out",
             f"already done: {run_stats.get('queries_already_done', 0)} queries; "
-            f"skipped: {run_stats.get('skipped') or 'none'}",
+            f"skipped: {_counts(run_stats.get('skipped'))}",
         ]
+        if run_stats.get("negatives_short"):
+            lines.append(f"negatives short of what was asked: {_counts(run_stats['negatives_short'])}")
         for slot, counts in self.stats.get("labels", {}).items():
             lines.append(f"{slot}: " + ", ".join(f"{value} {count}" for value, count in counts.items()))
         lines.append(f"stats: {self.stats_path}")
         return "\n".join(lines)
 
 
+def _counts(counts: Mapping[str, int] | None) -> str:
+    return ", ".join(f"{reason} x{count}" for reason, count in (counts or {}).items()) or "none"
+
+
 def run(config: GenerateConfig) -> GenerateResult:
+    # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run (resumed),
+    # never a folder of the user's files or another command's output (an index's config.yaml was overwritten once).
+    claim_output(config.output, "generate", legacy=_is_generate_run)
     if config.labeler == "llm":
-        from selfrag.data_gen.pipeline import run_llm, summarize
+        from selfrag.data_gen.pipeline import run_llm, run_problems, summarize
 
         stats = run_llm(config)
         output = Path(config.output)
         written = stats["run"]["questions_labelled_now"]
-        return GenerateResult(
-            output, output / RECORDS_FILE, output / STATS_FILE, written, stats, summarize(stats, output)
-        )
-    if config.queries is None:  # validate() says so too; keeps the type checker informed
-        raise ConfigError(["queries is required with labeler=gold"])
+        message, problems = summarize(stats, output), tuple(run_problems(stats, output))
+        return GenerateResult(output, output / RECORDS_FILE, output / STATS_FILE, written, stats, message, problems)
+    if config.queries is None or config.corpus is None:  # validate() says so too; keeps the type checker informed
+        raise ConfigError(["queries and corpus are required with labeler=gold"])
     random.seed(config.seed)
     output = Path(config.output)
     records_path = output / RECORDS_FILE
@@ -103,11 +116,14 @@ def run(config: GenerateConfig) -> GenerateResult:
             (output / name).unlink(missing_ok=True)
     check_resumable(config, output)  # before any slow work: resuming needs the same content settings
 
-    # --- Load corpus and queries (malformed lines raise InputError with file:line) -------------
+    # --- Open the prebuilt retriever (its errors before any slow work), load corpus and queries -------
+    prebuilt = open_retriever(config.retriever)
     passages = load_corpus(config.corpus)
     passages_by_id = {passage.id: passage for passage in passages}
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
+    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries)}
+    check_inputs(config, output, digests)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
     selected = select_queries(queries, config.split, config.shard, config.queries)
@@ -118,6 +134,7 @@ def run(config: GenerateConfig) -> GenerateResult:
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
     write_resolved(config, output, CONFIG_FILE)
+    write_inputs(output, digests)
     if done:
         logger.info("resuming: %d records already in %s", len(done), records_path)
 
@@ -128,9 +145,12 @@ def run(config: GenerateConfig) -> GenerateResult:
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,
         erased=config.erased_negatives,
     )
-    retriever = BM25Retriever(passages)
+    # a query's own ctxs first; else the prebuilt index, or BM25 built here in memory (small corpora only)
+    fallback = prebuilt if prebuilt is not None else BM25Retriever(passages)
+    retriever = PrecomputedRetriever({query.question: query.ctxs for query in selected}, fallback)
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
+    short: Counter[str] = Counter()  # negatives asked for but not found, by kind and reason
     with (
         JsonlAppender(records_path) as appender,
         JsonlAppender(output / HELDOUT_FILE) as heldout_appender,
@@ -147,6 +167,7 @@ def run(config: GenerateConfig) -> GenerateResult:
             evidence = evidence_for(labelable, retriever, passages_by_id, mix, selected)
             rows: dict[bool, list[dict[str, Any]]] = {False: [], True: []}  # by held out
             for query, found in zip(labelable, evidence, strict=True):
+                short.update(negatives_short(query, found, mix, passages_by_id))
                 records = labeler.label(query, found)
                 new = [record for record in records if record.id not in done]
                 if not records:  # e.g. unanswerable, no own passage found and distractors=0
@@ -170,11 +191,39 @@ def run(config: GenerateConfig) -> GenerateResult:
         "queries_already_done": counts["queries_already_done"],
         "records_written": counts["records_written"],
         "skipped": dict(skipped),
+        "negatives_short": dict(sorted(short.items())),
     }
     stats_path = output / STATS_FILE
     write_json(stats_path, stats)
-    logger.info("wrote %d records (%d in all) to %s", counts["records_written"], stats["records"], records_path)
-    return GenerateResult(output, records_path, stats_path, counts["records_written"], stats)
+    logger.info(
+        "wrote %d records now (%d train + %d held-out in all) to %s",
+        counts["records_written"], stats["records"], stats["heldout_records"], output,
+    )
+    incomplete: tuple[str, ...] = ()
+    if stats["records"] + stats["heldout_records"] == 0:
+        incomplete = (
+            f"no record written: {len(selected)} queries selected (split={config.split}, shard={config.shard}), "
+            f"skipped: {_counts(skipped)}; check that the queries carry answers or gold_passage_ids and that "
+            "split selects them (split=all takes every query)",
+        )
+    return GenerateResult(output, records_path, stats_path, counts["records_written"], stats, problems=incomplete)
+
+
+def negatives_short(
+    query: Query, found: Evidence, mix: NegativeMix, passages_by_id: Mapping[str, Passage]
+) -> Counter[str]:
+    """Negatives of each same-article kind asked for but not drawn, by why (no article known, too few passages)."""
+    short: Counter[str] = Counter()
+    if query.needs_retrieval is False or has_judged_output(query):
+        return short
+    for kind, asked, got in (("hard", mix.hard, found.hard), ("article", mix.article, found.article)):
+        if asked and len(got) < asked:
+            if article_of(query, passages_by_id) is None:
+                why = "the question's article is unknown (no meta.title, no gold passage with a title)"
+            else:
+                why = "too few passages of the question's article without the answer"
+            short[f"{kind}_negatives: {why}"] += 1
+    return short
 
 
 def shard_of(query_id: str, count: int) -> int:
@@ -194,6 +243,15 @@ def select_queries(queries: Sequence[Query], split: str, shard: str, source: Pat
     return [query for query in in_split if shard_of(query.id, count) == index]
 
 
+def _is_generate_run(output: Path) -> bool:
+    """A folder written by `selfrag generate` before the owner file existed: its config.yaml names a labeler."""
+    try:
+        settings = yaml.safe_load((output / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(settings, dict) and "labeler" in settings
+
+
 def check_resumable(config: GenerateConfig, output: Path) -> None:
     """Refuse to resume into a directory whose records were made with other content settings."""
     old_path = output / CONFIG_FILE
@@ -203,6 +261,7 @@ def check_resumable(config: GenerateConfig, output: Path) -> None:
     new = to_dict(config)
     # a setting added after the old run wrote its config.yaml had its default there
     defaults = {f.name: f.default for f in fields(GenerateConfig) if f.default is not MISSING}
+    defaults["retriever"] = to_dict(RetrieverConfig())
     problems = []
     for key in CONTENT_SETTINGS:
         before, now = old.get(key, defaults.get(key)), new[key]
@@ -215,8 +274,30 @@ def check_resumable(config: GenerateConfig, output: Path) -> None:
                 f"{key}={now!r} differs from {before!r} used for the records already in {str(output)!r}; "
                 "use a new output directory, set the old value to resume, or pass restart=true to start over"
             )
-    if problems:
+    if problems and config.restart:
+        logger.warning("restart=true: removing the earlier records in %s (%s)", output, "; ".join(problems))
+        start_over(output)
+    elif problems:
         raise ConfigError(problems)
+
+
+def check_inputs(config: GenerateConfig, output: Path, digests: Mapping[str, str]) -> None:
+    """Refuse records made from other content under the same paths (an edited corpus or query file)."""
+    changes = input_changes(output, digests) if (output / RECORDS_FILE).exists() else []
+    if changes and config.restart:
+        logger.warning("restart=true: removing the earlier records in %s (%s)", output, "; ".join(changes))
+        start_over(output)
+    elif changes:
+        raise ConfigError(
+            [f"{change}; pass restart=true to label again from the start, or use a new output directory" for change in
+             changes]
+        )
+
+
+def start_over(output: Path) -> None:
+    """Delete what an earlier gold run wrote into ``output`` (only its own files)."""
+    for name in (RECORDS_FILE, HELDOUT_FILE, *CRITIC_OF.values(), STATS_FILE, INPUTS_FILE):
+        (output / name).unlink(missing_ok=True)
 
 
 def written_ids(records_path: Path) -> set[str]:

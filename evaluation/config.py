@@ -1,7 +1,8 @@
 """Settings of ``selfrag eval`` and ``selfrag calibrate``.
 
     selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
-    selfrag calibrate --config configs/eval/demo.yaml model=selfrag-quickstart/model data=runs/dev.jsonl
+    selfrag calibrate --config configs/eval/calibrate-demo.yaml model=selfrag-quickstart/model \
+        data=selfrag-quickstart/splits/dev.jsonl corpus=data_gen/demo/corpus.jsonl
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.config import help_field
+from selfrag.inference.retrievers.spec import RetrieverConfig
 
+DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
 MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
 MODE_TITLES = {
     "no_retrieval": "no retrieval",
@@ -19,6 +22,11 @@ MODE_TITLES = {
     "prompted": "prompted-critic Self-RAG",
     "single_pass": "single-pass Self-RAG",
 }
+#: what `selfrag eval` runs unless modes are listed: every mode but the slow prompted-critic baseline
+DEFAULT_MODES = ("no_retrieval", "plain_rag", "single_pass")
+#: seconds a question per mode, measured on 2 CPU cores with SmolLM2-135M (top_k 3, max_tokens 48, batch_size 1:
+#: the README's quickstart table, p50); the estimate printed before a run scales them by max_tokens
+CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "prompted": 18.2, "single_pass": 1.2}
 JUDGES = ("critic", "llm", "nli", "overlap", "none")
 
 
@@ -64,10 +72,17 @@ class EvalConfig:
     )
     model: str = help_field("the trained Self-RAG model directory (single-pass mode, and the critic judge)")
     output_dir: Path = help_field("where results.json, table.md, plots and per-example records go")
-    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it per file", "auto")
+    format: DataFormat = help_field(
+        "data format; auto detects it per file; popqa, triviaqa, pubhealth, arc_challenge: the Self-RAG paper's "
+        "eval_data files with its prompt and metric", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
     corpus: Path | None = help_field(
-        "corpus JSONL (id, title, text) or folder, searched with BM25 for examples without ctxs", None
+        "small corpora: a corpus JSONL (id, title, text) or folder, indexed with BM25 now, for examples without "
+        "ctxs; a prebuilt index goes in retriever.index / retriever.url", None
+    )
+    retriever: RetrieverConfig = help_field(
+        "the retriever for examples without ctxs: retriever.index=DIR (from selfrag index) or "
+        "retriever.url=postgresql://...?table=NAME (pgvector), as in every stage", default_factory=RetrieverConfig
     )
     labels: Path | None = help_field(
         "reflection labels JSONL {question, passage, answer, labels} for token agreement; null: skip", None
@@ -77,7 +92,10 @@ class EvalConfig:
         "trained model's selfrag.json (the same base)",
         None,
     )
-    modes: list[str] = help_field(f"modes to compare, any of {list(MODES)}", default_factory=lambda: list(MODES))
+    modes: list[str] = help_field(
+        f"modes to compare, any of {list(MODES)}; prompted (the prompted-critic baseline, ~18 s a question on 2 CPU "
+        "cores: ~24 engine calls) runs only when listed", default_factory=lambda: list(DEFAULT_MODES)
+    )
     limit: int | None = help_field("evaluate only the first N examples; null: all", None)
     top_k: int = help_field("passages per question in every retrieving mode", 3)
     max_tokens: int = help_field("most new tokens per decode, in every mode", 64)
@@ -113,9 +131,13 @@ class CalibrateConfig:
 
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
-    format: Literal["auto", "qa", "choice", "claim"] = help_field("data format; auto detects it", "auto")
+    format: DataFormat = help_field("data format; auto detects it", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
-    corpus: Path | None = help_field("corpus for examples without ctxs", None)
+    corpus: Path | None = help_field("small corpora: BM25 built now for examples without ctxs (or retriever.*)", None)
+    retriever: RetrieverConfig = help_field(
+        "the retriever for examples without ctxs (retriever.index / retriever.url), as in every stage",
+        default_factory=RetrieverConfig,
+    )
     target_false_abstain: float = help_field(
         "the largest support bound is chosen whose false-abstain rate on answerable dev questions is at most this",
         0.1,

@@ -19,20 +19,22 @@ Formats, one JSON object a line:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from selfrag import reflection as rf
-from selfrag.corpus import Query
-from selfrag.errors import InputError
+from selfrag.corpus import Query, parse_ctxs
+from selfrag.errors import ConfigError, InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.reflection import Group
 from selfrag.trajectory import Passage, Record
 
 Kind = Literal["qa", "choice", "claim"]
-FORMATS = ("auto", "qa", "choice", "claim")
+#: The paper's own files (evaluation/paper_data.py): its prompt and metric.
+PAPER_FORMATS = ("popqa", "triviaqa", "pubhealth", "arc_challenge")
+FORMATS = ("auto", "qa", "choice", "claim", *PAPER_FORMATS)
 LABEL_GROUPS: dict[str, Group] = {
     "retrieve": Group.RETRIEVE,
     "relevance": Group.RELEVANCE,
@@ -57,10 +59,14 @@ class Example:
     answerable: bool = True
     needs_retrieval: bool | None = None
     gold_passage_ids: tuple[str, ...] = ()
+    instruction: str | None = None  # the whole prompt as given (the paper's formats); None: built from the question
+    metric: Literal["exact", "match"] = "exact"  # qa: exact match, or the paper's match (a gold string occurs)
 
     @property
     def prompt(self) -> str:
         """The instruction given to every mode: the question, with its choices for a closed set."""
+        if self.instruction is not None:
+            return self.instruction
         if self.kind == "choice":
             options = "\n".join(f"{label}. {text}" for label, text in self.choices)
             return f"{self.question}\n{options}\nAnswer with the letter of the right choice."
@@ -96,13 +102,13 @@ def load_examples(
     path = Path(path)
     examples: list[Example] = []
     seen: dict[str, int] = {}
-    kind: Kind | None = None if data_format == "auto" else data_format  # type: ignore[assignment]
+    kind: str | None = None if data_format == "auto" else data_format
     for number, row in read_jsonl(path, "evaluation data"):
         where = f"{path}:{number}"
         if split is not None and (row.get("meta") or {}).get("split") != split:
             continue
         kind = kind or detect_format(row)
-        example = _PARSERS[kind](row, where, f"{path.stem}-{number}")
+        example = _reader(kind)(row, where, f"{path.stem}-{number}")
         if example.id in seen:
             raise InputError(
                 f"{where}: duplicate id {example.id!r} (first on line {seen[example.id]}); ids must be unique"
@@ -125,17 +131,7 @@ def _string(row: Mapping[str, Any], name: str, where: str, fix: str) -> str:
 
 
 def _common(row: Mapping[str, Any], where: str, default_id: str) -> dict[str, Any]:
-    ctxs = row.get("ctxs", [])
-    if not isinstance(ctxs, list):
-        raise InputError(f"{where}: field 'ctxs' must be a list of {{title, text}} objects, got {ctxs!r}")
-    passages = []
-    for index, ctx in enumerate(ctxs):
-        if not isinstance(ctx, Mapping) or not isinstance(ctx.get("text"), str):
-            raise InputError(f"{where}: ctxs[{index}] must be an object with a string 'text', got {ctx!r}")
-        title = ctx.get("title", "")
-        if not isinstance(title, str):
-            raise InputError(f"{where}: ctxs[{index}].title must be a string, got {title!r}")
-        passages.append(Passage(str(ctx.get("id", f"{row.get('id', default_id)}#{index}")), title, ctx["text"]))
+    passages = parse_ctxs(row, where, str(row.get("id", default_id)))
     needs_retrieval = row.get("needs_retrieval")
     if needs_retrieval is not None and not isinstance(needs_retrieval, bool):
         raise InputError(f"{where}: field 'needs_retrieval' must be true, false or null, got {needs_retrieval!r}")
@@ -144,7 +140,7 @@ def _common(row: Mapping[str, Any], where: str, default_id: str) -> dict[str, An
         raise InputError(f"{where}: field 'gold_passage_ids' must be a list of ids, got {gold!r}")
     return {
         "id": str(row.get("id", default_id)),
-        "ctxs": tuple(passages),
+        "ctxs": passages,
         "needs_retrieval": needs_retrieval,
         "gold_passage_ids": tuple(str(g) for g in gold),
     }
@@ -207,6 +203,14 @@ def _claim(row: Mapping[str, Any], where: str, default_id: str) -> Example:
 
 
 _PARSERS = {"qa": _qa, "choice": _choice, "claim": _claim}
+
+
+def _reader(data_format: str) -> Any:
+    if data_format in PAPER_FORMATS:
+        from selfrag.evaluation.paper_data import paper_reader
+
+        return paper_reader(data_format, _PARSERS)
+    return _PARSERS[data_format]
 
 
 def load_reflection_labels(path: str | Path, limit: int | None = None) -> list[LabelExample]:
@@ -303,3 +307,45 @@ def split_sentences(text: str) -> list[str]:
     """Sentences of an answer (a claim each), for the unsupported-claim judge."""
     parts = re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])", text.strip())
     return [part.strip() for part in parts if len(part.strip()) > 1]
+
+
+#: how to make a dev split of one's own questions (said where calibration finds none)
+DEV_SPLIT_HINT = (
+    'mark held-out lines of your questions file with "meta": {"split": "dev"} (generate split=train never trains on '
+    "them) and pass data=QUESTIONS split=dev; see docs/own-data.md (the quickstart writes its own to "
+    "<output_dir>/splits/dev.jsonl)"
+)
+
+
+def check_passages(examples: Sequence[Example], corpus: object | None, passage_ids: Collection[str] | None,
+                   needs_passages: bool) -> None:
+    """Refuse, before any model loads, data whose examples have no ``ctxs`` and nothing to search (``corpus``: the
+    corpus or prebuilt index named, see :func:`searched`), and a corpus that holds none of the data's gold passage
+    ids (a recipe's corpus left in place for other data)."""
+    without = [example.id for example in examples if not example.ctxs]
+    if without and corpus is None and needs_passages:
+        raise ConfigError([
+            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
+            "(the corpus these questions were written against), retriever.index=DIR or retriever.url=postgresql://..."
+            " (a prebuilt index of it), or add ctxs to the data"
+        ])
+    gold = {gold_id for example in examples if not example.ctxs for gold_id in example.gold_passage_ids}
+    if gold and passage_ids is not None and not gold & set(passage_ids):
+        raise ConfigError([
+            f"corpus={corpus} holds none of the {len(gold)} gold passage ids of the data (e.g. {sorted(gold)[0]!r}); "
+            "it is not this data's corpus: pass corpus=YOUR_CORPUS (the one the gold_passage_ids name)"
+        ])
+
+
+def searched(corpus: Path | None, retriever: Any) -> object | None:
+    """What a stage searches, for messages: the corpus, else the prebuilt index or URL of its retriever section."""
+    if corpus is not None:
+        return corpus
+    return getattr(retriever, "index", None) or getattr(retriever, "url", None) or getattr(retriever, "corpus", None)
+
+
+def passage_ids(retriever: object | None) -> list[str] | None:
+    """The ids of a retriever's passages where it holds them as a list (BM25 built in memory); None for an index
+    read from disk or a server (checking would read every passage)."""
+    passages = getattr(retriever, "passages", None)
+    return [passage.id for passage in passages] if isinstance(passages, list) else None

@@ -1,7 +1,8 @@
 """Metrics, as pure functions over per-example records (no model, no engine): each is tested on hand-made data.
 
 * ``match``: a normalised gold string occurs in the normalised answer (the Self-RAG paper's metric);
-  ``accuracy``: exact match for QA, the chosen label for a closed set, the true/false verdict for a claim;
+  ``accuracy``: exact match for QA (``match`` for the paper's PopQA/TriviaQA files), the chosen label for a
+  closed set, the true/false verdict for a claim;
   ``f1``: SQuAD's token F1 against the best gold (QA only): partial credit for a span that overlaps the gold.
 * reflection agreement: accuracy and a confusion matrix per type, AUROC of each type's score;
 * unsupported-claim rate, abstain rate on unanswerable and false-abstain rate on answerable questions,
@@ -77,7 +78,7 @@ def is_correct(record: Mapping[str, Any]) -> bool:
         return choice_prediction(answer, [tuple(c) for c in record["choices"]]) == record["answer_key"]
     if kind == "claim":
         return claim_prediction(answer) == golds[0]
-    return exact_match(answer, golds)
+    return match(answer, golds) if record.get("metric") == "match" else exact_match(answer, golds)
 
 
 def rate(count: float, total: int) -> float | None:

@@ -20,7 +20,7 @@ from selfrag.errors import SelfragError
 from selfrag.inference.answer import Candidate
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.prompting import encode_prompt
-from selfrag.retrieval import Hit, Retriever
+from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
 from .data import Example
@@ -41,31 +41,14 @@ class ModeUnavailable(SelfragError, ValueError):
     """A mode cannot run in this installation (e.g. the prompted critic is not built)."""
 
 
-class ExampleRetriever:
-    """Returns an example's own ``ctxs`` (in their order) for its question; otherwise searches the corpus."""
+class ExampleRetriever(PrecomputedRetriever):
+    """Returns an example's own ``ctxs`` (in their order) for its prompt or question; otherwise searches the corpus."""
 
     def __init__(self, examples: Sequence[Example], corpus: Retriever | None) -> None:
-        self.by_question = {example.prompt: example.ctxs for example in examples if example.ctxs}
-        self.by_question.update({example.question: example.ctxs for example in examples if example.ctxs})
+        by_query: dict[str, Sequence[Passage]] = {example.prompt: example.ctxs for example in examples if example.ctxs}
+        by_query.update({example.question: example.ctxs for example in examples if example.ctxs})
+        super().__init__(by_query, corpus)
         self.corpus = corpus
-
-    def search(self, query: str, k: int) -> list[Hit]:
-        return self.search_many([query], k)[0]
-
-    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        results: list[list[Hit] | None] = [None] * len(queries)
-        missing = []
-        for index, query in enumerate(queries):
-            ctxs = self.by_question.get(query)
-            if ctxs:
-                results[index] = [Hit(passage, float(len(ctxs) - rank)) for rank, passage in enumerate(ctxs[:k])]
-            else:
-                missing.append(index)
-        if missing and self.corpus is not None:
-            found = self.corpus.search_many([queries[i] for i in missing], k)
-            for index, hits in zip(missing, found, strict=True):
-                results[index] = hits
-        return [hits or [] for hits in results]
 
 
 def is_abstention(text: str, abstain_text: str) -> bool:
@@ -81,6 +64,7 @@ def _base_record(example: Example) -> dict[str, Any]:
         "gold_answers": list(example.answers),
         "choices": [list(choice) for choice in example.choices],
         "answer_key": example.answer_key,
+        "metric": example.metric,
         "answerable": example.answerable,
         "needs_retrieval": example.needs_retrieval,
     }

@@ -19,18 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
-from selfrag.errors import ConfigError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
 from . import metrics, report
-from .config import MODE_TITLES, EvalConfig
-from .data import Example, load_examples, load_reflection_labels, split_sentences
+from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
+from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched, split_sentences
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import AnswerStore, mode_fingerprint, model_identity
+from .resume import RESUME_DIR, AnswerStore, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -79,14 +78,18 @@ def run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
     from selfrag.inference.config import InferenceConfig
-    from selfrag.inference.retrievers import build_bm25
+    from selfrag.inference.retrievers.spec import open_retriever
 
     started = time.monotonic()
+    claim_output(config.output_dir, "eval", key="output_dir", legacy=_is_eval_run)
     examples = load_examples(config.data, config.format, config.limit, config.split)
     labels = load_reflection_labels(config.labels) if config.labels else []
-    _check_passages(config, examples)
+    needs_passages = any(mode in config.modes for mode in RETRIEVING)
+    check_passages(examples, searched(config.corpus, config.retriever), None, needs_passages)
     inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
-    retriever = ExampleRetriever(examples, build_bm25(config.corpus) if config.corpus else None)
+    opened = open_retriever(config.retriever, corpus=config.corpus)
+    check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), needs_passages)
+    retriever = ExampleRetriever(examples, opened)
     out = config.output_dir
     write_resolved(config, out)
     engines = _Engines(config)
@@ -99,6 +102,7 @@ def run(config: EvalConfig) -> EvalResult:
     for dropped in store.forget_others(config.modes):
         (out / "records" / f"{dropped}.jsonl").unlink(missing_ok=True)  # not this run's: never left to mix in
         logger.info("%s: not in modes; its answers from an earlier run were removed", dropped)
+    logger.info("%s", estimate(config, len(examples)))
     settings = to_dict(config)
     inputs = {"data": config.data, "corpus": config.corpus}
     ids = [example.id for example in examples]
@@ -158,17 +162,33 @@ def run(config: EvalConfig) -> EvalResult:
     return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
 
 
+def _is_eval_run(output_dir: Path) -> bool:
+    """A folder written by `selfrag eval` before the owner file existed."""
+    return (output_dir / RESUME_DIR).is_dir() or (output_dir / "results.json").is_file()
+
+
+def estimate(config: EvalConfig, examples: int) -> str:
+    """One line before the run: how long it takes at most on 2 CPU cores with the 135M model (answers saved by an
+    earlier run are not answered again), and what the prompted mode costs."""
+    scale = config.max_tokens / 48
+    seconds = {mode: examples * CPU_SECONDS_PER_QUESTION[mode] * scale for mode in config.modes}
+    total = sum(seconds.values())
+    parts = ", ".join(f"{mode} ~{_duration(value)}" for mode, value in seconds.items())
+    line = (f"estimate: {examples} questions x {len(config.modes)} modes, up to ~{_duration(total)} on 2 CPU cores "
+            f"with a 135M model ({parts}); a GPU is much faster")
+    if "prompted" not in config.modes:
+        line += "; add prompted to modes for the prompted-critic baseline (~18 s a question on 2 CPU cores)"
+    return line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def _needs_base(config: EvalConfig) -> bool:
     return any(mode in config.modes for mode in ("no_retrieval", "plain_rag", "prompted"))
-
-
-def _check_passages(config: EvalConfig, examples: list[Example]) -> None:
-    without = [example.id for example in examples if not example.ctxs]
-    if without and config.corpus is None and any(mode in config.modes for mode in RETRIEVING):
-        raise ConfigError([
-            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
-            "or add ctxs to the data, or use modes=[no_retrieval]"
-        ])
 
 
 def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: Any, config: EvalConfig) -> Any:

@@ -29,6 +29,8 @@ class Candidate:
     pruned: bool = False  # stopped after its relevance token (early branch pruning)
     round: int = 0  # retrieval round that produced it (0: the first)
     parsed: Trajectory | None = None  # the segments, parsed from token ids (never by re-lexing text)
+    generated: str = ""  # what the model wrote after the passage, special tokens kept (the raw decode)
+    retried: str | None = None  # the first decode's raw text, where it had no answer text and was decoded again
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +44,14 @@ class Candidate:
             "problems": list(self.problems),
             "score": None if self.score is None else self.score.to_json(),
             "finish_reason": self.finish_reason,
+            "generated": self.generated,
+            "retried": self.retried,
         }
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut), for traces and messages."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)

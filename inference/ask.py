@@ -17,16 +17,36 @@ from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
-from selfrag.inference.retrievers import build_bm25, load_index
+from selfrag.inference.retrievers import build_bm25
+from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import Retriever
 
 
-def load_retriever(corpus: str | Path | None = None, index: str | Path | None = None) -> Retriever:
-    """An index built by ``selfrag index``, or BM25 built now over ``corpus`` (exactly one of the two)."""
-    if (corpus is None) == (index is None):
-        raise InputError("give exactly one of --corpus FILE (BM25 built now) or --index DIR (built by selfrag index)")
-    return load_index(index) if index is not None else build_bm25(corpus)  # type: ignore[arg-type]
+def load_retriever(
+    corpus: str | Path | None = None,
+    index: str | Path | None = None,
+    retriever: RetrieverConfig | None = None,
+    chunk_words: int | None = None,
+    chunk_overlap: int | None = None,
+) -> Retriever:
+    """An index built by ``selfrag index`` (a directory, or a pgvector ``postgresql://...?table=`` URL), or BM25
+    built now over ``corpus``: exactly one, by :func:`~selfrag.inference.retrievers.spec.open_retriever`; a corpus
+    folder is cut into ``chunk_words``-word passages (None: 200) sharing ``chunk_overlap`` words (None: 40)."""
+    chunking = {name: value for name, value in (("chunk_words", chunk_words), ("chunk_overlap", chunk_overlap))
+                if value is not None}
+    if chunking and index is not None:
+        raise InputError(f"--chunk-words/--chunk-overlap apply to --corpus FOLDER; {str(index)!r} was cut into "
+                         "passages when it was built: rebuild it with selfrag index ... chunk_words=N")
+    if chunking and corpus is not None and retriever is None:
+        return build_bm25(corpus, **chunking)  # type: ignore[arg-type]
+    opened = open_retriever(retriever, corpus=corpus, index=index)
+    if opened is None:
+        raise InputError(
+            "give exactly one of --corpus FILE (BM25 built now) or --index DIR|postgresql://...?table=NAME "
+            "(built by selfrag index)"
+        )
+    return opened
 
 
 def ask_many(
@@ -36,9 +56,11 @@ def ask_many(
     corpus: str | Path | None = None,
     index: str | Path | None = None,
     engine: Engine | None = None,
+    chunk_words: int | None = None,
+    chunk_overlap: int | None = None,
 ) -> list[Answer]:
     """Load the retriever (its errors surface before the model loads), then the engine once, and answer all."""
-    retriever = load_retriever(corpus, index)
+    retriever = load_retriever(corpus, index, chunk_words=chunk_words, chunk_overlap=chunk_overlap)
     engine = engine if engine is not None else build_engine(config, model)
     return SelfRAG(engine, retriever, config).answer_many(list(questions))
 
@@ -109,6 +131,7 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
             for candidate in step["candidates"]:
                 mark = "*" if candidate.get("passage_id") == step.get("chosen") else " "
                 lines.append(f"  {mark} {candidate.get('passage_id')}: {_scores(candidate)}")
+                lines += [f"      {line}" for line in _explained(candidate)]
         elif name == "relevance":
             lines.append(f"relevance: at >= {step['relevance_threshold']:.3g}")
             for passage, verdict in step["chosen"].items():
@@ -122,6 +145,20 @@ def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
             lines.append(f"beam: kept {kept} — {step['reason']}")
         else:
             lines.append(f"{name}: {step.get('chosen')} — {step.get('reason')}")
+            if name == "generate" and step.get("abstain"):
+                lines.append(f"    wrote {step.get('generated', '')!r}: {step['abstain']}")
+    return lines
+
+
+def _explained(candidate: Mapping[str, Any]) -> list[str]:
+    """What a branch wrote and why it lost, where it is malformed, was retried or lost the ranking."""
+    lines = []
+    if candidate.get("retried") is not None:
+        lines.append(f"first wrote {candidate['retried']!r} (no answer text); decoded again, text first")
+    if not candidate.get("well_formed", True) or candidate.get("retried") is not None:
+        lines.append(f"wrote {candidate.get('generated', '')!r}")
+    if candidate.get("rejected"):
+        lines.append(f"not chosen: {candidate['rejected']}")
     return lines
 
 
@@ -134,6 +171,7 @@ def _scores(candidate: Mapping[str, Any]) -> str:
     total = candidate.get("score")
     parts.append(f"score {total:.2f}" if isinstance(total, float) else "score -")
     tokens = [t for t in (candidate.get("tokens") or {}).values() if t]
-    shape = "" if candidate.get("well_formed", True) else "  (malformed)"
+    problems = "; ".join(candidate.get("problems") or ())
+    shape = "" if candidate.get("well_formed", True) else f"  (malformed: {problems or 'unreadable'})"
     shape += "  (pruned)" if candidate.get("pruned") else ""
     return ", ".join(parts) + "  " + " ".join(tokens) + shape

@@ -22,6 +22,12 @@ DEFAULT_THRESHOLD = 0.2
 DEFAULT_SUPPORT_BOUND = 0.0
 #: 0.5 on the two-token ratio is the model's own argmax between [Relevant] and [Irrelevant]
 DEFAULT_RELEVANCE_THRESHOLD = 0.5
+#: the settings a calibration may fill, with their built-in values (used where neither a value nor a calibration is)
+BUILT_IN = {
+    "threshold": DEFAULT_THRESHOLD,
+    "relevance_threshold": DEFAULT_RELEVANCE_THRESHOLD,
+    "support_bound": DEFAULT_SUPPORT_BOUND,
+}
 ON_UNSUPPORTED = ("abstain", "flag")
 FORMS = ("short", "long")
 ON_PARTIAL = ("keep", "rewrite", "drop")
@@ -63,7 +69,9 @@ class InferenceConfig:
 
     form: Literal["short", "long"] = help_field(
         "short: one retrieval step and one segment per candidate; long: segment-level beam search, retrieving "
-        "again whenever the model asks ([Retrieval] or p_retrieve > threshold) with the question plus the prefix",
+        "again whenever the model asks ([Retrieval] or p_retrieve > threshold) with the question plus the prefix; "
+        "it needs a model trained on multi-sentence records (gold: queries with an output, one segment per "
+        "sentence; see docs/own-data.md): one trained on one-segment records answers in one sentence",
         "short",
     )
     mode: Literal["adaptive", "always", "never"] = help_field(
@@ -71,15 +79,19 @@ class InferenceConfig:
         "from the model alone",
         "adaptive",
     )
-    threshold: float = help_field(
-        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this",
-        DEFAULT_THRESHOLD,
+    threshold: float | None = help_field(
+        "adaptive mode retrieves when P([Retrieval]) / (P([Retrieval]) + P([No Retrieval])) exceeds this; unset "
+        f"(null): the model's calibrated value (selfrag calibrate), else {DEFAULT_THRESHOLD}",
+        None,
+        example=DEFAULT_THRESHOLD,
     )
-    relevance_threshold: float = help_field(
+    relevance_threshold: float | None = help_field(
         "a passage branch continues from [Relevant] when P([Relevant]) / (P([Relevant]) + P([Irrelevant])) at its "
         "first position is at least this, else from [Irrelevant] (the verdict the policy acts on); 0.5 is the "
-        "model's own choice between the two; `selfrag calibrate` measures one on the dev split",
-        DEFAULT_RELEVANCE_THRESHOLD,
+        "model's own choice between the two; unset (null): the model's calibrated value (`selfrag calibrate` "
+        f"measures one on the dev split), else {DEFAULT_RELEVANCE_THRESHOLD}",
+        None,
+        example=DEFAULT_RELEVANCE_THRESHOLD,
     )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
     weights: ScoreWeights = help_field(
@@ -91,15 +103,17 @@ class InferenceConfig:
         "score below support_bound): abstain (answer abstain_text) or flag (keep it, low_confidence=true)",
         "abstain",
     )
-    support_bound: float = help_field(
+    support_bound: float | None = help_field(
         "the best continuation counts as unsupported when its support score is below this; 0 means only the "
-        "support token the model generated counts",
-        DEFAULT_SUPPORT_BOUND,
+        f"support token the model generated counts; unset (null): the model's calibrated value, else "
+        f"{DEFAULT_SUPPORT_BOUND}",
+        None,
+        example=DEFAULT_SUPPORT_BOUND,
     )
     use_calibration: bool = help_field(
-        "where threshold, relevance_threshold and support_bound are left at their defaults, use the values "
-        "`selfrag calibrate` measured "
-        "and wrote into the model's selfrag.json; false: always the values given here",
+        "where threshold, relevance_threshold and support_bound are unset, use the values `selfrag calibrate` "
+        "measured and wrote into the model's selfrag.json; false: the built-in values (a value you set is always "
+        "used as given)",
         True,
     )
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
@@ -145,7 +159,7 @@ class InferenceConfig:
         problems = []
         if self.mode not in MODES:
             problems.append(f"mode must be one of {list(MODES)}, got {self.mode!r}")
-        if not 0.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             problems.append(
                 f"threshold must be in [0, 1], got {self.threshold}; use mode=always to always retrieve "
                 "or mode=never to never retrieve"
@@ -156,9 +170,9 @@ class InferenceConfig:
             problems.append(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.on_unsupported not in ON_UNSUPPORTED:
             problems.append(f"on_unsupported must be one of {list(ON_UNSUPPORTED)}, got {self.on_unsupported!r}")
-        if not 0.0 <= self.support_bound <= 1.0:
+        if self.support_bound is not None and not 0.0 <= self.support_bound <= 1.0:
             problems.append(f"support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the token")
-        if not 0.0 <= self.relevance_threshold <= 1.0:
+        if self.relevance_threshold is not None and not 0.0 <= self.relevance_threshold <= 1.0:
             problems.append(
                 f"relevance_threshold must be in [0, 1], got {self.relevance_threshold}; 0.5 is the model's own choice"
             )
@@ -172,17 +186,34 @@ class InferenceConfig:
         return problems
 
     def resolved(self, calibration: Mapping[str, Any] | None = None) -> InferenceConfig:
-        """A copy whose threshold/relevance_threshold/support_bound, where left at their defaults, are the model's
-        calibrated values."""
-        if not self.use_calibration or not calibration:
-            return self
+        """A copy with threshold, relevance_threshold and support_bound all set: a value given (in a config, on the
+        command line or in a request) is kept as given; an unset one takes the model's ``calibration`` (from its
+        selfrag.json, carried by the engine) where ``use_calibration``, else the built-in value."""
         changes: dict[str, Any] = {}
-        for name, default in (("threshold", DEFAULT_THRESHOLD), ("relevance_threshold", DEFAULT_RELEVANCE_THRESHOLD),
-                              ("support_bound", DEFAULT_SUPPORT_BOUND)):
-            value = calibration.get(name)
-            if getattr(self, name) == default and isinstance(value, int | float) and not isinstance(value, bool):
+        for name, default in BUILT_IN.items():
+            if getattr(self, name) is not None:
+                continue
+            value = calibration.get(name) if calibration and self.use_calibration else None
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 changes[name] = float(value)
-        return dataclasses.replace(self, **changes)
+            else:
+                changes[name] = default
+        return dataclasses.replace(self, **changes) if changes else self
+
+    @property
+    def retrieve_threshold(self) -> float:
+        """``threshold`` as the runtime reads it (the built-in value where unset and not resolved)."""
+        return DEFAULT_THRESHOLD if self.threshold is None else self.threshold
+
+    @property
+    def relevance_cut(self) -> float:
+        """``relevance_threshold`` as the runtime reads it (the built-in value where unset and not resolved)."""
+        return DEFAULT_RELEVANCE_THRESHOLD if self.relevance_threshold is None else self.relevance_threshold
+
+    @property
+    def support_floor(self) -> float:
+        """``support_bound`` as the runtime reads it (the built-in value where unset and not resolved)."""
+        return DEFAULT_SUPPORT_BOUND if self.support_bound is None else self.support_bound
 
     def _validate_policy(self) -> list[str]:
         problems = []

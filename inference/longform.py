@@ -253,7 +253,8 @@ class LongForm:
             return
         logprobs = generation.score_logprobs[-1] if generation.score_logprobs else {}
         p_retrieve = retrieve_probability(logprobs, self.ids)
-        wants = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN) if p_retrieve is None else p_retrieve > self.config.threshold
+        threshold = self.config.retrieve_threshold
+        wants = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN) if p_retrieve is None else p_retrieve > threshold
         if self.config.mode == "never" or beam.retrievals >= self.config.long_form.depth:
             wants = False
         if self.config.mode == "always" and token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN):
@@ -271,7 +272,7 @@ class LongForm:
                 "segment": beam.written,
                 "first_token": token,
                 "probabilities": {"p_retrieve": p_retrieve},
-                "threshold": self.config.threshold,
+                "threshold": self.config.retrieve_threshold,
                 "chosen": chosen,
                 "reason": f"the model wrote {token}"
                 + ("" if p_retrieve is None else f", p_retrieve {p_retrieve:.4f}")
@@ -367,7 +368,7 @@ class LongForm:
 
     def _relevance(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[RelevanceVerdict]:
         """Each branch's relevance verdict read at ``relevance_threshold`` (as the short form does)."""
-        threshold = self.config.relevance_threshold
+        threshold = self.config.relevance_cut
         verdicts = [relevance_verdict(g, self.ids, threshold) for g in first]  # one-token decodes
         entry = relevance_entry([hit.passage.id for hit in hits], verdicts, threshold)
         self.trace.append(entry | {"segment": beam.written})
@@ -402,7 +403,7 @@ class LongForm:
             return False, "the segment has no support verdict"
         if score.support_token == rf.NO_SUPPORT:
             return False, f"the model judged the segment {rf.NO_SUPPORT}"
-        bound = self.config.support_bound
+        bound = self.config.support_floor
         if bound > 0 and (score.support is None or score.support < bound):
             return False, f"support score {score.support} is below support_bound {bound}"
         return True, f"the model judged the segment {score.support_token}"

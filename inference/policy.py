@@ -30,7 +30,7 @@ from typing import Any
 from selfrag import reflection as rf
 from selfrag.trajectory import Passage, parse_trajectory
 
-from .answer import AnswerSegment, Candidate
+from .answer import AnswerSegment, Candidate, shorten
 from .config import InferenceConfig
 
 
@@ -57,10 +57,14 @@ def rank(
         reason += "; every candidate misses a verdict, so none is complete"
     elif any(not rank_key(candidates[i])[0] for i in indices):
         reason += "; candidates missing a verdict rank below complete ones"
+    traced = [candidate_trace(candidates[i]) for i in indices]
+    for index, data in zip(indices, traced, strict=True):
+        if index != best:
+            data["rejected"] = _why_not(candidates[index], complete, total)
     entry: dict[str, Any] = {
         "step": "rank",
         "weights": dict(weights),
-        "candidates": [candidate_trace(candidates[i]) for i in indices],
+        "candidates": traced,
         "chosen": passage_id(candidates[best]),
         "reason": reason,
     }
@@ -68,6 +72,15 @@ def rank(
         entry["tie"] = [passage_id(candidates[i]) for i in tied]
         entry["reason"] += f"; a tie of {len(tied)} is broken by retrieval order"
     return best, entry
+
+
+def _why_not(candidate: Candidate, best_complete: bool, best_total: float) -> str:
+    """The rule by which ``candidate`` lost the ranking to the best one."""
+    complete, total = rank_key(candidate)
+    if best_complete and not complete:
+        missing = ", ".join(candidate.score.missing) if candidate.score else "every verdict"
+        return f"misses a verdict ({missing}): ranks below every complete candidate (its problems say why)"
+    return f"combined score {total:.4f} is not above the chosen one's {best_total:.4f}"
 
 
 def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
@@ -83,7 +96,7 @@ def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
         return False, "the best continuation has no support verdict, so nothing says the passage supports it"
     if rf.NO_SUPPORT in supports:
         return False, f"the model judged the best continuation {rf.NO_SUPPORT}"
-    bound = config.support_bound
+    bound = config.support_floor
     if bound > 0 and (score.support is None or score.support < bound):
         return False, f"support score {score.support} is below support_bound {bound}"
     return True, f"the model judged the best continuation {score.support_token}"
@@ -154,6 +167,11 @@ def candidate_trace(candidate: Candidate) -> dict[str, Any]:
     if candidate.score is not None:
         data.update(candidate.score.to_json())
     data["well_formed"] = candidate.well_formed
+    if not candidate.well_formed:
+        data["problems"] = list(candidate.problems)
+    data["generated"] = shorten(candidate.generated)
+    if candidate.retried is not None:
+        data["retried"] = shorten(candidate.retried)
     data["complete"] = rank_key(candidate)[0]
     if candidate.pruned:
         data["pruned"] = True

@@ -38,7 +38,7 @@ from selfrag.retrieval import Hit, Retriever
 from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 
 from . import closedset, policy
-from .answer import Answer, AnswerSegment, Candidate
+from .answer import Answer, AnswerSegment, Candidate, shorten
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit, context_problem
 from .events import StreamEvent, TraceEvent, final_events
@@ -79,8 +79,9 @@ class _Work:
 #: stops held back one id); 3 = the same for long-form segments after [No Retrieval] (verdicts and passage markup
 #: banned, the segment's stops held back one id); 4 = where the model chose [No Retrieval] itself and its own decode
 #: went on without answer text, the answer is decoded once more, text first (it was an abstain). `selfrag eval`'s
-#: single-pass answers and the quickstart's calibration stage are fingerprinted with it.
-BEHAVIOUR_VERSION = 4
+#: single-pass answers and the quickstart's calibration stage are fingerprinted with it. 5 = a passage branch that
+#: judged its passage [Relevant] and wrote no answer text is decoded once more from [Relevant], text first.
+BEHAVIOUR_VERSION = 5
 
 
 class SelfRAG:
@@ -89,8 +90,9 @@ class SelfRAG:
     def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig | None = None) -> None:
         self.engine = engine
         self.retriever = retriever
-        # threshold/support_bound left at their defaults take the model's calibrated values (selfrag calibrate)
-        self.config = (config or InferenceConfig()).resolved(getattr(engine, "calibration", None))
+        # threshold, relevance_threshold and support_bound left unset take the model's calibrated values, carried
+        # by every engine from the model's selfrag.json
+        self.config = (config or InferenceConfig()).resolved(engine.calibration)
         problems = self.config.validate()
         if retriever is None and self.config.mode != "never":
             problems.append(f"mode={self.config.mode} needs a retriever; pass one, or use mode=never")
@@ -288,7 +290,7 @@ class SelfRAG:
                 "no_retrieval": _probability(logprobs.get(self._no_retrieval_id)),
                 "p_retrieve": p_retrieve,
             },
-            "threshold": self.config.threshold,
+            "threshold": self.config.retrieve_threshold,
             "first_token": first_token,
         }
         if p_retrieve is None:
@@ -297,9 +299,9 @@ class SelfRAG:
                 f"neither retrieve token has a log-prob; fell back to the generated first token {first_token!r}"
             )
         else:
-            work.retrieve = p_retrieve > self.config.threshold
+            work.retrieve = p_retrieve > self.config.retrieve_threshold
             relation = ">" if work.retrieve else "<="
-            step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.threshold}"
+            step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.retrieve_threshold}"
         step["chosen"] = "retrieve" if work.retrieve else "no_retrieval"
         rest = generation.token_ids[1:] if first == self._no_retrieval_id else generation.token_ids
         if work.retrieve and first != self._retrieval_id:
@@ -418,16 +420,65 @@ class SelfRAG:
         generations = list(first)
         for i, generation in zip(rest, more, strict=True):
             generations[i] = concat_generations(first[i], generation)
-        for (work, hit, _), generation, was_pruned in zip(branches, generations, pruned, strict=True):
-            prefix = tuple(passage_ids(tokenizer, ids, hit.passage))
-            candidate = self._candidate(hit.passage, prefix, generation)
-            work.candidates.append(replace(candidate, pruned=was_pruned, round=work.round))
+        prefixes = [tuple(passage_ids(tokenizer, ids, hit.passage)) for _, hit, _ in branches]
+        candidates = [
+            replace(self._candidate(hit.passage, prefix, generation), pruned=was_pruned, round=work.round)
+            for (work, hit, _), prefix, generation, was_pruned in zip(
+                branches, prefixes, generations, pruned, strict=True
+            )
+        ]
+        again = [i for i, candidate in enumerate(candidates) if self._relevant_without_text(candidate, generations[i])]
+        for i, generation in zip(again, self._text_first([branches[i] for i in again]), strict=True):
+            retried = self._candidate(branches[i][1].passage, prefixes[i], concat_generations(
+                _head(generations[i], rf.RELEVANT), generation))
+            candidates[i] = replace(retried, round=candidates[i].round, retried=candidates[i].generated)
+        for (work, _, _), candidate in zip(branches, candidates, strict=True):
+            work.candidates.append(candidate)
+
+    def _relevant_without_text(self, candidate: Candidate, generation: Generation) -> bool:
+        """A branch that judged its passage [Relevant] and then wrote no answer text (the 150-step CPU model often
+        stops right after the verdict on the gold passage): it earns one more decode, text first."""
+        score = candidate.score
+        return (
+            not candidate.pruned
+            and self.config.max_tokens > 2
+            and score is not None
+            and score.relevance_token == rf.RELEVANT
+            and bool(generation.token_ids)
+            and generation.token_ids[0] == self.engine.token_ids.id(rf.RELEVANT)
+            and not candidate.answer.strip()
+        )
+
+    def _text_first(self, branches: list[Any]) -> list[Generation]:
+        """Decode ``prompt + passage + [Relevant]`` once more: its first id must be text (no reflection id, no
+        stop, no end), the rest as the model goes on (its support and utility verdicts). Two calls for all."""
+        relevant = (self.engine.token_ids.id(rf.RELEVANT),)
+        owners = [work for work, _, _ in branches]
+        for work in {id(work): work for work in owners}.values():
+            mine = [hit.passage.id for owner, hit, _ in branches if owner is work]
+            work.trace.append({
+                "step": "retry",
+                "round": work.round,
+                "chosen": mine,
+                "reason": f"{len(mine)} branch(es) judged the passage {rf.RELEVANT} and wrote no answer text; "
+                f"decoded once more from {rf.RELEVANT}, text first",
+            })
+        opening = self._call([
+            replace(self._continuation_request(prompt + relevant, 1),
+                    banned_token_ids=self._after_no_retrieval_banned, min_tokens=1)
+            for _, _, prompt in branches
+        ], owners)
+        rest = self._call([
+            self._continuation_request(prompt + relevant + text.token_ids, self.config.max_tokens - 2)
+            for (_, _, prompt), text in zip(branches, opening, strict=True)
+        ], owners)
+        return [concat_generations(text, more) for text, more in zip(opening, rest, strict=True)]
 
     def _relevance(
         self, works: Sequence[_Work], branches: list[Any], first: list[Generation]
     ) -> list[RelevanceVerdict]:
         """Each branch's relevance verdict read at ``relevance_threshold`` (see :func:`relevance_verdict`)."""
-        threshold = self.config.relevance_threshold
+        threshold = self.config.relevance_cut
         verdicts = [relevance_verdict(g, self.engine.token_ids, threshold) for g in first]
         for work in works:
             mine = [i for i, branch in enumerate(branches) if branch[0] is work]
@@ -505,8 +556,18 @@ class SelfRAG:
     def _give_up(self, work: _Work, why: str) -> None:
         """After the last round: abstain, or flag the best candidate of every round (traced as the one used)."""
         everyone = list(range(len(work.candidates)))
-        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
         action = self.config.on_unsupported
+        if action == "flag":
+            # a flag ships text: the best candidate that has some (a pruned or empty branch has none), else abstain
+            shippable = [i for i in everyone if policy.shipped_segments(work.candidates[i], self.config)[0]]
+            if shippable:
+                everyone = shippable
+            else:
+                action = "abstain"
+                why += "; on_unsupported=flag, but no candidate wrote answer text to ship, so it abstains"
+                if policy.all_irrelevant(work.candidates):
+                    why += " (on_all_irrelevant=no_retrieval answers without the passages instead)"
+        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
         _, reason = policy.judge(work.candidates[best], self.config)
         entry = self._support_entry(work.candidates[best], action, reason, work.candidates[best].round)
         entry["why"] = f"best of all {work.round + 1} rounds; {why}"
@@ -522,7 +583,7 @@ class SelfRAG:
             "verdict": score.support_token if score else None,
             "relevance_verdict": score.relevance_token if score else None,
             "probabilities": {"support": score.support if score else None},
-            "support_bound": self.config.support_bound,
+            "support_bound": self.config.support_floor,
             "chosen": action,
             "reason": reason,
         }
@@ -558,6 +619,7 @@ class SelfRAG:
             finish_reason=generation.finish_reason,
             truncated=truncated,
             parsed=trajectory,
+            generated=generation.text,
         )
 
     # -- the answer ---------------------------------------------------------------------------------
@@ -582,6 +644,7 @@ class SelfRAG:
         if not segments:
             left = "after on_partial=drop" if notes else "in the chosen continuation"
             reasons.append(f"abstained: no sentence is left {left}")
+            work.trace.append({"step": "abstain", "chosen": "abstain", "reason": f"no sentence is left {left}"})
             return self._answer(work, self.config.abstain_text, best, [], reasons, abstained=True)
         text = join_or_choice(work, segments)
         return self._answer(work, text, best, segments, reasons, low_confidence=bool(reasons))
@@ -598,6 +661,7 @@ class SelfRAG:
             "reason": "no passage was used; there is no relevance or support verdict to apply",
             "well_formed": candidate.well_formed,
             "problems": list(candidate.problems),
+            "generated": shorten(candidate.generated),
         }
         reasons = []
         if work.outcome is not None:  # on_all_irrelevant=no_retrieval: retrieved, every passage judged irrelevant
@@ -649,6 +713,18 @@ class SelfRAG:
             segments=tuple(segments),
             reasons=tuple(reasons),
         )
+
+
+def _head(generation: Generation, text: str) -> Generation:
+    """The generation's first position only (a branch's relevance verdict, ``text``), to be continued from."""
+    return replace(
+        generation,
+        token_ids=generation.token_ids[:1],
+        text=text,
+        score_logprobs=generation.score_logprobs[:1],
+        finish_reason="length",
+        score_bounds=generation.score_bounds[:1],
+    )
 
 
 def _settled(work: _Work) -> bool:

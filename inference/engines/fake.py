@@ -45,10 +45,12 @@ class ScriptedEngine:
         script: Scripter | Mapping[tuple[int, ...], Script],
         prompt_template: str = "auto",
         name: str = "fake",
+        calibration: Mapping[str, Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.token_ids = token_ids
         self.prompt_template = prompt_template
+        self.calibration = calibration
         self.name = name
         self.calls: list[list[GenerationRequest]] = []
         self._script = script

@@ -8,7 +8,8 @@ Loads a merged model (``config.json`` + ``selfrag.json``) or a LoRA adapter (``a
 and the adapter applied, including rows trained through PEFT ``trainable_token_indices``).
 A released checkpoint (no ``selfrag.json``, the 15 tokens in its tokenizer) loads as a merged model.
 Each step computes logits of the last position only (``logits_to_keep=1``) and the log-probs of the score
-ids in fp32 (bf16 gave ties); prompts of similar length share a batch.
+ids in fp32 (bf16 gave ties); prompts of similar length share a batch. A row that finished (stop id, eos, or its
+client left: :mod:`~selfrag.inference.engines.cancel`) leaves the batch before the next step.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -27,6 +28,7 @@ from selfrag.models import resolve_model
 from selfrag.reflection import ReflectionIds
 
 from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .cancel import abandoned
 from .loading import describe_model
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ class HFEngine:
     implementation (fp32 logits at every prompt position) reachable for ``benchmarks/engines.py``.
     """
 
+    calibration: Mapping[str, Any] | None
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -72,7 +76,7 @@ class HFEngine:
         model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, served.tokenizer)
         self._setup(served.tokenizer, model, meta.token_ids, meta.prompt_template, f"hf:{served.directory.name}",
                     device, batch_size, seed, legacy_decode, prefix_cache_mb)
-        self.calibration = meta.calibration  # the runtime's defaults measured by selfrag calibrate (None: none)
+        self.calibration = meta.calibration
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
@@ -85,7 +89,7 @@ class HFEngine:
         self.model = model.eval()
         self.token_ids = token_ids
         self.prompt_template = prompt_template
-        self.calibration = None
+        self.calibration = None  # a plain model has no selfrag.json; __init__ sets the model's
         self.name = name
         self.device = device
         self.batch_size = batch_size
@@ -155,6 +159,7 @@ class HFEngine:
         kept_rows = [row for row, request in enumerate(batch) if request.keep_prefix]
         keep = self.prefixes.enabled and bool(kept_rows)
         use_cache = settings.max_tokens > 1 or keep
+        live = list(range(len(batch)))  # the batch row behind each tensor row: finished rows leave the tensors
         for step in range(settings.max_tokens):
             output = self.model(
                 input_ids=input_ids,
@@ -162,18 +167,29 @@ class HFEngine:
                 position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=use_cache,
-                logits_to_keep=1,  # (batch, 1, vocab), not (batch, length, vocab)
+                logits_to_keep=1,  # (live, 1, vocab), not (live, length, vocab)
             )
             cache = output.past_key_values if use_cache else None
             if keep and step == 0:
                 self.prefixes.keep(prompts, cache, attention_mask, kept_rows)
-            logits = output.logits[:, -1, :].float()  # (batch, vocab)
+            logits = output.logits[:, -1, :].float()  # (live, vocab)
             next_ids = self._choose(self._constrain(logits, settings, step), settings.temperature)
-            self._record(rows, next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids), settings)
-            if all(row.finish is not None for row in rows):
+            self._record([rows[i] for i in live], next_ids.tolist(), _score_logprobs(logits, settings.score_token_ids),
+                         settings)
+            for i, gone in zip(live, abandoned([batch[i] for i in live]), strict=True):
+                if gone and rows[i].finish is None:
+                    rows[i].finish = "length"  # its client left: what it has is all it gets
+            going = [position for position, i in enumerate(live) if rows[i].finish is None]
+            if not going:
                 break
-            input_ids = next_ids.unsqueeze(-1)  # finished rows keep decoding; their tokens are ignored
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(batch), 1))], dim=-1)
+            if len(going) < len(live):  # the next step decodes only the rows still going (a smaller batch)
+                index = torch.tensor(going, device=next_ids.device)
+                next_ids, attention_mask, position_ids = next_ids[index], attention_mask[index], position_ids[index]
+                if cache is not None:
+                    cache.batch_select_indices(index)
+                live = [live[position] for position in going]
+            input_ids = next_ids.unsqueeze(-1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
         seconds = time.monotonic() - started
         return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]

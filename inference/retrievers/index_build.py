@@ -26,11 +26,12 @@ from typing import Any
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import load_corpus
 from selfrag.errors import InputError
+from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store
-from .index import INDEX_FILE, INDEX_VERSION, STORE_FILE, IndexConfig
+from .index import INDEX_FILE, INDEX_VERSION, LEGACY_FILES, STORE_FILE, IndexConfig
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,13 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
     corpus, output = Path(config.corpus), Path(config.output)
     if not corpus.exists():
         raise InputError(f"corpus {str(corpus)!r} does not exist; give a JSONL file or a folder of .txt/.md files")
+    # The build replaces ``output`` whole: refuse, before any work, one that holds the corpus or anything but an
+    # index this command wrote (a user's folder with the corpus in it was deleted here once).
+    check_output_path(output, key="output", inputs=[corpus])
+    claim_output(
+        output, "index", legacy=lambda path: (path / INDEX_FILE).is_file(), legacy_files=LEGACY_FILES,
+        replaces=True, mark=False,
+    )
     work = output.parent / f".{output.name}.building"
     work.mkdir(parents=True, exist_ok=True)
     lock_path = work.parent / f".{output.name}.lock"
@@ -66,7 +74,7 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
             raise InputError(f"another `selfrag index` is building {output}; wait for it or stop it") from None
         fingerprint = _fingerprint(config, corpus)
         _prepare(work, fingerprint)
-        store = _passage_store(work, corpus)
+        store = _passage_store(work, corpus, config)
         _build_kind(config, work, store, encoder, show_progress)
         meta = {
             "version": INDEX_VERSION,
@@ -78,14 +86,20 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
         }
         (work / INDEX_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         write_resolved(config, work)
+        kept = [entry.name for entry in work.iterdir() if entry.name not in (OWNER_FILE, *_leftovers(config))]
+        write_owner(work, "index", kept)
         if output.exists():
             shutil.rmtree(output)
         os.replace(work, output)
-        leftovers = [BUILD_FILE, EMBEDDINGS_FILE + ".done"] + ([EMBEDDINGS_FILE] if config.kind == "faiss" else [])
-        for leftover in leftovers:  # after the rename: a kill before it must still find the embeddings to resume
+        for leftover in _leftovers(config):  # after the rename: a kill before it must still find the embeddings
             (output / leftover).unlink(missing_ok=True)
         lock_path.unlink(missing_ok=True)
     return IndexResult(output, config.kind, len(store), time.monotonic() - started)
+
+
+def _leftovers(config: IndexConfig) -> list[str]:
+    """What the build keeps only until the index is in place (removed after the rename)."""
+    return [BUILD_FILE, EMBEDDINGS_FILE + ".done"] + ([EMBEDDINGS_FILE] if config.kind == "faiss" else [])
 
 
 def _build_kind(
@@ -126,10 +140,10 @@ def _build_vectors(
         import_faiss().write_index(index, str(work / FAISS_FILE))
 
 
-def _passage_store(work: Path, corpus: Path) -> PassageStore:
+def _passage_store(work: Path, corpus: Path, config: IndexConfig) -> PassageStore:
     path = work / STORE_FILE
     if not path.is_file():  # written atomically: present means complete
-        write_store(path, load_corpus(corpus))
+        write_store(path, load_corpus(corpus, config.chunk_words, config.chunk_overlap))
     return PassageStore(path)
 
 
@@ -153,7 +167,8 @@ def _prepare(work: Path, fingerprint: dict[str, Any]) -> None:
 
 def _fingerprint(config: IndexConfig, corpus: Path) -> dict[str, Any]:
     settings = to_dict(config)
-    fingerprint = {"version": INDEX_VERSION, "kind": config.kind, "corpus_sha256": corpus_digest(corpus)}
+    fingerprint = {"version": INDEX_VERSION, "kind": config.kind, "corpus_sha256": corpus_digest(corpus),
+                   "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
     if config.kind in ("dense", "faiss"):
         fingerprint.update({name: settings[name] for name in _EMBEDDING_SETTINGS})
     return fingerprint

@@ -3,8 +3,9 @@
     app = create_app(config, loader=lambda: load_backend(config), api_key=os.environ.get("SELFRAG_API_KEY"))
 
 Routes: ``POST /v1/chat/completions`` (JSON or server-sent events), ``GET /v1/models``, ``GET /health``,
-``GET /metrics`` (Prometheus), ``GET /openapi.json``. Every error is OpenAI's body
-``{"error": {"message", "type", "param", "code"}}`` with a 4xx status naming the field; no traceback is sent.
+``GET /metrics`` (Prometheus), ``GET /openapi.json``; ``GET /`` the trace inspector page (``static/``). Every error
+is OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status naming the field; no
+traceback is sent.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from selfrag.inference.answer import Answer
@@ -32,16 +35,18 @@ from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .backend import Backend
 from .batcher import BatchWorker, Job, QueueFull
+from .checks import question_of, refuse_unsupported, settings_of
 from .config import ServeConfig
+from .errors import ApiError
 from .format import ChunkWriter, completion
-from .guard import BodyLimitAndMetrics
+from .guard import BODY_SCOPE_KEY, BodyLimitAndMetrics
 from .metrics import ServerMetrics
 from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Health, ModelList
 
 logger = logging.getLogger(__name__)
 
 KEEPALIVE_S = 10.0
-SETTINGS = ("mode", "top_k", "threshold", "relevance_threshold", "on_unsupported", "on_all_irrelevant", "support_bound")
+STATIC = Path(__file__).parent / "static"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in {
@@ -52,33 +57,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class ApiError(Exception):
-    """An error sent to the client as OpenAI's error body."""
-
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
-
-
 @dataclasses.dataclass
 class ServerState:
     """What the routes share: settings, the backend once loaded, the worker and the metrics."""
 
     config: ServeConfig
-    model_name: str
+    model_name: str  # the name answers carry: served_model_name where one is configured, else the folder's
     api_key: str | None
     metrics: ServerMetrics
     worker: BatchWorker
     backend: Backend | None = None
     status: str = "loading"
     detail: str | None = None
+    served_names: tuple[str, ...] = ()  # every model id a request may name (model_name first)
 
     def ready_backend(self) -> Backend:
         if self.backend is None:
@@ -95,12 +86,14 @@ def create_app(
 ) -> FastAPI:
     """The application; ``loader`` is a loaded backend or a function that loads one (run in a thread)."""
     metrics = ServerMetrics()
-    name = config.model_name or (loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/")
-                                 .rsplit("/", 1)[-1])
-    state = ServerState(config, name, api_key or None, metrics, BatchWorker(
+    folder = loader.model_name if isinstance(loader, Backend) else str(config.model).rstrip("/").rsplit("/", 1)[-1]
+    names = tuple(dict.fromkeys(name for name in (config.served_model_name, folder) if name))
+    state = ServerState(config, names[0], api_key or None, metrics, BatchWorker(
         lambda settings, questions: state.ready_backend().stream_many(settings, questions),
         config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
+        abandon_check=lambda questions, gone: state.ready_backend().abandon_check(questions, gone),
     ))
+    state.served_names = names
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -119,6 +112,7 @@ def create_app(
     app.add_middleware(BodyLimitAndMetrics, limit=config.max_request_bytes, metrics=metrics)
     _add_error_handlers(app)
     _add_routes(app, state)
+    _add_page(app)
     if state.api_key is None:
         _drop_security_from_schema(app)
     return app
@@ -166,21 +160,31 @@ async def _check_key(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
 ) -> None:
     """Constant-time comparison with the configured key; no key configured: every request passes."""
+    error = _key_error(request)
+    if error is not None:
+        raise error
+
+
+def _key_error(request: Request) -> ApiError | None:
+    """401 unless the request carries the configured key (None: it does, or none is configured). Also called before
+    a body that failed to parse is reported: without the key a client learns nothing about the body."""
     key = request.app.state.selfrag.api_key
     if key is None:
-        return
-    given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
-        raise ApiError(401, "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
-                       code="invalid_api_key")
+        return None
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    given = given.strip() if scheme.lower() == "bearer" else ""
+    if hmac.compare_digest(given.encode("utf-8", "surrogateescape"), key.encode("utf-8")):
+        return None
+    return ApiError(401, "missing or wrong API key; send the header 'Authorization: Bearer <key>'",
+                    code="invalid_api_key")
 
 
 def _add_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(_check_key)],
              responses={401: _ERRORS[401]})
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
-                                            "owned_by": "selfrag"}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "selfrag"}
+                                           for name in state.served_names]}
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=[Depends(_check_key)],
               responses={**_ERRORS, 200: {"content": {"text/event-stream": {}},
@@ -199,24 +203,32 @@ def _add_routes(app: FastAPI, state: ServerState) -> None:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+def _add_page(app: FastAPI) -> None:
+    """The trace inspector: static files shipped in the package; it calls this server's API like any client."""
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
     backend = state.ready_backend()
-    if body.model != state.model_name:
-        raise ApiError(404, f"model {body.model!r} is not served here; use {state.model_name!r} (GET /v1/models)",
-                       param="model", code="model_not_found")
-    question = _question(body, state.config)
-    settings = _settings(body, state.config)
-    prompt_tokens = backend.prompt_tokens(question)
-    too_long = context_problem(prompt_tokens, settings.max_tokens, context_limit(backend.engine))
-    if too_long:
-        raise ApiError(400, too_long.replace("the question", "the last user message", 1), param="messages",
-                       code="context_length_exceeded")
+    if body.model not in state.served_names:
+        served = " or ".join(repr(name) for name in state.served_names)
+        raise ApiError(404, f"model {body.model!r} is not served here; this server serves {served} (GET /v1/models; "
+                       "served_model_name=NAME adds a name)", param="model", code="model_not_found")
+    refuse_unsupported(body)
+    question = question_of(body, state.config)
+    settings = settings_of(body, state.config)
+    prompt_tokens = await _check_context(backend, question, settings)
     try:
         job = state.worker.submit(question, settings, stream=bool(body.stream))
     except QueueFull as error:
         state.metrics.rejected.labels("queue_full").inc()
-        raise ApiError(429, f"the server is busy: {error}; retry later", "rate_limit_error",
-                       code="rate_limit_exceeded") from None
+        wait = state.worker.retry_after_s()
+        raise ApiError(429, f"the server is busy: {error}; retry in {wait} s", "rate_limit_error",
+                       code="rate_limit_exceeded", headers={"Retry-After": str(wait)}) from None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_stream(state, job, prompt_tokens, include_usage), media_type="text/event-stream",
@@ -227,6 +239,28 @@ async def _chat(state: ServerState, body: ChatCompletionRequest, request: Reques
         return Response(status_code=499)
     state.metrics.observe_answer(answer)
     return JSONResponse(completion(answer, state.model_name, prompt_tokens))
+
+
+async def _check_context(backend: Backend, question: str, settings: InferenceConfig) -> int:
+    """The question's prompt tokens; 400 when the question, or the question with its longest retrieved passage (each
+    passage branch decodes ``prompt + passage``), and max_tokens exceed the model's context."""
+    prompt_tokens = backend.prompt_tokens(question)
+    limit = context_limit(backend.engine)
+    too_long = context_problem(prompt_tokens, settings.max_tokens, limit)
+    if too_long:
+        raise ApiError(400, too_long.replace("the question", "the last user message", 1), param="messages",
+                       code="context_length_exceeded")
+    if limit is None or settings.mode == "never":
+        return prompt_tokens
+    passage_tokens = await asyncio.to_thread(backend.passage_tokens, question, settings.top_k)
+    needed = prompt_tokens + passage_tokens + settings.max_tokens
+    if needed > limit:
+        raise ApiError(400, f"the last user message is {prompt_tokens} tokens as a prompt, its longest retrieved "
+                       f"passage needs {passage_tokens} more and max_tokens={settings.max_tokens}: {needed} exceeds "
+                       f"the model's context of {limit} tokens; shorten the question (at most "
+                       f"{max(limit - passage_tokens - settings.max_tokens, 0)} prompt tokens), lower max_tokens, or "
+                       "send mode=never", param="messages", code="context_length_exceeded")
+    return prompt_tokens
 
 
 class _Disconnected(Exception):
@@ -247,9 +281,7 @@ async def _await_answer(state: ServerState, job: Job, request: Request, poll_s: 
             state.worker.cancel(job)
             state.metrics.rejected.labels("disconnected").inc()
             raise _Disconnected
-    answer = _outcome(job)
-    state.metrics.queue_wait.observe(time.monotonic() - job.enqueued)
-    return answer
+    return _outcome(job)
 
 
 def _outcome(job: Job) -> Answer:
@@ -286,7 +318,6 @@ async def _stream(state: ServerState, job: Job, prompt_tokens: int, include_usag
             if isinstance(event, FinalEvent):
                 final = event.answer
                 state.metrics.observe_answer(final)
-                state.metrics.queue_wait.observe(time.monotonic() - job.enqueued)
             yield _sse(writer.event(event))
         if include_usage:
             yield _sse(writer.usage(final, prompt_tokens))
@@ -325,52 +356,6 @@ def _sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, allow_nan=False)}\n\n"
 
 
-# -- request -> question and settings -------------------------------------------------------------------
-
-
-def _question(body: ChatCompletionRequest, config: ServeConfig) -> str:
-    if len(body.messages) > config.max_messages:
-        raise ApiError(400, f"messages has {len(body.messages)} entries; at most {config.max_messages} are accepted",
-                       param="messages")
-    index = len(body.messages) - 1
-    last = body.messages[index]
-    if last.role != "user":
-        raise ApiError(400, f"the last message must come from the user (it holds the question), got role "
-                       f"{last.role!r}", param=f"messages.{index}.role")
-    content = last.content
-    if isinstance(content, list):
-        for part_index, part in enumerate(content):
-            if part.type != "text" or part.text is None:
-                raise ApiError(400, f"only text content parts are supported, got type {part.type!r}",
-                               param=f"messages.{index}.content.{part_index}")
-        content = "\n".join(part.text or "" for part in content)
-    question = (content or "").strip()
-    if not question:
-        raise ApiError(400, "the last user message is empty; put the question in it", param=f"messages.{index}.content")
-    if len(question) > config.max_question_chars:
-        raise ApiError(400, f"the question has {len(question)} characters; at most {config.max_question_chars}",
-                       param=f"messages.{index}.content")
-    return question
-
-
-def _settings(body: ChatCompletionRequest, config: ServeConfig) -> InferenceConfig:
-    overrides: dict[str, Any] = {name: getattr(body, name) for name in SETTINGS if getattr(body, name) is not None}
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = getattr(body, name)
-        if value is not None:
-            if value > config.max_tokens_limit:
-                raise ApiError(400, f"{name} must be at most {config.max_tokens_limit}, got {value}", param=name)
-            overrides["max_tokens"] = value
-            break
-    if overrides.get("top_k") is not None and overrides["top_k"] > config.max_top_k:
-        raise ApiError(400, f"top_k must be at most {config.max_top_k}, got {overrides['top_k']}", param="top_k")
-    settings = dataclasses.replace(config.inference, **overrides)
-    problems = settings.validate()
-    if problems:
-        raise ApiError(400, "; ".join(problems), param=problems[0].split(" ", 1)[0])
-    return settings
-
-
 # -- errors ---------------------------------------------------------------------------------------------
 
 
@@ -381,6 +366,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        unauthorised = _key_error(request) if request.url.path.startswith("/v1/") else None
+        if unauthorised is not None:
+            return unauthorised.response()
+        json_error = next((item for item in error.errors() if item.get("type") == "json_invalid"), None)
+        if json_error is not None:
+            return _invalid_json(request, json_error).response()
         problems = []
         for item in error.errors():
             location = [str(part) for part in item.get("loc", ()) if part != "body"]
@@ -398,3 +389,19 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
         return ApiError(500, "internal error; the server log has the details", "server_error").response()
+
+
+def _invalid_json(request: Request, item: dict[str, Any]) -> ApiError:
+    """400 naming where the body stops being JSON: byte offset, line and column (FastAPI reports a character index)."""
+    location = [part for part in item.get("loc", ()) if part != "body"]
+    position = location[0] if location and isinstance(location[0], int) else None
+    reason = str((item.get("ctx") or {}).get("error") or "invalid JSON")
+    body = request.scope.get(BODY_SCOPE_KEY)
+    where = "" if position is None else f" at character {position}"
+    if position is not None and isinstance(body, bytes):
+        text = body.decode("utf-8", "replace")[:position]
+        line = text.count("\n") + 1
+        column = position - (text.rfind("\n") + 1) + 1
+        where = f" at byte {len(text.encode('utf-8'))} (line {line}, column {column})"
+    return ApiError(400, f"the request body is not valid JSON: {reason}{where}; send one JSON object with "
+                    "Content-Type: application/json", param="body", code="invalid_json")

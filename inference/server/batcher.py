@@ -14,16 +14,19 @@ engine is not shared between threads): a group's questions share each engine cal
 Each event is handed to the loop as the runtime yields it: a streaming job's goes into its ``events`` queue, and
 every job's ``future`` gets its answer at its final event. ``None`` closes a streaming job's queue after the
 group is done (without a final event before it, ``future`` holds the engine's error). A job whose client went
-away is removed from the queue at once, so its slot is free for the next request; a group in the engine stops
-at its next event once all of its jobs are gone.
+away is removed from the queue at once, so its slot is free for the next request; in the engine, its requests
+leave the batch at the next decode step (hf; see ``abandon_check``), and a group stops at its next event once all
+of its jobs are gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from selfrag.config import to_dict
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
+from selfrag.inference.engines.cancel import AbandonCheck, abandon_when
 from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .metrics import ServerMetrics
@@ -39,6 +43,8 @@ from .metrics import ServerMetrics
 logger = logging.getLogger(__name__)
 
 StreamMany = Callable[[InferenceConfig, Sequence[str]], Iterator[tuple[int, StreamEvent]]]
+#: (the group's questions, "is question i's client gone?") -> the engine's per-request check
+AbandonCheckOf = Callable[[Sequence[str], Callable[[int], bool]], AbandonCheck]
 
 
 class QueueFull(Exception):
@@ -65,8 +71,10 @@ class BatchWorker:
         max_batch: int,
         batch_wait_s: float,
         metrics: ServerMetrics | None = None,
+        abandon_check: AbandonCheckOf | None = None,
     ) -> None:
         self._stream_many = stream_many
+        self._abandon_check = abandon_check
         self.max_queue, self.max_batch, self.batch_wait_s = max_queue, max_batch, batch_wait_s
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
@@ -75,6 +83,7 @@ class BatchWorker:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.in_flight = 0
+        self._seconds_per_job: float | None = None  # moving average of engine seconds per job: Retry-After
 
     @property
     def depth(self) -> int:
@@ -102,6 +111,11 @@ class BatchWorker:
         self._update_gauges()
         self._wakeup.set()
         return job
+
+    def retry_after_s(self) -> int:
+        """Whole seconds until the queue has likely drained by one batch (Retry-After of a 429), 1 to 60."""
+        per_job = self._seconds_per_job if self._seconds_per_job is not None else 1.0
+        return max(1, min(60, math.ceil(per_job * min(self.max_batch, max(len(self._waiting), 1)))))
 
     def cancel(self, job: Job) -> None:
         """The client is gone or timed out: free its queue slot now (or drop its events if it is being decoded)."""
@@ -152,6 +166,9 @@ class BatchWorker:
         self.in_flight = len(jobs)
         self._update_gauges()
         started = time.monotonic()
+        if self.metrics is not None:
+            for job in jobs:  # the queue wait ends here, when the engine takes the job
+                self.metrics.queue_wait.observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._drain, jobs, loop)
@@ -168,9 +185,13 @@ class BatchWorker:
             for job in jobs:
                 if job.events is not None:
                     job.events.put_nowait(None)
+        seconds = time.monotonic() - started
+        per_job = seconds / len(jobs)
+        previous = self._seconds_per_job
+        self._seconds_per_job = per_job if previous is None else 0.8 * previous + 0.2 * per_job
         if self.metrics is not None:
             self.metrics.batch_size.observe(len(jobs))
-            self.metrics.engine_seconds.observe(time.monotonic() - started)
+            self.metrics.engine_seconds.observe(seconds)
         for job in jobs:
             if not job.future.done():  # only if the runtime broke its contract (one final event per question)
                 job.future.set_exception(RuntimeError("the runtime sent no final answer for this question"))
@@ -178,18 +199,23 @@ class BatchWorker:
     def _drain(self, jobs: list[Job], loop: asyncio.AbstractEventLoop) -> None:
         """In the engine thread: hand each event to the loop as the runtime yields it; stop once every job is gone.
 
-        The check runs between events, so a group whose clients all left stops before its next engine call.
+        Between events, a group whose clients all left stops before its next engine call; within an engine call, an
+        engine that asks :mod:`~selfrag.inference.engines.cancel` (hf) drops a gone job's requests before its next
+        decode step.
         """
-        events = self._stream_many(jobs[0].settings, [job.question for job in jobs])
-        try:
-            for index, event in events:
-                if all(job.cancelled for job in jobs):
-                    return
-                loop.call_soon_threadsafe(_deliver, jobs[index], event)
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
+        questions = [job.question for job in jobs]
+        check = None if self._abandon_check is None else self._abandon_check(questions, lambda i: jobs[i].cancelled)
+        with abandon_when(check) if check is not None else contextlib.nullcontext():
+            events = self._stream_many(jobs[0].settings, questions)
+            try:
+                for index, event in events:
+                    if all(job.cancelled for job in jobs):
+                        return
+                    loop.call_soon_threadsafe(_deliver, jobs[index], event)
+            finally:
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
 
     def _update_gauges(self) -> None:
         if self.metrics is not None:

@@ -14,6 +14,7 @@ from typing import Literal
 from selfrag.config import help_field
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines.options import EngineOptions
+from selfrag.inference.retrievers.spec import RetrieverConfig
 
 
 @dataclass
@@ -25,8 +26,14 @@ class ServeConfig:
         "corpus JSONL (id, title, text) or a folder of .txt/.md/.pdf, indexed with BM25 at start-up "
         "(or give index=)", None
     )
-    index: Path | None = help_field("an index directory built once by `selfrag index` (BM25 or dense), instead of "
-                                    "corpus=", None)
+    index: str | None = help_field(
+        "a prebuilt index, instead of corpus=: a directory from `selfrag index`, or a pgvector "
+        "postgresql://user@host/db?table=NAME shared by every replica (same as retriever.index / retriever.url)", None
+    )
+    retriever: RetrieverConfig = help_field(
+        "the retriever section every stage shares (retriever.index, retriever.url, mode, ef_search); instead of "
+        "corpus= / index=", default_factory=RetrieverConfig
+    )
     engine: Literal["hf", "vllm", "openai"] = help_field(
         "decoding backend, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM in-process), "
         "openai (a remote OpenAI-compatible completions server)", "hf"
@@ -37,8 +44,9 @@ class ServeConfig:
     )
     host: str = help_field("address to bind; 127.0.0.1 keeps the server local, 0.0.0.0 exposes it", "127.0.0.1")
     port: int = help_field("TCP port", 8000)
-    model_name: str = help_field(
-        "the model id clients send and GET /v1/models lists; empty: the model directory's name", ""
+    served_model_name: str = help_field(
+        "another model id clients may send (as vLLM's --served-model-name); the model directory's name is always "
+        "served too, and GET /v1/models lists both; empty: only the directory's name", ""
     )
     api_key_env: str = help_field(
         "name of the environment variable holding the API key; when it is set and non-empty, /v1/* requires "
@@ -68,9 +76,12 @@ class ServeConfig:
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
         problems = list(self.engine_options.validate("engine_options."))
-        if (self.corpus is None) == (self.index is None):
-            problems.append("give exactly one of corpus=FILE (BM25 built at start-up) or index=DIR (built by "
-                            "selfrag index)")
+        given = [name for name, value in (("corpus", self.corpus), ("index", self.index)) if value is not None]
+        if self.retriever.is_set():
+            given.append("retriever")
+        if len(given) != 1:
+            problems.append("give exactly one of corpus=FILE (BM25 built at start-up), index=DIR|postgresql://... "
+                            f"(built by selfrag index) or a retriever section, got {given or 'none'}")
         if not 0 < self.port < 65536:
             problems.append(f"port must be in 1..65535, got {self.port}")
         for name in ("max_queue", "max_batch", "max_request_bytes", "max_messages", "max_question_chars",

@@ -6,16 +6,20 @@ import json
 import time
 from typing import Any
 
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .metrics import ServerMetrics
+
+#: the request body as read here, kept in the ASGI scope so an error handler can point into it (invalid JSON)
+BODY_SCOPE_KEY = "selfrag.body"
 
 
 class BodyLimitAndMetrics:
     """Reads the body up to ``limit`` bytes (413 past it), replays it to the app, and records status and latency.
 
-    The metrics label is the matched route's template (``/v1/chat/completions``) or ``unmatched``, so random
-    paths cannot blow up the label set.
+    The metrics label is the route's template (``/v1/chat/completions``, ``/openapi.json``; a 413 or a 405 counts
+    under the route its path names) or ``unmatched``, so random paths cannot blow up the label set.
     """
 
     def __init__(self, app: ASGIApp, limit: int, metrics: ServerMetrics) -> None:
@@ -39,9 +43,10 @@ class BodyLimitAndMetrics:
             if body is None:
                 await _too_large(send_and_record, self.limit)
                 return
+            scope[BODY_SCOPE_KEY] = body
             await self.app(scope, _replay(body, receive), send_and_record)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            route = getattr(scope.get("route"), "path", None) or _route_of(scope)
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.monotonic() - started)
 
@@ -65,6 +70,15 @@ class BodyLimitAndMetrics:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _route_of(scope: Scope) -> str:
+    """The template of the application's route that ``scope``'s path names (any method), or ``unmatched``."""
+    for route in getattr(scope.get("app"), "routes", ()):
+        match, _ = route.matches({**scope, "method": "GET" if scope.get("method") == "HEAD" else scope.get("method")})
+        if match != Match.NONE:
+            return str(getattr(route, "path", "unmatched"))
+    return "unmatched"
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

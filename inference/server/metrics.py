@@ -19,7 +19,8 @@ class ServerMetrics:
                                 registry=r)
         self.latency = Histogram("selfrag_request_seconds", "time from request to the last byte sent",
                                  ["route"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_wait = Histogram("selfrag_queue_wait_seconds", "time a request waited before its answer",
+        self.queue_wait = Histogram("selfrag_queue_wait_seconds",
+                                    "time a request waited in the queue until the engine took it",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.queue_depth = Gauge("selfrag_queue_depth", "requests waiting for the engine", registry=r)
         self.in_flight = Gauge("selfrag_in_flight", "requests being decoded in the current engine call", registry=r)

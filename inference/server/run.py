@@ -12,10 +12,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from pathlib import Path
 
 from selfrag.errors import InputError, SelfragError
 from selfrag.models import resolve_model
 
+from ..engines.options import import_vllm
 from .app import create_app
 from .backend import load_backend
 from .config import ServeConfig
@@ -29,9 +31,11 @@ def run(config: ServeConfig) -> int:
 
     if config.corpus is not None and not config.corpus.exists():
         raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
-    if config.index is not None and not config.index.is_dir():
+    if config.index is not None and "://" not in config.index and not Path(config.index).is_dir():
         raise InputError(f"index {str(config.index)!r} not found; build it with `selfrag index` or pass --corpus")
-    resolve_model(config.model)  # a wrong --model fails here, before the port opens
+    if config.engine == "vllm":
+        import_vllm("engine=vllm")  # a missing vLLM fails here, with the line that installs it
+    resolve_model(config.model)  # so does a wrong --model, before the port opens
     api_key = os.environ.get(config.api_key_env) or None
     if api_key is None and not _is_loopback(config.host):
         logger.warning("serving on %s without an API key; set %s to require one", config.host, config.api_key_env)

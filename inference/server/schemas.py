@@ -1,9 +1,11 @@
 """Request and response models of the OpenAI-compatible API; they also make the served OpenAPI schema.
 
 Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
-servers do. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
+servers do, except those whose request an answer could not keep (``stop``, ``logprobs``, a forced tool call, a
+JSON ``response_format``, ``n`` > 1): those are refused with 400 naming them. Self-RAG settings ride as extra
+top-level fields (``extra_body`` in the ``openai`` client):
 ``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``on_all_irrelevant``,
-``support_bound``.
+``support_bound``, ``use_calibration``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ class ChatCompletionRequest(_Lenient):
     temperature: float | None = Field(
         default=None, ge=0, le=2, description="accepted for compatibility; Self-RAG decodes greedily"
     )
+    stop: str | list[str] | None = Field(
+        default=None, description="not supported (a Self-RAG answer ends at its own [Utility:k] token): a non-empty "
+        "value is refused with 400"
+    )
+    logprobs: bool | None = Field(default=None, description="not supported: true is refused with 400 (the reflection "
+                                  "tokens' probabilities are in selfrag.trace)")
+    top_logprobs: int | None = Field(default=None, description="not supported: refused with 400")
+    tools: list[dict[str, Any]] | None = Field(default=None, description="accepted; the model never calls a tool")
+    tool_choice: str | dict[str, Any] | None = Field(
+        default=None, description="'auto' or 'none'; 'required' or a named function is refused with 400"
+    )
+    response_format: dict[str, Any] | None = Field(
+        default=None, description="type 'text' only; 'json_object' and 'json_schema' are refused with 400"
+    )
     mode: Literal["adaptive", "always", "never"] | None = Field(
         default=None, description="Self-RAG: adaptive (the model decides), always or never retrieve"
     )
@@ -67,6 +83,11 @@ class ChatCompletionRequest(_Lenient):
     )
     support_bound: float | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: a support score below this counts as unsupported"
+    )
+    use_calibration: bool | None = Field(
+        default=None, description="Self-RAG: false takes the built-in threshold, relevance_threshold and "
+        "support_bound (0.2, 0.5, 0.0) where neither the request nor the server sets them, instead of the "
+        "model's calibrated values"
     )
 
 

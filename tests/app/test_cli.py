@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_every_command_has_a_handler() -> None:
 def test_help_config_lists_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["ask", "--model", "m", "--corpus", "c", "q", "--help-config"])
-    assert "threshold (float, 0.2)" in capsys.readouterr().out
+    assert "threshold (float | None, None): adaptive mode retrieves" in capsys.readouterr().out
 
 
 def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
@@ -87,3 +88,29 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "selfrag generate: error: corpus file" in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+@pytest.mark.parametrize("command", ["ask", "serve"])
+def test_missing_vllm_gives_the_install_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+    """`ask engine=vllm` gave a traceback and `serve engine=vllm` only "No module named 'vllm'"; both now say how to
+    install it, from one place (selfrag.inference.engines.options.VLLM_INSTALL), as generate's teacher does."""
+    from selfrag.inference.engines.options import VLLM_INSTALL
+
+    argv = [command, "--model", str(tmp_path), "--corpus", str(DEMO_CORPUS)]
+    argv += ["q?", "engine=vllm"] if command == "ask" else ["--engine", "vllm"]  # refused before the port opens
+    code, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, "engine=vllm needs vLLM", VLLM_INSTALL)
+
+
+def test_the_teacher_says_the_same_install_line() -> None:
+    from selfrag.data_gen.config import TeacherConfig
+    from selfrag.data_gen.teachers import vllm_teacher
+    from selfrag.errors import ConfigError
+    from selfrag.inference.engines.options import VLLM_INSTALL
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ConfigError, match="teacher.backend=vllm") as error:
+        vllm_teacher(TeacherConfig(backend="vllm", model="smollm2"))
+    assert VLLM_INSTALL in str(error.value)

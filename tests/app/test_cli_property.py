@@ -149,3 +149,9 @@ def test_quickstart_random_overrides(capsys: pytest.CaptureFixture[str], no_mode
             raise
 
     run()
+
+
+def test_a_control_character_in_a_mapping_key_stays_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the property test above: a ``\\r`` in a loss-weight key split the error line in two."""
+    check("train", ["train", 'training.loss_weights={"\\r": null}', "model=m", "records=r.jsonl", "output_dir=o"],
+          capsys)

@@ -1,40 +1,188 @@
-"""The core contract (``selfrag/``) never imports a stage or the application layer (DESIGN.md: imports go one way)."""
+"""Imports go one way, as docs/ARCHITECTURE.md draws them: the page's table is read here and every import checked.
+
+Each folder of the package may import only what its row of "Who may import whom" names (imports inside functions
+included); benchmarks/ and studies/ use public names only; nothing in the package imports the folders outside it;
+the runtime's algorithm imports no model library. The setting-flow section's names are checked to exist.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-CORE = Path(__file__).resolve().parents[2] / "selfrag"
-FORBIDDEN = ("selfrag.data_gen", "selfrag.training", "selfrag.inference", "selfrag.app")
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "ARCHITECTURE.md"
+CORE = REPO / "selfrag"
+#: the package's folders and their import names (pyproject's package-dir)
+PACKAGES = {
+    "selfrag": "selfrag",
+    "app": "selfrag.app",
+    "data_gen": "selfrag.data_gen",
+    "training": "selfrag.training",
+    "inference": "selfrag.inference",
+    "evaluation": "selfrag.evaluation",
+}
+STAGES = tuple(name for name in PACKAGES.values() if name != "selfrag")
+OUTSIDE = ("benchmarks", "studies", "scripts", "tests")
+#: the runtime's algorithm: talks to engines through the protocol, never to a model library
+ALGORITHM = ("runtime.py", "policy.py", "longform.py", "critic.py", "scoring.py", "closedset.py", "answer.py")
+MODEL_LIBRARIES = ("torch", "transformers", "vllm")
 
 
-def _imports(path: Path) -> list[str]:
-    names = []
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, imported names) of every absolute import in ``path``, inside functions too."""
+    found: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
-    return names
+            found.append((node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def _is_core(module: str) -> bool:
+    return (module == "selfrag" or module.startswith("selfrag.")) and not module.startswith(STAGES)
+
+
+def _allowed_table() -> dict[str, list[str]]:
+    """``{folder: [allowed import prefixes or "core"]}`` from the page's table."""
+    section = PAGE.read_text(encoding="utf-8").split("## Who may import whom", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            folder = cells[0].strip("`/")
+            assert cells[1].strip("`") == PACKAGES[folder], f"{folder}: the page names {cells[1]}"
+            table[folder] = [item.strip().strip("`") for item in cells[2].split(",")]
+    return table
+
+
+def _allowed(module: str, rules: list[str], own: str) -> bool:
+    """May a file of package ``own`` import ``module``? Its own package and third-party modules always."""
+    if module != "selfrag" and not module.startswith("selfrag."):
+        return True
+    if _is_core(module) if own == "selfrag" else module == own or module.startswith(own + "."):
+        return True
+    return any(_is_core(module) if rule == "core" else module == rule or module.startswith(rule + ".")
+               for rule in rules)
+
+
+def test_the_page_has_a_row_for_every_folder_of_the_package() -> None:
+    assert sorted(_allowed_table()) == sorted(PACKAGES)
+
+
+@pytest.mark.parametrize("folder", sorted(PACKAGES))
+def test_each_folder_imports_only_what_the_page_allows(folder: str) -> None:
+    rules = _allowed_table()[folder]
+    own = PACKAGES[folder]
+    offenders = [
+        f"{path.relative_to(REPO)}: {module}"
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for module, _ in _imports(path)
+        if not _allowed(module, rules, own)
+    ]
+    assert offenders == [], f"imports that docs/ARCHITECTURE.md does not allow for {folder}/"
+
+
+def test_the_checker_catches_a_stage_importing_the_application_layer() -> None:
+    rules = _allowed_table()
+    assert not _allowed("selfrag.app.quickstart", rules["training"], "selfrag.training")
+    assert not _allowed("selfrag.data_gen.run", rules["inference"], "selfrag.inference")
+    assert not _allowed("selfrag.inference.runtime", rules["data_gen"], "selfrag.data_gen")
+    assert _allowed("selfrag.inference.engines.base", rules["data_gen"], "selfrag.data_gen")
+    assert _allowed("selfrag.config", rules["training"], "selfrag.training")
+    assert not _allowed("selfrag.inference.engines", rules["selfrag"], "selfrag")
 
 
 def test_core_imports_no_stage() -> None:
     offenders = [
-        f"{path.name}: {name}"
+        f"{path.name}: {module}"
         for path in sorted(CORE.glob("*.py"))
-        for name in _imports(path)
-        if name.startswith(FORBIDDEN)
+        for module, _ in _imports(path)
+        if module.startswith(STAGES)
     ]
     assert offenders == []
 
 
 def test_training_imports_only_core() -> None:
-    training = CORE.parent / "training"
     offenders = [
-        f"{path.name}: {name}"
-        for path in sorted(training.glob("*.py"))
-        for name in _imports(path)
-        if name.startswith(("selfrag.data_gen", "selfrag.inference", "selfrag.app"))
+        f"{path.name}: {module}"
+        for path in sorted((REPO / "training").glob("*.py"))
+        for module, _ in _imports(path)
+        if module.startswith(("selfrag.data_gen", "selfrag.inference", "selfrag.app"))
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "studies"])
+def test_benchmarks_and_studies_import_no_private_name_of_the_package(folder: str) -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: from {module} import {name}"
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for module, names in _imports(path)
+        if module.startswith("selfrag")
+        for name in names
+        if name.startswith("_") or any(part.startswith("_") for part in module.split("."))
+    ]
+    assert offenders == []
+
+
+def test_the_package_imports_nothing_outside_it() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}: {module}"
+        for folder in PACKAGES
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for module, _ in _imports(path)
+        if module.split(".")[0] in OUTSIDE
+    ]
+    assert offenders == []
+
+
+def test_the_runtime_algorithm_imports_no_model_library() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    assert all(f"`{name}`" in page or f"`inference/{name}`" in page for name in ALGORITHM)
+    offenders = [
+        f"inference/{name}: {module}"
+        for name in ALGORITHM
+        if (REPO / "inference" / name).is_file()
+        for module, _ in _imports(REPO / "inference" / name)
+        if module.split(".")[0] in MODEL_LIBRARIES
+    ]
+    assert offenders == []
+
+
+def _defines(path: Path, name: str) -> bool:
+    return any(isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name
+               for node in ast.parse(path.read_text(encoding="utf-8")).body)
+
+
+def _class_has(cls: str, attribute: str) -> bool:
+    for folder in PACKAGES:
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef) and node.name == cls:
+                    return any(
+                        isinstance(item, ast.FunctionDef) and item.name == attribute
+                        or isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                        and item.target.id == attribute
+                        for item in node.body
+                    )
+    return False
+
+
+def test_the_setting_flow_names_code_that_exists() -> None:
+    section = PAGE.read_text(encoding="utf-8").split("## Where a setting flows", 1)[1]
+    pairs = re.findall(r"`([\w/]+\.py)` `(\w+)`", section)
+    assert len(pairs) >= 4
+    for file, name in pairs:
+        assert (REPO / file).is_file(), file
+        assert _defines(REPO / file, name), f"{file} defines no {name}"
+    attributes = re.findall(r"`([A-Z]\w+)\.(\w+)`", section)
+    assert attributes
+    for cls, attribute in attributes:
+        assert _class_has(cls, attribute), f"{cls}.{attribute}"
+    for file in re.findall(r"`([\w.-]+/[\w/.-]+\.(?:py|yaml))`", section):
+        assert (REPO / file).is_file(), file

@@ -34,7 +34,7 @@ def test_folder_corpus(tmp_path: Path) -> None:
     (tmp_path / "docs" / "one.md").write_text("# One\nbody\n")
     (tmp_path / "docs" / "skip.bin").write_bytes(b"\0")
     passages = load_corpus(tmp_path / "docs")
-    assert [(p.id, p.title) for p in passages] == [("one.md", "one")]
+    assert [(p.id, p.title, p.text) for p in passages] == [("one.md", "One", "body")]  # the heading is the title
 
 
 def test_appender_resumes_after_a_killed_write(tmp_path: Path) -> None:
@@ -46,3 +46,44 @@ def test_appender_resumes_after_a_killed_write(tmp_path: Path) -> None:
     with JsonlAppender(path) as out:
         out.write([{"id": 3}])
     assert [row["id"] for _, row in read_jsonl(path)] == [1, 2, 3]
+
+
+# --- DPR's psgs_w100.tsv form --------------------------------------------------------------------------------
+
+DPR_TSV = (
+    'id\ttext\ttitle\n'
+    '1\t"Aaron Aaron ( or ; ""Ahärôn"") is a prophet, high priest, and the brother of Moses."\tAaron\n'
+    '2\tSo Aaron went with his brother to speak to the people.\tAaron\n'
+    '3\t"The Hebrew name is ""Aharon""; its meaning, ""mountain of strength"", is disputed."\t"Aaron, name"\n'
+)
+
+
+def test_dpr_tsv_corpus_reads_as_dpr_writes_it(tmp_path: Path) -> None:
+
+
+    path = tmp_path / "psgs_w100.tsv"
+    path.write_text(DPR_TSV, encoding="utf-8")
+    passages = load_corpus(path)
+    assert [p.id for p in passages] == ["1", "2", "3"]
+    assert passages[0].text == 'Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest, and the brother of Moses.'
+    assert passages[0].title == "Aaron" and passages[2].title == "Aaron, name"
+    assert passages[2].text.startswith('The Hebrew name is "Aharon"; its meaning, "mountain of strength"')
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("id\ttext\n1\tAaron\n", r"psgs_w100.tsv:1: the header must name the columns id, text and title"),
+        ("id\ttext\ttitle\n1\tone\tA\n2\ttwo\n", r"psgs_w100.tsv:3: 2 tab-separated fields, expected 3"),
+        ("id\ttext\ttitle\n1\tone\tA\n1\ttwo\tB\n", r"psgs_w100.tsv:3: duplicate passage id '1'"),
+        ("id\ttext\ttitle\n", r"holds no passages"),
+    ],
+)
+def test_dpr_tsv_mistakes_name_the_line(tmp_path: Path, content: str, expected: str) -> None:
+
+
+
+    path = tmp_path / "psgs_w100.tsv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError, match=expected):
+        load_corpus(path)

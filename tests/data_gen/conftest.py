@@ -69,6 +69,14 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def own_teacher_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own per-teacher cache folder (the default one lives in the user's cache dir)."""
+    folder = tmp_path / "teacher-caches"
+    monkeypatch.setenv("SELFRAG_TEACHER_CACHE", str(folder))
+    return folder
+
+
 @pytest.fixture
 def tiny_data(tmp_path: Path) -> tuple[Path, Path]:
     """(corpus.jsonl, queries.jsonl) of the hand-made data."""

@@ -64,7 +64,7 @@ def scripted_label(kind: str, user: str) -> str:
 
 def scripted_reply(messages: list[dict[str, str]], seed: int) -> str:
     """The teacher's reply text to one chat request (``seed`` = base seed + attempt)."""
-    user = messages[-1]["content"]
+    user = next(message["content"] for message in messages if message["role"] == "user")  # the prompt, not a correction
     if user.startswith("Write one question"):
         passage = user.split("Passage: ", 1)[1]
         title = passage.split("\n", 1)[0]
@@ -202,3 +202,16 @@ class TeacherServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def serve_forever(latency: float = 0.0) -> None:
+    """Run a scripted server in this process until it is killed; prints its URL first (for a test to kill it)."""
+    server = TeacherServer(latency=latency)
+    print(server.url, flush=True)
+    server.httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve_forever(float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)

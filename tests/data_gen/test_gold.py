@@ -105,3 +105,34 @@ def test_custom_abstain_text_and_missing_gold(setup) -> None:  # type: ignore[no
     with pytest.raises(InputError, match="nowhere-0-0"):
         GoldLabeler(by_id).label(broken, Evidence(()))
     assert GoldLabeler(by_id).problem(Query("q-y", "Why?", answers=())) == "answerable without answers"
+
+
+def test_a_long_form_output_gives_one_segment_per_sentence(setup) -> None:  # type: ignore[no-untyped-def]
+    """form=long needs multi-sentence training data: a query's long-form `output` is written sentence by sentence,
+    each on the gold passage that shares most words with it ([Continue to Use Evidence] on the same passage). The gold
+    labeler used to write one segment per record whatever the answer."""
+    by_id, _, _ = setup
+    paris, eiffel = by_id["paris-0-0"], by_id["paris-0-1"]
+    query = Query("q-long", "Tell me about Paris.", answers=("Paris",), gold_passage_ids=(paris.id, eiffel.id),
+                  output="Paris is the capital of France. It lies on the Seine. The Eiffel Tower was built in 1889.")
+    (record, *_) = GoldLabeler(by_id).label(query, Evidence(()))
+    assert record.id == "q-long/gold" and len(record.segments) == 3
+    assert record.render() == (
+        f"[Retrieval]<paragraph>{paris.render()}</paragraph>[Relevant]Paris is the capital of France.[Fully supported]"
+        "[Continue to Use Evidence] It lies on the Seine.[Fully supported]"
+        f"[Retrieval]<paragraph>{eiffel.render()}</paragraph>[Relevant] The Eiffel Tower was built in 1889."
+        "[Fully supported][Utility:5]"
+    )
+    parsed = parse_trajectory(record.render())
+    assert parsed.well_formed and len(parsed.segments) == 3
+    no_retrieval = Query("q-long-nr", "Say hello.", answers=("Hello",), needs_retrieval=False,
+                         output="Hello! How are you?")
+    (chat,) = GoldLabeler(by_id).label(no_retrieval, Evidence(()))
+    assert chat.render() == "[No Retrieval]Hello![No Retrieval] How are you?[Utility:5]"
+
+
+def test_short_answers_stay_one_segment_and_initials_do_not_split() -> None:
+    from selfrag.data_gen.gold import split_sentences
+
+    assert split_sentences("Charles W. Eliot") == ["Charles W. Eliot"]
+    assert split_sentences("It rained. Then it stopped.") == ["It rained.", "Then it stopped."]

@@ -64,7 +64,7 @@ def test_folder_chunks_overlap_and_keep_source_and_position(tmp_path: Path) -> N
     ]
     assert long[1].passage.text.split()[:3] == long[0].passage.text.split()[-3:]  # the overlap
     (short,) = [chunk for chunk in chunks if chunk.source != "long.txt"]
-    assert (short.passage.id, short.passage.title, short.passage.text) == ("sub/short.md", "short", "# Title body text")
+    assert (short.passage.id, short.passage.title, short.passage.text) == ("sub/short.md", "Title", "body text")
     assert short.to_json()["source"] == "sub/short.md"
     with pytest.raises(InputError, match="chunk_overlap must be in"):
         load_chunks(folder, chunk_words=5, chunk_overlap=5)
@@ -104,6 +104,7 @@ def test_pdf_pages_are_read_and_chunks_know_their_page(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "report.pdf").write_bytes(_pdf(["alpha beta gamma delta", "epsilon zeta eta theta"]))
     chunks = load_chunks(folder, chunk_words=4, chunk_overlap=0)
+    assert {c.passage.title for c in chunks} == {"report"}  # no /Title in its metadata: the file name
     assert [(c.passage.id, c.passage.text, c.page) for c in chunks] == [
         ("report.pdf#0", "alpha beta gamma delta", 1),
         ("report.pdf#1", "epsilon zeta eta theta", 2),
@@ -111,3 +112,35 @@ def test_pdf_pages_are_read_and_chunks_know_their_page(tmp_path: Path) -> None:
     (folder / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     with pytest.raises(InputError, match=r"broken.pdf: not a readable PDF"):
         load_chunks(folder)
+
+
+def test_markdown_headings_are_titles_not_text(tmp_path: Path) -> None:
+    """A Markdown file's headings leave the passage text; the first is the title, and a chunk that starts under a
+    later heading is titled "<first> — <that heading>" (the file name was the title, the '#' lines were text)."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "quill_lang.md").write_text(
+        "---\nauthor: me\n---\n# Quill language\n\nQuill is a small language.\n\n## Blocks ##\n"
+        "Blocks are marked by indent and end at a blank line here.\n"
+    )
+    chunks = load_chunks(folder, chunk_words=5, chunk_overlap=0)
+    assert [(c.passage.title, c.passage.text) for c in chunks] == [
+        ("Quill language", "Quill is a small language."),
+        ("Quill language — Blocks", "Blocks are marked by indent"),
+        ("Quill language — Blocks", "and end at a blank"),
+        ("Quill language — Blocks", "line here."),
+    ]
+    assert not any("#" in c.passage.text or "author" in c.passage.text for c in chunks)
+
+
+def test_text_file_titles(tmp_path: Path) -> None:
+    """A .txt file's first line is its title when it reads as one (it stays in the text); else the file name, with
+    '_' and '-' read as spaces."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Harbour tides of Velm\n\nThe tide turns twice a day.\n")
+    (folder / "b_notes-2.txt").write_text("The tide turns twice a day.\nIt is late.\n")
+    titled, named = load_chunks(folder)
+    assert (titled.passage.title, titled.passage.text) == ("Harbour tides of Velm",
+                                                           "Harbour tides of Velm The tide turns twice a day.")
+    assert named.passage.title == "b notes 2"

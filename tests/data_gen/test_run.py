@@ -15,6 +15,7 @@ from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.merge import MergeConfig, merge
 from selfrag.data_gen.run import run, select_queries
 from selfrag.errors import ConfigError, InputError
+from selfrag.fsutil import OWNER_FILE
 from selfrag.trajectory import Record, parse_trajectory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,9 @@ def test_resume_after_a_kill(tmp_path: Path) -> None:
     # file from an earlier render (it is rendered again from the records).
     killed = tmp_path / "killed"
     killed.mkdir()
+    # A run writes its config.yaml (and its owner file) before its first record: a kill leaves them.
+    for name in ("config.yaml", OWNER_FILE):
+        (killed / name).write_bytes((tmp_path / "whole" / name).read_bytes())
     for name, keep in (("records.jsonl", 100), ("heldout.jsonl", 10)):
         full = lines(tmp_path / "whole" / name)
         (killed / name).write_text("\n".join(full[:keep]) + "\n" + full[keep][: len(full[keep]) // 2], encoding="utf-8")

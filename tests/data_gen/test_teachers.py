@@ -150,7 +150,7 @@ def test_labeler_reasks_then_drops_with_reason(tmp_path: Path) -> None:
     assert first.label is not None and first.label.value == "[Relevant]" and first.calls == 2
     assert first.label.prompt_hash == prompt_hash("relevance") and first.label.model == "fake"
     second = asyncio.run(LLMLabeler(cached, retries=0).label(LabelItem("support", "Q?", Passage("p", "T", "x"), "o")))
-    assert second.label is None and second.drop == "support: label outside the vocabulary (1 tries)"
+    assert second.label is None and second.drop == "support: label outside the vocabulary (1 try)"
 
 
 def test_parse_label_strictness() -> None:
@@ -158,7 +158,13 @@ def test_parse_label_strictness() -> None:
     assert parse_label('```json\n{"label": " [Irrelevant] "}\n```', "relevance") == ("[Irrelevant]", None)
     assert parse_label('{"label": "[Continue to Use Evidence]"}', "retrieve") == (None, "label outside the vocabulary")
     assert parse_label('{"label": 5}', "utility") == (None, "reply has no string 'label'")
-    assert parse_label("[Relevant]", "relevance") == (None, "reply is not JSON")
+    assert parse_label("I think it is relevant.", "relevance") == (None, "reply is not JSON")
+    # exactly one label of the vocabulary, without JSON, is that label
+    assert parse_label("[Relevant]", "relevance") == ("[Relevant]", None)
+    assert parse_label(" `Irrelevant`.\n", "relevance") == ("[Irrelevant]", None)
+    assert parse_label("**[Utility:4]**", "utility") == ("[Utility:4]", None)
+    assert parse_label("[Relevant] [Irrelevant]", "relevance") == (None, "reply is not JSON")
+    assert parse_label("[Relevant]", "support") == (None, "reply is not JSON")
 
 
 def test_retry_after_header_forms() -> None:

@@ -161,7 +161,7 @@ def test_calibration_in_selfrag_json_reaches_the_runtime(
     assert meta is not None and meta.calibration == values
     assert json.loads((tmp_path / "selfrag.json").read_text())["base_model"] == "base"  # other keys kept
 
-    world_engine.calibration = meta.calibration  # type: ignore[attr-defined]  # what HFEngine sets from selfrag.json
+    world_engine.calibration = meta.calibration  # what every engine reads from selfrag.json
     runtime = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
     assert (runtime.config.threshold, runtime.config.support_bound) == (0.95, 0.3)
     assert runtime.config.relevance_threshold == 0.12
@@ -169,7 +169,7 @@ def test_calibration_in_selfrag_json_reaches_the_runtime(
     assert (explicit.config.threshold, explicit.config.support_bound) == (0.5, 0.1)  # the user's values win
     off = SelfRAG(world_engine, None, InferenceConfig(mode="never", use_calibration=False))
     assert (off.config.threshold, off.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
-    del world_engine.calibration  # type: ignore[attr-defined]
+    world_engine.calibration = None
     plain = SelfRAG(world_engine, None, InferenceConfig(mode="never"))
     assert (plain.config.threshold, plain.config.support_bound) == (DEFAULT_THRESHOLD, 0.0)
 

@@ -74,7 +74,8 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     monkeypatch.setattr(run_module, "load_trained", lambda model: world_engine)
     monkeypatch.setattr(run_module, "load_plain", lambda model: world_engine)
     config = from_dict(EvalConfig, {"data": data, "model": "m", "base_model": "b", "output_dir": tmp_path / "out",
-                                    "labels": labels, "show": 2})
+                                    "labels": labels, "show": 2,
+                                    "modes": ["no_retrieval", "plain_rag", "prompted", "single_pass"]})
     result = run_module.run(config)
 
     out = tmp_path / "out"
@@ -107,7 +108,7 @@ def test_missing_corpus_is_one_config_error(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
     config = from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out"})
-    with pytest.raises(ConfigError, match="have no ctxs and no corpus is set; pass corpus=FILE"):
+    with pytest.raises(ConfigError, match="have no ctxs and no corpus is set; set retriever.index=DIR"):
         run_module.run(config)
 
 

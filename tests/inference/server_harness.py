@@ -114,7 +114,8 @@ class ScriptedBackendEngine(ScriptedEngine):
 
 def serve_config(**overrides: Any) -> ServeConfig:
     # One round, no pruning: these scripts answer whole continuations (both have their own runtime tests).
-    values: dict[str, Any] = {"model": MODEL, "corpus": "unused.jsonl", "model_name": MODEL, "batch_wait_ms": 5.0,
+    values: dict[str, Any] = {"model": MODEL, "corpus": "unused.jsonl", "served_model_name": MODEL,
+                              "batch_wait_ms": 5.0,
                               "inference": InferenceConfig(max_rounds=0, pruning=PruningConfig(enabled=False))}
     values.update(overrides)
     return ServeConfig(**values)

@@ -18,17 +18,8 @@ from selfrag.reflection import Group  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def merged_dir(tmp_path_factory, reflection_tokenizer, token_ids, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    path = tmp_path_factory.mktemp("tiny-selfrag")
-    model = tiny_model_builder(len(reflection_tokenizer), seed=3)
-    with torch.no_grad():  # the default init (std 0.02) decodes one token forever; spread the weights
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    reflection_tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(token_ids, "add", "auto", "tiny-base", "merged"))
-    return path
+def merged_dir(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
+    return merged_model_dir(3)
 
 
 @pytest.fixture(scope="module")

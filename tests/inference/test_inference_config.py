@@ -30,3 +30,37 @@ def test_problems_name_field_value_and_fix() -> None:
     assert "top_k must be at least 1, got 0" in message
     assert "mode must be one of" in message
     assert "did you mean 'weights.support'" in message
+
+
+CALIBRATION = {"threshold": 0.9, "relevance_threshold": 0.7, "support_bound": 0.3}
+
+
+def test_unset_settings_take_the_calibration_and_set_ones_are_kept_even_at_the_built_in_value() -> None:
+    assert InferenceConfig().threshold is None  # unset is None, not "equal to the default"
+    resolved = InferenceConfig().resolved(CALIBRATION)
+    assert (resolved.threshold, resolved.relevance_threshold, resolved.support_bound) == (0.9, 0.7, 0.3)
+    # The built-in values given explicitly (a config, a command line, a request) are the user's: kept.
+    explicit = InferenceConfig(threshold=0.2, relevance_threshold=0.5, support_bound=0.0).resolved(CALIBRATION)
+    assert (explicit.threshold, explicit.relevance_threshold, explicit.support_bound) == (0.2, 0.5, 0.0)
+    mixed = load_config(InferenceConfig, RECIPE, ["relevance_threshold=0.5"]).resolved(CALIBRATION)
+    assert (mixed.threshold, mixed.relevance_threshold, mixed.support_bound) == (0.9, 0.5, 0.3)
+
+
+def test_without_calibration_or_with_it_turned_off_the_built_in_values_apply() -> None:
+    for config, calibration in ((InferenceConfig(), None), (InferenceConfig(use_calibration=False), CALIBRATION)):
+        resolved = config.resolved(calibration)
+        assert (resolved.threshold, resolved.relevance_threshold, resolved.support_bound) == (0.2, 0.5, 0.0)
+    unresolved = InferenceConfig()
+    assert (unresolved.retrieve_threshold, unresolved.relevance_cut, unresolved.support_floor) == (0.2, 0.5, 0.0)
+    odd = InferenceConfig().resolved({"threshold": float("nan"), "relevance_threshold": True, "support_bound": "x"})
+    assert (odd.threshold, odd.relevance_threshold, odd.support_bound) == (0.2, 0.5, 0.0)
+
+
+def test_the_recipes_leave_the_calibrated_settings_unset() -> None:
+    serve = Path(__file__).parents[2] / "configs" / "serve" / "default.yaml"
+    import yaml
+
+    for path, section in ((RECIPE, None), (serve, "inference")):
+        data = yaml.safe_load(path.read_text())
+        data = data[section] if section else data
+        assert all(data.get(name) is None for name in ("threshold", "relevance_threshold", "support_bound")), path

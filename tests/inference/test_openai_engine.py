@@ -11,7 +11,6 @@ pytest.importorskip("torch")
 
 from openai_scripted_server import ScriptedServer  # noqa: E402
 
-from selfrag.artifacts import ModelMeta, save_meta  # noqa: E402
 from selfrag.inference.engines import GenerationRequest  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.inference.engines.openai import OpenAIEngine, RemoteEngineError  # noqa: E402
@@ -19,19 +18,8 @@ from selfrag.prompting import encode_prompt  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, reflection_tokenizer, token_ids, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    import torch
-
-    path = tmp_path_factory.mktemp("tiny-openai")
-    model = tiny_model_builder(len(reflection_tokenizer), seed=5)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    reflection_tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(token_ids, "add", "auto", "tiny-base", "merged"))
-    return path
+def model_dir(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
+    return merged_model_dir(5)
 
 
 @pytest.fixture(scope="module")

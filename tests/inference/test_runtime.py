@@ -363,6 +363,10 @@ def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer, token_i
     generate = answer.trace[-1]
     assert generate["chosen"] == "answer_without_retrieval"
     assert generate["abstain"] == "the continuation has no answer text"
+    assert generate["generated"] == " [Utility:1]"  # what the model wrote, in the trace
+    from selfrag.inference.ask import format_answer
+
+    assert "    wrote ' [Utility:1]': the continuation has no answer text" in format_answer(answer)
     assert any(why.startswith("abstained: the model wrote no answer without retrieval") for why in answer.reasons)
 
 

@@ -191,6 +191,34 @@ def test_partially_supported_sentence(build, mode, expected) -> None:  # type: i
 ALONE = [(rf.NO_RETRIEVAL, {rf.NO_RETRIEVAL: 0.9}), "Paris alone.", U5]  # prompt + [No Retrieval] -> this
 
 
+def test_all_irrelevant_with_flag_never_abstains_behind_a_flag_step(build) -> None:  # type: ignore[no-untyped-def]
+    """on_unsupported=flag, every passage [Irrelevant]: pruning stops the branches after their verdict, so no candidate
+    has text. The answer used to abstain (low_confidence false) while the trace's last step said "flag"; now the trace
+    says abstain and why. Where a branch has text, that one is flagged and shipped (uncited)."""
+    low = {rf.RELEVANT: 0.05, rf.IRRELEVANT: 0.95}  # below pruning's relevance_bound 0.1
+    table = {PARIS: seg("Lyon.", relevance=low), LYON: seg("Nice.", relevance=low)}
+    rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
+    answer = rag.answer(Q)
+    assert all(c.pruned for c in answer.candidates)
+    last = answer.trace[-1]
+    assert answer.abstained and not answer.low_confidence
+    assert last["chosen"] == "abstain" and "no candidate wrote answer text" in last["why"]
+    assert "on_all_irrelevant=no_retrieval" in last["why"]
+    assert not any(entry.get("chosen") == "flag" for entry in answer.trace)
+    rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0, pruning=OFF)
+    flagged = rag.answer(Q)
+    assert flagged.trace[-1]["chosen"] == "flag" and flagged.low_confidence and not flagged.abstained
+    assert flagged.answer == "Lyon." and flagged.citations == ()
+
+
+def test_flag_ships_the_best_candidate_that_has_text(build) -> None:  # type: ignore[no-untyped-def]
+    """A pruned branch (no text) may outrank the one with text; flag ships the best one it can ship."""
+    table = {PARIS: seg("Berlin.", relevance=IRR, support=NONE), LYON: seg("Nice.", relevance=REL, support=NONE)}
+    rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
+    answer = rag.answer(Q)
+    assert answer.trace[-1]["chosen"] == "flag" and answer.answer == "Nice." and answer.low_confidence
+
+
 def test_all_irrelevant_answers_without_passages_when_configured(build) -> None:  # type: ignore[no-untyped-def]
     table = {"prompt": ALONE, PARIS: seg("Lyon.", relevance=IRR), LYON: seg("Nice.", relevance=IRR)}
     rag, engine, retriever = build(table, passages=[PARIS, LYON], on_all_irrelevant="no_retrieval")
@@ -311,7 +339,11 @@ def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, prunin
     assert last["chosen"] != "answer_without_retrieval"
     assert last["passage_id"] == chosen.passage.id
     supported, _ = policy.judge(chosen, rag.config)
-    assert last["chosen"] == ("accept" if supported else action)
+    if action == "flag" and last["chosen"] == "abstain":  # nothing to flag: no candidate has text to ship
+        assert "no candidate wrote answer text" in last["why"]
+        assert not any(policy.shipped_segments(c, rag.config)[0] for c in answer.candidates)
+    else:
+        assert last["chosen"] == ("accept" if supported else action)
     if last["chosen"] == "abstain" or not answer.segments:
         assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
         return

@@ -492,3 +492,41 @@ def test_serve_command_reports_user_mistakes_in_one_line(capsys: pytest.CaptureF
     assert main(["serve", "--model", "m", "--corpus", str(DEMO_CORPUS), "max_queue=0", "prot=1"]) == 2
     err = capsys.readouterr().err
     assert "max_queue must be at least 1" in err and "did you mean 'port'" in err
+
+
+def test_calibration_fills_only_unset_settings_and_a_request_may_ask_for_the_built_in_values(
+    server: LiveServer, shared_engine: ScriptedBackendEngine
+) -> None:
+    """The model's calibration (carried by the engine) applies where neither the request nor the server sets a
+    value; an explicit threshold equal to the built-in 0.2 is kept (it was replaced by the calibrated one)."""
+    shared_engine.calibration = {"threshold": 0.999, "relevance_threshold": 0.5, "support_bound": 0.0}
+    try:
+        calibrated = ask(server, CAPITAL).model_extra["selfrag"]
+        assert calibrated["retrieved"] is False and calibrated["trace"][0]["threshold"] == 0.999
+        explicit = ask(server, CAPITAL, threshold=0.2).model_extra["selfrag"]
+        assert explicit["retrieved"] is True and explicit["trace"][0]["threshold"] == 0.2
+        built_in = ask(server, CAPITAL, use_calibration=False).model_extra["selfrag"]
+        assert built_in["retrieved"] is True and built_in["trace"][0]["threshold"] == 0.2
+    finally:
+        shared_engine.calibration = None
+    response = post(server, {"model": MODEL, "messages": [{"role": "user", "content": CAPITAL}],
+                             "use_calibration": "sometimes"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "use_calibration"
+
+
+def test_the_folder_name_and_a_configured_served_name_are_both_served(engine: ScriptedBackendEngine) -> None:
+    """The model directory's name is always served (the README's model="model" is the quickstart's folder), a
+    configured served_model_name too; a 404 names every served id."""
+    live = start_server(engine, served_model_name="smol")  # the harness's backend is the folder MODEL
+    try:
+        listed = [card.id for card in client(live).models.list().data]
+        assert listed == ["smol", MODEL]
+        for name in ("smol", MODEL):
+            reply = post(live, {"model": name, "messages": _user(CAPITAL)})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["model"] == "smol"
+        missing = post(live, {"model": "model", "messages": _user()})
+        message = missing.json()["error"]["message"]
+        assert missing.status_code == 404 and f"'smol' or '{MODEL}'" in message and "served_model_name" in message
+    finally:
+        live.stop()

@@ -43,8 +43,8 @@ def trained_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.slow
 def test_real_smollm2_answers_and_streams_the_same(trained_model: str) -> None:
-    config = load_config(ServeConfig, None, [f"model={trained_model}", f"corpus={DEMO_CORPUS}", "model_name=smol",
-                                             "inference.max_tokens=16", "inference.top_k=2"])
+    config = load_config(ServeConfig, None, [f"model={trained_model}", f"corpus={DEMO_CORPUS}",
+                                             "served_model_name=smol", "inference.max_tokens=16", "inference.top_k=2"])
     live = LiveServer(create_app(config, load_backend(config))).start()
     try:
         client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=600)

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 from parity_models import make_add_merged, make_reserved_adapter, make_reserved_base  # noqa: E402
 
+from selfrag.artifacts import write_calibration  # noqa: E402
 from selfrag.inference.config import InferenceConfig  # noqa: E402
 from selfrag.inference.engines import GenerationRequest  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
@@ -112,12 +113,24 @@ def _assert_parity(hf_generations, vllm_generations) -> dict[str, float]:  # typ
 
 
 def test_add_merged_model_matches(add_merged: Path) -> None:
-    hf = HFEngine(add_merged)
-    requests = _requests(hf)
-    expected = hf.generate(requests)
-    engine = VLLMEngine(add_merged, max_model_len=1024)
+    # The model's calibration travels through the Engine protocol: the runtime on vLLM reads the same thresholds
+    # as on hf (it fell back to the built-in 0.2 / 0.5 / 0.0 on vLLM once).
+    meta_file = add_merged / "selfrag.json"
+    original = meta_file.read_bytes()
+    calibration = {"threshold": 0.7, "relevance_threshold": 0.517, "support_bound": 0.25}
+    write_calibration(add_merged, calibration)
+    try:
+        hf = HFEngine(add_merged)
+        requests = _requests(hf)
+        expected = hf.generate(requests)
+        engine = VLLMEngine(add_merged, max_model_len=1024)
+    finally:
+        meta_file.write_bytes(original)
     try:
         worst = _assert_parity(expected, engine.generate(requests))
+        assert engine.calibration == hf.calibration == calibration
+        settings = [SelfRAG(e, None, InferenceConfig(mode="never")).config for e in (hf, engine)]
+        assert [(c.threshold, c.relevance_threshold, c.support_bound) for c in settings] == [(0.7, 0.517, 0.25)] * 2
     finally:
         engine.close()
     print(f"add merged: worst |dp| {worst['probability']:.2e}, |dlogp| {worst['logprob']:.2e}")

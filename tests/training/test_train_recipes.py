@@ -35,6 +35,7 @@ ACCELERATE = {
     "ddp.yaml": "MULTI_GPU",
     "fsdp.yaml": "FSDP",
     "deepspeed_zero3.yaml": "DEEPSPEED",
+    "multi_node.yaml": "MULTI_GPU",
 }
 
 

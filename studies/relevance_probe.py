@@ -3,7 +3,7 @@
 DESIGN.md's lead: a logistic regression on the frozen SmolLM2-135M's hidden states (last token and mean over the
 passage, layers -1, -10, -20) separated relevant from irrelevant passages of unseen articles at AUROC 0.95 (easy)
 and 0.92 (hard), before anyone recorded how its hard negatives were drawn. The judgement study found two kinds of
-same-article negative (benchmarks/judgement_study.md, stop 21): a *random* passage of the article (fine-tuning
+same-article negative (studies/judgement_study.md, stop 21): a *random* passage of the article (fine-tuning
 reaches 0.99) and the *closest* one, the article's best BM25 match without the answer (fine-tuning stalls near
 0.90). This probe asks the same of the frozen model, on the same held-out questions the study scores, and one more
 thing: the verdict position comes right after ``</paragraph>``, some 200 tokens after the question; does the frozen
@@ -18,7 +18,7 @@ A standardised L2 logistic regression (C chosen by 5-fold cross-validation) trai
 training articles (gold vs closest, random-free: data_gen's gold/hard/easy records) and is scored on ``--items``
 held-out questions per class, AUROC with a 95% bootstrap interval.
 
-    python benchmarks/relevance_probe.py [--train 600] [--items 300] [--model NAME --device cuda]
+    python studies/relevance_probe.py [--train 600] [--items 300] [--model NAME --device cuda]
 
 Needs ``runs/data-train``, ``runs/data-test`` and ``runs/data-test-article`` (the study's, see judgement_study.py).
 Forward passes only: 3,000 records took 17 min on 2 cores (alone); the features are cached in runs/probe.
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,15 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 LAYERS = (-1, -10, -20)
 OUT = REPO / "runs" / "probe"
+
+
+def stable_order(key: str) -> int:
+    """A question's place in the probe's fixed order: the first 8 bytes of its id's SHA-256, the order the study's
+    ``select_items`` takes questions in, so probe and study score the same held-out questions."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
 
 
 def records_by_kind(path: Path) -> dict[str, dict[str, Any]]:
@@ -89,7 +93,7 @@ def main() -> None:
     for data in ("data-train", "data-test", "data-test-article"):
         if not (REPO / "runs" / data / "records.jsonl").is_file():
             raise SystemExit(f"runs/{data}/records.jsonl not found; make the study's records first "
-                             "(the `selfrag generate` commands in benchmarks/judgement_study.py)")
+                             "(the `selfrag generate` commands in studies/judgement_study.py)")
 
     import warnings
 
@@ -102,7 +106,7 @@ def main() -> None:
 
     from selfrag.fsutil import write_json
     from selfrag.models import DEFAULT_MODEL, resolve_model
-    from selfrag.training.judgement import _stable, auroc, auroc_interval
+    from selfrag.training.judgement import auroc, auroc_interval
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="sklearn")  # 1.9's notices of 1.10 defaults
     torch.manual_seed(0)
@@ -115,8 +119,8 @@ def main() -> None:
     train = records_by_kind(REPO / "runs/data-train/records.jsonl")
     test = records_by_kind(REPO / "runs/data-test/records.jsonl")
     article = records_by_kind(REPO / "runs/data-test-article/records.jsonl")
-    train_ids = [q for q in sorted(train, key=_stable) if {"gold", "hard", "easy"} <= set(train[q])][: args.train]
-    test_ids = [q for q in sorted(test, key=_stable) if {"gold", "hard", "easy"} <= set(test[q])
+    train_ids = [q for q in sorted(train, key=stable_order) if {"gold", "hard", "easy"} <= set(train[q])][: args.train]
+    test_ids = [q for q in sorted(test, key=stable_order) if {"gold", "hard", "easy"} <= set(test[q])
                 and "article" in article.get(q, {})][: args.items]
 
     OUT.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,135 @@
+"""Teacher labelling in 1 process vs on Ray with 2 workers, against a teacher of fixed latency, in one run.
+
+    .venv/bin/python benchmarks/data_gen_ray.py --questions 48 --latency 0.1 --concurrency 4
+
+Starts an OpenAI-compatible chat server on loopback that answers every call after ``--latency`` seconds (a stand-in
+for a remote teacher: the time is the network and the model), then runs ``selfrag generate labeler=llm`` on the same
+synthetic questions into fresh output directories, each with its own empty teacher cache: once in this process
+(``executor=local``, the baseline) and once with ``executor=ray ray.workers=2`` on a local Ray (each worker with the
+same ``teacher.max_concurrency``). Prints questions per second with the ratio to the baseline (Ray's start-up
+included and, separately, the labelling alone), per-question teacher calls and tokens (the server counts a token as
+4 characters), and whether both runs wrote the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from teacher_concurrency import reply_for, write_data
+
+from selfrag.config import load_config
+from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.run import run
+
+
+def serve(latency: float) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(latency)
+            prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+            text = reply_for(prompt)
+            usage = {"prompt_tokens": len(json.dumps(body["messages"])) // 4, "completion_tokens": len(text) // 4}
+            raw = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}], "usage": usage})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw.encode())
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *extra: str) -> tuple[float, Any]:
+    config = load_config(
+        GenerateConfig,
+        None,
+        [
+            "labeler=llm",
+            "teacher.model=bench",
+            f"teacher.base_url={url}",
+            f"teacher.max_concurrency={concurrency}",
+            f"teacher.cache={output}.sqlite",  # its own, empty: every call goes to the teacher
+            "split=all",
+            f"corpus={data[0]}",
+            f"queries={data[1]}",
+            f"output={output}",
+            *extra,
+        ],
+    )
+    start = time.perf_counter()
+    result = run(config)
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=48)
+    parser.add_argument("--latency", type=float, default=0.1, help="seconds the teacher takes per call")
+    parser.add_argument("--concurrency", type=int, default=4, help="teacher.max_concurrency of each process/worker")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    import ray
+
+    server = serve(args.latency)
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        data = write_data(folder, args.questions)
+        local_seconds, local = measure(url, data, folder / "local", args.concurrency)
+        started = time.perf_counter()
+        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+        ray_start = time.perf_counter() - started
+        ray_seconds, on_ray = measure(
+            url, data, folder / "ray", args.concurrency, "executor=ray", f"ray.workers={args.workers}",
+            f"ray.batch_size={max(1, args.questions // (4 * args.workers))}",
+        )
+        ray.shutdown()
+        same = all(
+            (folder / "local" / name).read_bytes() == (folder / "ray" / name).read_bytes()
+            for name in ("records.jsonl", "critic.jsonl", "drops.jsonl")
+        )
+    server.shutdown()
+    teacher = local.stats["teacher"]
+    per_question = {key: teacher[key] / args.questions for key in ("calls", "prompt_tokens", "completion_tokens")}
+    print(
+        f"{args.questions} questions, teacher latency {args.latency * 1000:.0f} ms per call, "
+        f"teacher.max_concurrency={args.concurrency} per process"
+    )
+    print("| run | seconds | questions/s | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| 1 process | {local_seconds:.2f} | {args.questions / local_seconds:.2f} | 1.00x |")
+    total = ray_seconds + ray_start
+    print(f"| Ray, {args.workers} workers (with Ray start) | {total:.2f} | {args.questions / total:.2f} "
+          f"| {local_seconds / total:.2f}x |")
+    print(f"| Ray, {args.workers} workers (generate alone) | {ray_seconds:.2f} | {args.questions / ray_seconds:.2f} "
+          f"| {local_seconds / ray_seconds:.2f}x |")
+    print(
+        f"per question: {per_question['calls']:.1f} teacher calls, {per_question['prompt_tokens']:.0f} prompt + "
+        f"{per_question['completion_tokens']:.0f} completion tokens; calls made: 1 process "
+        f"{local.stats['run']['teacher_calls_made']}, Ray {on_ray.stats['run']['teacher_calls_made']}"
+    )
+    print(f"identical records, critic rows and drops: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""``selfrag generate executor=ray``: the teacher labelling on Ray Data, on a local or an existing Ray cluster.
+
+    selfrag generate --config configs/data_gen/http-teacher.yaml teacher.model=M output=runs/data executor=ray \\
+        ray.workers=4                       # a local Ray; ray.address=auto (or ray://host:10001) for a cluster
+
+The questions left to do become a Ray Dataset; ``map_batches`` runs a pool of ``ray.workers`` labelling actors,
+each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries,
+connection breaker and the shared per-teacher SQLite cache as the single-process run), and the driver appends
+each finished question to the same journal as it arrives. The output files are rendered from the journal exactly
+as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
+also written as shards with a manifest (:func:`write_shards`).
+
+Why actors with the project's teacher, not ``ray.data.llm``'s processors: a question is a chain of dependent calls
+of variable length (the retrieve decision picks the next call; each later sentence gets a decision; relevance for
+the top-k, support only for the relevant ones; a malformed reply gets a correction turn), while a ``ray.data.llm``
+processor maps one row to one request. Unrolling the chain into a fixed stage sequence would need one processor per
+depth and would lose the call cache (a rerun would pay every call again) and the byte-identical records.
+
+Faults: Ray Data restarts a dead labelling actor and retries its batch; a question is journaled by the driver only
+when its result arrives, once (a duplicate from a retried batch is ignored), so nothing is lost or written twice.
+A rerun of a finished run skips every journaled question and makes zero teacher calls (the cache is shared: one
+SQLite file per teacher; on several machines point ``teacher.cache`` at storage every node mounts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from selfrag.config import from_dict, to_dict
+from selfrag.corpus import Query, parse_ctxs
+from selfrag.errors import ConfigError
+from selfrag.fsutil import write_json
+from selfrag.trajectory import Passage
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_FILE = "manifest.json"
+SHARDS_DIR = "shards"
+
+
+class Labeller:
+    """One Ray actor: a teacher, a labeler and a retriever; labels a batch of questions, one journal entry each.
+
+    The teacher lives as long as the actor (one event loop for every batch): its connection pool, and its count of
+    connection failures in a row, carry over from batch to batch, so an unreachable teacher stops the run.
+    """
+
+    def __init__(self, config: dict[str, Any], passages: list[dict[str, str]], cache_path: str) -> None:
+        from selfrag.data_gen.cache import CallCache
+        from selfrag.data_gen.config import GenerateConfig
+
+        self.config = from_dict(GenerateConfig, config)
+        self.passages = [Passage(p["id"], p["title"], p["text"]) for p in passages]
+        self.by_id = {passage.id: passage for passage in self.passages}
+        self.cache = CallCache(cache_path)
+        self.loop = asyncio.new_event_loop()
+        self.assembler: Any = None
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        return self.loop.run_until_complete(
+            self._label(list(batch["query"]), list(batch["seed"]), list(batch["digest"]))
+        )
+
+    def _build(self) -> Any:
+        from selfrag.data_gen.assembly import Assembler
+        from selfrag.data_gen.labelers import LLMLabeler
+        from selfrag.data_gen.pipeline import fallback_retriever
+        from selfrag.data_gen.teachers import CachedTeacher, build_teacher
+        from selfrag.inference.retrievers.spec import open_retriever
+        from selfrag.retrieval import PrecomputedRetriever
+
+        config = self.config
+        teacher = CachedTeacher(build_teacher(config.teacher), self.cache)
+        labeler = LLMLabeler(
+            teacher, config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+        )
+        # The prebuilt index (a directory every worker opens, or one pgvector table) when there is one: no worker
+        # builds its own; a question's own ctxs come first, added batch by batch (see _label).
+        fallback = fallback_retriever(open_retriever(config.retriever), self.passages)
+        self.retriever = PrecomputedRetriever({}, fallback)
+        return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.seed)
+
+    async def _label(self, queries: list[str], seeds: list[str], digests: list[str]) -> dict[str, list[Any]]:
+        from selfrag.data_gen.teachers import TeacherError
+
+        if self.assembler is None:  # built inside the loop: the HTTP client belongs to it
+            self.assembler = self._build()
+        assembler, config = self.assembler, self.config
+        teacher = assembler.teacher
+        fresh, hits = teacher.fresh_calls, teacher.cache_hits
+        slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
+
+        parsed = [_query(json.loads(raw)) for raw in queries]
+        self.retriever.by_query.update({query.question: tuple(query.ctxs) for query in parsed if query.ctxs})
+
+        async def one(raw: str, seed: str, digest: str) -> tuple[str, str, str, str]:
+            query = _query(json.loads(raw))
+            async with slots:
+                try:
+                    outcome = await assembler.assemble(query, self.by_id[seed] if seed else None)
+                except TeacherError as error:
+                    if not error.retryable:
+                        return query.id, "", "", error.reason
+                    return query.id, "", f"teacher unavailable: {error.reason}; rerun to retry", ""
+            return query.id, json.dumps({**outcome.to_json(), "input_digest": digest}), "", ""
+
+        results = await asyncio.gather(*(one(*row) for row in zip(queries, seeds, digests, strict=True)))
+        names = ("query_id", "entry", "failed", "fatal")
+        out: dict[str, list[Any]] = {name: [row[i] for row in results] for i, name in enumerate(names)}
+        padding = [0] * (len(results) - 1)
+        out["fresh_calls"] = [teacher.fresh_calls - fresh, *padding]
+        out["cache_hits"] = [teacher.cache_hits - hits, *padding]
+        return out
+
+
+def _query(data: dict[str, Any]) -> Query:
+    return Query(
+        str(data["id"]),
+        str(data["question"]),
+        tuple(data.get("answers") or ()),
+        bool(data.get("answerable", True)),
+        tuple(data.get("gold_passage_ids") or ()),
+        data.get("needs_retrieval"),
+        dict(data.get("meta") or {}),
+        data.get("output"),
+        parse_ctxs(data, "a ray batch", str(data["id"])),
+    )
+
+
+def label_with_ray(
+    config: Any,
+    todo: Sequence[tuple[Query, str | None]],
+    passages: Sequence[Passage],
+    digests: dict[str, str],
+    cache_path: Path,
+    add: Callable[[dict[str, Any]], bool],
+) -> tuple[dict[str, str], int, int]:
+    """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, fresh calls, hits)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(["executor=ray needs Ray: pip install 'selfrag[ray]' (or executor=local)"]) from None
+    from tqdm.auto import tqdm
+
+    from selfrag.data_gen.teachers import TeacherError
+
+    settings = config.ray
+    ray.data.DataContext.get_current().enable_progress_bars = False  # one tqdm bar below, not Ray's per operator
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    started_here = not ray.is_initialized()
+    if started_here:
+        options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if settings.address is None:
+            options["num_cpus"] = settings.workers
+        ray.init(address=settings.address, **options)
+    failed: dict[str, str] = {}
+    fresh = hits = 0
+    try:
+        rows = [
+            {"query": json.dumps(query.to_json()), "seed": seed or "", "digest": digests[query.id]}
+            for query, seed in todo
+        ]
+        if not rows:
+            return failed, 0, 0
+        dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
+        labelled = dataset.map_batches(
+            Labeller,
+            fn_constructor_kwargs={
+                "config": to_dict(config),
+                "passages": [passage.to_json() for passage in passages],
+                "cache_path": str(cache_path),
+            },
+            batch_size=settings.batch_size,
+            # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
+            compute=ray.data.ActorPoolStrategy(size=settings.workers),
+            num_cpus=settings.cpus_per_worker,
+        )
+        with tqdm(total=len(rows), desc="generate (ray)", unit="question", dynamic_ncols=True) as bar:
+            for row in labelled.iter_rows():
+                fresh += int(row["fresh_calls"])
+                hits += int(row["cache_hits"])
+                if row["fatal"]:  # a permanent teacher error (HTTP 401/404, unreachable): stop the run
+                    raise TeacherError(str(row["fatal"]), retryable=False)
+                if row["failed"]:
+                    failed[str(row["query_id"])] = str(row["failed"])
+                elif row["entry"] and not add(json.loads(str(row["entry"]))):
+                    logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
+                bar.update(1)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return failed, fresh, hits
+
+
+def write_shards(output: Path, names: Sequence[str], per_shard: int) -> dict[str, Any]:
+    """Copy the records files into ``shards/<name>-NNNNN.jsonl`` of ``per_shard`` lines and a manifest (counts and
+    SHA-256 of every shard, in order: concatenating a name's shards gives its file back byte for byte)."""
+    folder = output / SHARDS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.jsonl"):
+        stale.unlink()
+    manifest: dict[str, Any] = {"per_shard": per_shard, "files": {}}
+    for name in names:
+        source = output / name
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True) if source.exists() else []
+        shards = []
+        for number, chunk in enumerate(_chunks(lines, per_shard)):
+            path = folder / f"{Path(name).stem}-{number:05d}.jsonl"
+            data = "".join(chunk).encode("utf-8")
+            path.write_bytes(data)
+            shards.append({"path": f"{SHARDS_DIR}/{path.name}", "lines": len(chunk), "sha256": _sha(data)})
+        manifest["files"][name] = {"lines": len(lines), "shards": shards}
+    write_json(output / MANIFEST_FILE, manifest)
+    return manifest
+
+
+def _chunks(lines: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(lines), size):
+        yield lines[start : start + size]
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -1,0 +1,106 @@
+"""executor=ray on a 2-node Ray cluster on loopback (ray.cluster_utils.Cluster, 1 CPU a node) against the scripted
+OpenAI-compatible teacher: the same bytes as the single-process run, a labelling worker SIGKILLed mid-run without a
+question lost or doubled, shards with a manifest, and a rerun with zero teacher calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from teacher_inputs import write_inputs
+from teacher_server import TeacherServer
+from test_teacher_run import QUERIES, generate
+
+from selfrag.data_gen.outputs import OUTPUT_FILES
+
+ray = pytest.importorskip("ray")
+
+MANY = [dict(q, id=f"{q['id']}-{n}", question=f"{q['question']} (variant {n})") for n in range(3) for q in QUERIES]
+
+
+@pytest.fixture(scope="module")
+def cluster():  # type: ignore[no-untyped-def]
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def labelling_workers() -> list[int]:
+    """PIDs of the processes running the labelling actors (Ray names them after the map_batches function)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"Labeller" in command and b"ray::" in command:
+                found.append(int(entry.name))
+    return found
+
+
+def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data = write_inputs(tmp_path, MANY)
+    ray_settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "ray.batch_size=3",
+                    "ray.shard_records=5", "teacher.max_concurrency=2"]
+    killed: list[int] = []
+    with TeacherServer(latency=0.02) as server:
+        local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+
+        def kill_one_worker() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not killed:
+                if len(server.answered) > local.stats["run"]["teacher_calls_made"] // 3:  # the ray run is under way
+                    for pid in labelling_workers()[:1]:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                time.sleep(0.01)
+
+        server.answered.clear()
+        killer = threading.Thread(target=kill_one_worker, daemon=True)
+        killer.start()
+        shared = f"teacher.cache={tmp_path / 'ray.sqlite'}"
+        first = generate(server.url, data, tmp_path / "ray", *ray_settings, shared)
+        killer.join()
+        calls = len(server.answered)
+        (tmp_path / "ray" / "journal.jsonl").unlink()  # forget every finished question: only the cache is left
+        again = generate(server.url, data, tmp_path / "ray", *ray_settings, shared)
+    assert killed, "no labelling worker was found to kill"
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    records = [json.loads(line) for line in (tmp_path / "ray" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == len({row["id"] for row in records}) == 12  # 3 variants x 4 labelled questions
+    assert first.stats["questions"] == local.stats["questions"] == len(MANY) and not first.problems
+    assert calls >= local.stats["run"]["teacher_calls_made"]  # a killed batch's calls in flight may be asked again
+    assert again.stats["run"]["teacher_calls_made"] == 0 and len(server.answered) == calls
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    shards = manifest["files"]["records.jsonl"]["shards"]
+    assert [shard["lines"] for shard in shards] == [5, 5, 2]
+    joined = b"".join((tmp_path / "ray" / shard["path"]).read_bytes() for shard in shards)
+    assert joined == (tmp_path / "local" / "records.jsonl").read_bytes()
+
+
+def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from test_teacher_faults import closed_port_url
+
+    from selfrag.errors import ConfigError
+
+    data = write_inputs(tmp_path, QUERIES[:3])
+    url = closed_port_url()
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
+        generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
+                 "teacher.backoff_s=0.2")
+    assert time.monotonic() - started < 60

@@ -1,0 +1,87 @@
+"""The memory estimate (selfrag.training.memory) and benchmarks/gpu_check.py's --dry-run, on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from selfrag.training.memory import GB, SHAPES, Setup, estimate_memory, lora_parameters, memory_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shapes_give_the_published_parameter_counts() -> None:
+    # config.json shapes -> 8.03B / 3.21B / 1.24B / 7.62B, the counts the model cards state
+    expected = {"meta-llama/Llama-3.1-8B-Instruct": 8.03, "meta-llama/Llama-3.2-3B-Instruct": 3.21,
+                "meta-llama/Llama-3.2-1B-Instruct": 1.24, "Qwen/Qwen2.5-7B-Instruct": 7.62}
+    for name, billions in expected.items():
+        assert SHAPES[name].parameters / 1e9 == pytest.approx(billions, abs=0.01), name
+
+
+def test_each_term_follows_its_formula() -> None:
+    shape = SHAPES["meta-llama/Llama-3.1-8B-Instruct"]
+    setup = Setup(batch_size=2, max_length=1024)
+    estimate = estimate_memory(shape, setup)
+    assert estimate.weights_gb == pytest.approx(shape.parameters * 2 / GB)
+    # all-linear r=16 on 32 Llama-8B blocks is 41.9M, the embedding and head LoRA of strategy reserved 4.2M more
+    assert lora_parameters(shape, 16, False) == 41_943_040
+    assert estimate.lora_gb == pytest.approx(estimate.lora_parameters * 16 / GB)
+    tokens = 2 * 1024
+    assert estimate.activations_gb == pytest.approx((32 * tokens * 4096 * 2 + tokens * 4096 * 34) / GB)
+    assert estimate.logits_gb == pytest.approx(tokens * 0.5 * 128256 * 10 / GB)
+    # QLoRA shrinks only the weights (embeddings stay bf16) and the optimizer; FSDP divides weights and LoRA states
+    qlora = estimate_memory(shape, Setup(2, 1024, quantization="nf4", optimizer_state_bytes=2.0))
+    assert 0.3 < qlora.weights_gb / estimate.weights_gb < 0.4
+    sharded = estimate_memory(shape, Setup(2, 1024, shards=8))
+    assert sharded.weights_gb == pytest.approx(estimate.weights_gb / 8)
+    assert sharded.activations_gb == estimate.activations_gb
+
+
+def test_the_table_answers_for_each_card() -> None:
+    rows = memory_table(SHAPES["meta-llama/Llama-3.1-8B-Instruct"])
+    assert [row["recipe"] for row in rows] == ["LoRA bf16, 1 GPU", "QLoRA NF4, 1 GPU", "LoRA bf16, FSDP x8"]
+    for row in rows:
+        assert row["fits_80gb"] and (row["fits_40gb"] or not row["fits_24gb"])
+
+
+def load_gpu_check():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_dry_run_checks_configs_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu_check = load_gpu_check()
+    assert gpu_check.main(["--dry-run", "--stand-in", "1b", "--batch-size", "2", "--output", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "gpu_check_dry_run.json").read_text())
+    assert set(report["configs"]) >= {"configs/train/llama-3.1-8b-instruct-lora.yaml", "configs/accelerate/fsdp.yaml"}
+    assert report["configs"]["configs/train/llama-3.1-8b-instruct-qlora.yaml"] == "ok"
+    assert report["memory"]["model"] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert report["memory"]["chosen"]["setup"]["batch_size"] == 2 and report["versions"]["torch"]
+    assert "GB per GPU" in capsys.readouterr().out
+
+
+def test_gpu_check_without_a_gpu_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert load_gpu_check().main(["--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dry-run" in err[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_gpu_check_reads_the_judgement_reports_aurocs() -> None:
+    report = {"relevance": {"easy": {"auroc": 0.991, "low": 0.98}, "hard": {"auroc": 0.8123}},
+              "support": {"support": {"auroc": None}}, "confusion": [[1, 2]]}
+    gpu_check = load_gpu_check()
+    assert gpu_check.aurocs(report, "relevance") == {"easy": 0.991, "hard": 0.812}
+    assert gpu_check.aurocs(report, "support") == {} and gpu_check.aurocs(report, "utility") == {}
