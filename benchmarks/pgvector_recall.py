@@ -49,12 +49,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="queries per search_many round trip")
     args = parser.parse_args()
 
-    from selfrag.inference.retrievers.dense import _load_encoder
+    from selfrag.inference.retrievers.embeddings import SentenceEncoder
     from selfrag.inference.retrievers.localpg import LocalPostgres
 
     passages, questions = shipped()
     questions = questions[: args.queries]
-    encoder = _load_encoder("all-minilm-l6-v2", "cpu")  # what the table records and the queries were embedded with
+    encoder = SentenceEncoder("all-minilm-l6-v2", device="cpu")  # what the table records; the queries' encoder too
     started = time.monotonic()
     cache = args.cache / f"embeddings-{len(passages)}-{len(questions)}.npz" if args.cache else None
     if cache is not None and cache.is_file():
@@ -62,9 +62,8 @@ def main() -> None:
         matrix, queries = stored["passages"], stored["queries"]
     else:
         texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in passages]
-        matrix = np.asarray(encoder.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=True),
-                            dtype=np.float32)
-        queries = np.asarray(encoder.encode(questions, batch_size=64, normalize_embeddings=True), dtype=np.float32)
+        matrix = np.asarray(encoder.encode(texts), dtype=np.float32)
+        queries = np.asarray(encoder.encode(questions), dtype=np.float32)
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             np.savez(cache, passages=matrix, queries=queries)

@@ -30,7 +30,7 @@ from selfrag.errors import ConfigError
 from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
 
-from .dense import DEFAULT_EMBEDDING_MODEL, _load_encoder
+from .embeddings import DEFAULT_EMBEDDING_MODEL, SentenceEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +163,8 @@ def read_meta(connection: Any, target: PgTarget) -> dict[str, Any]:
 
 
 def embedding_dimension(encoder: Any) -> int:
-    """The encoder's output size (sentence-transformers renamed the method in 5.x)."""
-    method = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
-    return int(method())
+    """The encoder's output size."""
+    return int(encoder.dimension)
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -206,7 +205,7 @@ class PgVectorRetriever:
         self.model_name = model or self.meta["model"]
         self._encoder: Any = None
         if mode != "lexical":
-            self._encoder = _load_encoder(self.model_name, device)
+            self._encoder = SentenceEncoder(self.model_name, device=device, batch_size=self.batch_size)
             dimension = embedding_dimension(self._encoder)
             if dimension != self.meta["dimension"]:
                 raise PgVectorError(
@@ -234,10 +233,7 @@ class PgVectorRetriever:
                                                    strict=True)]
 
     def _dense(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        vectors = self._encoder.encode(
-            list(queries), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
-        )
-        return self._nearest(np.asarray(vectors, dtype=np.float32), k)
+        return self._nearest(self._encoder.encode(list(queries)), k)
 
     def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """The ``k`` nearest passages of each unit vector (rows of ``vectors``), by inner product, in one round trip."""

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from selfrag.trajectory import Passage
 
-from .dense import _load_encoder
+from .embeddings import SentenceEncoder
 from .pgvector import META_TABLE, PgTarget, connect, embedding_dimension, ensure_extension, parse_url
 
 logger = logging.getLogger(__name__)
@@ -45,12 +45,11 @@ class PgBuild:
 
 def build(spec: PgBuild, passages: Sequence[Passage]) -> dict[str, Any]:
     """Embed ``passages`` with ``spec.model`` and load them into the table named by ``spec.url``."""
-    encoder = _load_encoder(spec.model, spec.device)
+    encoder = SentenceEncoder(spec.model, device=spec.device, batch_size=spec.batch_size)
 
     def embed(batch: Sequence[Passage]) -> np.ndarray:
         texts = [f"{p.title}\n{p.text}" if p.title else p.text for p in batch]
-        vectors = encoder.encode(texts, batch_size=spec.batch_size, normalize_embeddings=True, convert_to_numpy=True)
-        return np.asarray(vectors, dtype=np.float32)
+        return encoder.encode(texts)
 
     return load(spec, passages, embed, embedding_dimension(encoder))
 
