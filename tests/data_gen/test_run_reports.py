@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PASSAGES, QUERIES, write_jsonl
+from datagen_inputs import PASSAGES, QUERIES, write_jsonl
 from teacher_inputs import write_inputs
 from teacher_server import TeacherServer
 from test_teacher_run import QUERIES as TEACHER_QUERIES
