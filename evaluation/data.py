@@ -347,5 +347,9 @@ def searched(corpus: Path | None, retriever: Any) -> object | None:
 def passage_ids(retriever: object | None) -> list[str] | None:
     """The ids of a retriever's passages where it holds them as a list (BM25 built in memory); None for an index
     read from disk or a server (checking would read every passage)."""
+    from selfrag.passages import PassageList
+
     passages = getattr(retriever, "passages", None)
+    if isinstance(passages, PassageList):
+        passages = passages.passages
     return [passage.id for passage in passages] if isinstance(passages, list) else None

@@ -136,7 +136,7 @@ def run(config: IndexConfig) -> IndexResult:
 
 
 def _run_pgvector(config: IndexConfig) -> IndexResult:
-    from .index_build import corpus_digest
+    from .index_build import IndexResult, corpus_digest
     from .pgvector import parse_url
     from .pgvector_build import PgBuild, build
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from selfrag.app.cli import main
+from selfrag.passages import PassageStore
 
 REPO = Path(__file__).parents[2]
 PAGE = REPO / "docs" / "own-data.md"
@@ -73,6 +74,11 @@ def _rows(path: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _index_passages(index: Path) -> list[dict]:  # type: ignore[type-arg]
+    store = PassageStore(index / "passages.sqlite")
+    return [passage.to_json() for passage in store.by_rows(range(len(store)))]
+
+
 def test_the_page_walks_end_to_end(any_selfrag_model: Path, tiny_base_dir: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     commands = page_commands()
@@ -89,8 +95,8 @@ def test_the_page_walks_end_to_end(any_selfrag_model: Path, tiny_base_dir: Path,
         printed[number] = captured.out
 
     # index: 30 JSONL passages; the Markdown folder in 60-word chunks titled by its headings, no '#' in the text
-    assert len(_rows(runs / "my-index" / "passages.jsonl")) == 30
-    chunks = _rows(runs / "my-docs-index" / "passages.jsonl")
+    assert len(_index_passages(runs / "my-index")) == 30
+    chunks = _index_passages(runs / "my-docs-index")
     assert len(chunks) > 3 and not any("#" in chunk["text"] for chunk in chunks)
     assert {chunk["title"].split(" — ")[0] for chunk in chunks} == {"Velm harbour", "Quill language", "Orrin beetle"}
     assert any(" — " in chunk["title"] for chunk in chunks)

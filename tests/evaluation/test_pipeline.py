@@ -108,7 +108,7 @@ def test_missing_corpus_is_one_config_error(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
     config = from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out"})
-    with pytest.raises(ConfigError, match="have no ctxs and no corpus is set; set retriever.index=DIR"):
+    with pytest.raises(ConfigError, match="no corpus is set; pass corpus=FILE .*retriever.index=DIR or retriever.url="):
         run_module.run(config)
 
 

@@ -11,6 +11,7 @@ import pytest
 from selfrag.app.cli import main
 from selfrag.errors import InputError
 from selfrag.inference.ask import load_retriever
+from selfrag.passages import PassageStore
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -25,8 +26,8 @@ def test_index_takes_chunk_words_and_keeps_heading_titles(tmp_path: Path, capsys
     folder = _folder(tmp_path)
     assert main(["index", f"corpus={folder}", f"output={tmp_path / 'index'}", "chunk_words=10",
                  "chunk_overlap=0"]) == 0
-    lines = (tmp_path / "index" / "passages.jsonl").read_text().splitlines()
-    passages = [json.loads(line) for line in lines]
+    store = PassageStore(tmp_path / "index" / "passages.sqlite")
+    passages = [passage.to_json() for passage in store.by_rows(range(len(store)))]
     assert len(passages) == 4 and passages[0]["title"] == "Harbour of Velm"
     assert passages[-1]["title"] == "Harbour of Velm — Tides" and "#" not in passages[-1]["text"]
     options = json.loads((tmp_path / "index" / "index.json").read_text())["options"]
