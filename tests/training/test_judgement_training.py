@@ -263,12 +263,18 @@ def learned(tiny_base_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # t
     train, test = folder / "train.jsonl", folder / "test.jsonl"
     write_jsonl_atomic(train, [r.to_json() for r in synthetic_records(256, seed=1)])
     write_jsonl_atomic(test, [r.to_json() for r in synthetic_records(120, seed=2)])
+    # relevance_rank (the CPU recipe's pairwise IsREL term; every batch of 8 holds 4 [Relevant] and 4 [Irrelevant])
+    # makes this learn from any seed. Without it the recipe sat on a knife edge: training seeds 0-2 gave IsREL
+    # accuracy 0.50 / 0.98 / 1.00, and seed 0 itself learned (0.99) or collapsed to one verdict (0.50) by the CPU's
+    # kernels alone (AVX2 or AVX-512, ATEN_CPU_CAPABILITY) -- green in CI on one machine, red on the next.
+    # With it, seeds 0-7 all score 1.00 (positives' s_rel >= 0.96, negatives' <= 0.07); see docs/judgement-test.md.
     config = load_config(
         TrainConfig, None, [],
         model=str(tiny_base_dir), records=str(train), output_dir=str(folder / "out"), eval_records=str(test),
         judgement_items=60,
         training={"learning_rate": 1e-2, "max_steps": 160, "batch_size": 8, "logging_steps": 20, "eval_fraction": 0.0,
-                  "max_length": 256, "save_steps": 1000, "loss_weights": {"relevance": 4.0}, "row_lr_multiplier": 2.0},
+                  "max_length": 256, "save_steps": 1000, "loss_weights": {"relevance": 4.0}, "row_lr_multiplier": 2.0,
+                  "relevance_rank": 1.0},
         lora={"r": 16, "alpha": 32, "dropout": 0.0},
     )
     return config, run(config), folder
@@ -284,7 +290,8 @@ def test_a_tiny_model_learns_a_judgement_that_depends_on_the_passage(learned) ->
     assert easy["n_pos"] == 60 and easy["n_neg"] == 60
     # the class prior is 0.5; a model that ignores the passage scores AUROC 0.5
     assert easy["auroc"] > 0.85, easy
-    assert data["accuracy"]["relevance"] > 0.75
+    # ranking alone is not enough: the verdict itself (argmax [Relevant] vs [Irrelevant]) must follow the passage
+    assert data["accuracy"]["relevance"] > 0.75, data["confusion"]["relevance"]
     assert (folder / "out" / "training.png").stat().st_size > 1000
 
 
