@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch")
 
 from server_harness import MODEL, FixedRetriever, LiveServer, serve_config, wait_until  # noqa: E402
 
-from selfrag.artifacts import ModelMeta, save_meta  # noqa: E402
 from selfrag.inference.engines import GenerationRequest  # noqa: E402
 from selfrag.inference.engines.cancel import abandon_when, abandoned  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
@@ -32,17 +31,8 @@ QUESTIONS = ["What is the capital of France?", "Who wrote it?", "Name a river in
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, reflection_tokenizer, token_ids, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    path = tmp_path_factory.mktemp("tiny-cancel")
-    model = tiny_model_builder(len(reflection_tokenizer), seed=3)
-    with torch.no_grad():  # the default init decodes one token forever; spread the weights
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    reflection_tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(token_ids, "add", "auto", "tiny-base", "merged"))
-    return path
+def model_dir(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
+    return merged_model_dir(3)
 
 
 @pytest.fixture
