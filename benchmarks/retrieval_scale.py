@@ -83,7 +83,9 @@ def build_all(work: Path, count: int, hnsw_max: int) -> list[str]:
         folder = work / name
         folder.mkdir()
         os.link(work / "bm25" / "passages.sqlite", folder / "passages.sqlite")
+        started = time.perf_counter()
         index = build_faiss(vectors, factory, train_size=20_000, seed=0, show_progress=False)
+        print(f"{count:,} passages: {name} built in {time.perf_counter() - started:.0f} s", flush=True)
         import_faiss().write_index(index, str(folder / FAISS_FILE))
         options = {"faiss_factory": factory, "nprobe": nprobe, "embedding_model": "synthetic"}
         meta = {"version": 2, "kind": "faiss", "passages": count, "corpus": {}, "options": options}
