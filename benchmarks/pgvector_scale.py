@@ -136,16 +136,17 @@ def report(results: dict[int, dict[str, Any]]) -> str:
                      f"({m['server_pss'] / mib:.0f}) | {m['p50_ms']:.2f} | {m['p95_ms']:.2f} | "
                      f"{m['hnsw_bytes'] / mib:.0f} (+ {m['table_bytes'] / mib:.0f}, {m['gin_bytes'] / mib:.0f}) |")
     counts = sorted(results)
-    if len(counts) >= 2:
-        lines += ["", "| kind | server PSS bytes/passage (slope) | HNSW bytes/passage | load+build s at 21M "
-                  "| server PSS at 21M GiB (projected) | on disk at 21M GiB |", "| --- " * 6 + "|"]
-        pss_slope, pss_base = np.polyfit(counts, [results[c]["server_pss"] for c in counts], 1)
+    if len(counts) >= 2:  # the server's own memory is capped by shared_buffers; the HNSW pages live in the page cache
+        lines += ["", "| kind | server PSS bytes/passage (slope) | HNSW bytes/passage | HNSW at 21M GiB (page cache a "
+                  "fast search needs) | on disk at 21M GiB | load+build s at 21M (linear fit; a lower bound) |",
+                  "| --- " * 6 + "|"]
+        pss_slope = np.polyfit(counts, [results[c]["server_pss"] for c in counts], 1)[0]
         build_slope, build_base = np.polyfit(counts, [results[c]["build_s"] for c in counts], 1)
         last = results[counts[-1]]
         lines.append(f"| pgvector-hnsw16 | {pss_slope:,.0f} | {last['hnsw_bytes'] / counts[-1]:,.0f} | "
-                     f"{build_base + build_slope * 21e6:,.0f} (linear; HNSW builds grow faster) | "
-                     f"{max(0.0, pss_base + pss_slope * 21e6) / (1 << 30):.1f} | "
-                     f"{last['total_bytes'] / counts[-1] * 21e6 / (1 << 30):.1f} |")
+                     f"{last['hnsw_bytes'] / counts[-1] * 21e6 / (1 << 30):.1f} | "
+                     f"{last['total_bytes'] / counts[-1] * 21e6 / (1 << 30):.1f} | "
+                     f"{build_base + build_slope * 21e6:,.0f} |")
     return "\n".join(lines)
 
 
