@@ -80,7 +80,13 @@ class OpenAIEngine:
         self._exact: bool | None = None  # does the server honour logprob_token_ids? (None: not asked yet)
         self._lock = threading.Lock()
         self.retries = 0  # retried attempts so far (for logs and tests)
-        self.served_model = served_model or self._first_model()
+        self.served_model, self._max_context = self._served(served_model, served.directory)
+
+    @property
+    def max_context(self) -> int | None:
+        """Longest prompt + output the server accepts: the model card's ``max_model_len`` (vLLM lists it on
+        ``/v1/models``), else the local model folder's ``max_position_embeddings``, else None (not checked)."""
+        return self._max_context
 
     # -- protocol ---------------------------------------------------------------------------------------
 
@@ -154,14 +160,21 @@ class OpenAIEngine:
 
     # -- HTTP -------------------------------------------------------------------------------------------
 
-    def _first_model(self) -> str:
+    def _served(self, served_model: str, directory: Path) -> tuple[str, int | None]:
+        """The served model's name (the first listed where none is set) and its context limit."""
         data = self._request("GET", "/models", None)
-        try:
-            return str(data["data"][0]["id"])
-        except (KeyError, IndexError, TypeError):
+        cards = data.get("data") if isinstance(data, dict) else None
+        cards = [card for card in cards if isinstance(card, dict) and "id" in card] if isinstance(cards, list) else []
+        if not served_model and not cards:
             raise RemoteEngineError(
                 f"{self.base_url}/models lists no model ({str(data)[:200]}); set engine_options.served_model"
-            ) from None
+            )
+        name = served_model or str(cards[0]["id"])
+        card = next((card for card in cards if str(card["id"]) == name), {})
+        limit = card.get("max_model_len")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            return name, limit
+        return name, _local_context(directory)
 
     def _request(
         self, method: str, path: str, body: Mapping[str, Any] | None, parse: Callable[[Any], Any] = lambda d: d
@@ -210,6 +223,15 @@ class OpenAIEngine:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise _Retryable(f"malformed JSON: {raw[:120]!r}", None) from None
+
+
+def _local_context(directory: Path) -> int | None:
+    """``max_position_embeddings`` from the model folder's config.json (the served model's own limit), or None."""
+    try:
+        value = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _retry_after(headers: Any) -> float | None:

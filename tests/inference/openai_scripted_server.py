@@ -18,8 +18,10 @@ from selfrag.inference.engines import GenerationRequest
 
 
 class ScriptedServer:
-    def __init__(self, engine: Any, honour_token_ids: bool = True, sleep: float = 1.0, api_key: str | None = None):
+    def __init__(self, engine: Any, honour_token_ids: bool = True, sleep: float = 1.0, api_key: str | None = None,
+                 max_model_len: int | None = None):
         self.engine = engine
+        self.max_model_len = max_model_len  # listed on /v1/models as vLLM does, where set
         self.honour_token_ids = honour_token_ids
         self.sleep = sleep
         self.api_key = api_key
@@ -96,7 +98,10 @@ class ScriptedServer:
                 self.wfile.write(payload)
 
             def do_GET(self) -> None:  # noqa: N802
-                self._send(200, json.dumps({"data": [{"id": "scripted-model"}]}).encode())
+                card: dict[str, Any] = {"id": "scripted-model", "object": "model"}
+                if owner.max_model_len is not None:
+                    card["max_model_len"] = owner.max_model_len
+                self._send(200, json.dumps({"object": "list", "data": [card]}).encode())
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -121,3 +121,24 @@ def test_api_key_from_environment(model_dir, offline, monkeypatch) -> None:  # t
         keyless = OpenAIEngine(model_dir, base_url=server.url, api_key_env="SELFRAG_TEST_KEY", max_retries=0)
         with pytest.raises(RemoteEngineError, match="HTTP 401"):
             keyless.generate(_requests(offline)[:1])
+
+
+def test_context_limit_comes_from_the_served_model_card(model_dir, offline) -> None:  # type: ignore[no-untyped-def]
+    """vLLM lists ``max_model_len`` on /v1/models: the runtime's context check uses it (a `vllm serve
+    --max-model-len` below the model's own limit included); without it, the local folder's limit."""
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines.base import context_limit
+    from selfrag.inference.runtime import SelfRAG
+
+    with ScriptedServer(offline, max_model_len=48) as server:
+        remote = OpenAIEngine(model_dir, base_url=server.url)
+        assert context_limit(remote) == 48
+        rag = SelfRAG(remote, retriever=None, config=InferenceConfig(mode="never", max_tokens=8))
+        with pytest.raises(ValueError, match="exceeds the model's context of 48 tokens"):
+            rag.answer("Tell me everything about " + "the history of the river Thames " * 6)
+        assert server.bodies == []  # refused before any decoding
+    with ScriptedServer(offline) as server:
+        assert context_limit(OpenAIEngine(model_dir, base_url=server.url)) == offline.max_context
+    with ScriptedServer(offline) as server:  # a served name that is listed without a limit
+        named = OpenAIEngine(model_dir, base_url=server.url, served_model="scripted-model")
+        assert named.served_model == "scripted-model" and named.max_context == offline.max_context
