@@ -31,3 +31,37 @@ def test_engine_and_engine_options_are_checked_like_ask() -> None:
     config = load_config(ServeConfig, None, ["model=m", "corpus=c.jsonl", "engine=openai",
                                              "engine_options.base_url=http://127.0.0.1:9/v1"])
     assert config.engine == "openai" and config.engine_options.base_url == "http://127.0.0.1:9/v1"
+
+
+def test_the_shipped_compose_deployment_is_consistent() -> None:
+    """deploy/compose.yaml: every replica runs `selfrag serve` with deploy/serve-replica.yaml, which loads as a
+    ServeConfig with the compose command's overrides; it points engine=openai at the compose `engine` service on the
+    port that service serves, under the served name vLLM is given; the replica port is the one nginx is told and
+    the healthcheck asks; graceful shutdown fits inside the stop grace period."""
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).parents[2] / "deploy"
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    replicas = [name for name in services if name.startswith("selfrag-")]
+    assert len(replicas) >= 2
+    engine_command = services["engine"]["command"]
+    engine_port = engine_command[engine_command.index("--port") + 1]
+    served = engine_command[engine_command.index("--served-model-name") + 1]
+    for name in replicas:
+        replica = services[name]
+        command = replica["command"]
+        assert command[:4] == ["selfrag", "serve", "--config", "/app/deploy/serve-replica.yaml"]
+        config = load_config(ServeConfig, deploy / "serve-replica.yaml", [
+            arg.replace("/srv/index", "/tmp/index") for arg in command[4:]])
+        assert config.engine == "openai" and config.engine_options.base_url == f"http://engine:{engine_port}/v1"
+        assert config.engine_options.served_model == served
+        assert f"127.0.0.1:{config.port}/health" in " ".join(replica["healthcheck"]["test"])
+        assert config.host == "0.0.0.0"
+        grace = int(str(replica["stop_grace_period"]).rstrip("s"))
+        assert config.graceful_shutdown_s < grace
+        assert "engine" in replica["depends_on"]
+    nginx_line = (deploy / "compose.yaml").read_text(encoding="utf-8").split("render_nginx.py", 1)[1].split("\n")[0]
+    assert all(f"--replica {name}:{config.port}" in nginx_line for name in replicas)
