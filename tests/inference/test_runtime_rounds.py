@@ -22,17 +22,21 @@ from selfrag.trajectory import Passage
 PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
 LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
 Q = "What is the capital of France?"
-REL = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
-IRR = {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}
-FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
-NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
+#: the single-pass model's verdicts, as probabilities: relevant or not, fully supported or not at all
+REL, IRR = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}, {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}
+FULL, NONE = ({rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05},
+              {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9})
 U5 = ("[Utility:5]", {"[Utility:5]": 0.9, "[Utility:1]": 0.1})
 OFF = PruningConfig(enabled=False)
 #: the entries the shared loop writes (decide, relevance, critique and prune are each mode's own way of scoring)
 SHARED = ("retrieve", "rank", "support", "partial", "abstain", "generate")
 
-#: one scenario, told twice: (relevant, supported) per passage for the single-pass model and for the critic
-Verdicts = dict[str, tuple[bool, bool]]
+#: one scenario, told twice: (relevant, supported: yes, no or "partly") per passage for the single-pass model and for
+#: the critic
+Verdicts = dict[str, tuple[bool, bool | str]]
+PART = {rf.FULLY_SUPPORTED: 0.2, rf.PARTIALLY_SUPPORTED: 0.7, rf.NO_SUPPORT: 0.1}
+SUPPORT = {True: (rf.FULLY_SUPPORTED, FULL, "fully"), False: (rf.NO_SUPPORT, NONE, "no"),
+           "partly": (rf.PARTIALLY_SUPPORTED, PART, "partially")}
 
 
 def single_pass(tokenizer, ids, verdicts: Verdicts, alone: str) -> KeyedEngine:  # type: ignore[no-untyped-def]
@@ -42,7 +46,7 @@ def single_pass(tokenizer, ids, verdicts: Verdicts, alone: str) -> KeyedEngine: 
         relevant, supported = verdicts[passage.id]
         table[passage_key(tokenizer, ids, passage)] = segments.script(
             (rf.RELEVANT, REL) if relevant else (rf.IRRELEVANT, IRR), f"{passage.title}.",
-            (rf.FULLY_SUPPORTED, FULL) if supported else (rf.NO_SUPPORT, NONE), U5)
+            SUPPORT[supported][:2], U5)
     no_retrieval = (*encode_prompt(tokenizer, Q), ids.id(rf.NO_RETRIEVAL))
     table[no_retrieval] = segments.script(alone, U5)
     return KeyedEngine(tokenizer, ids, table)
@@ -63,7 +67,7 @@ def critic(tokenizer, verdicts: Verdicts, alone: str, asked: list[str] | None = 
         if "Answer the question using" in prompt:
             return f"{passage.title}."
         if "Is the statement supported" in prompt:
-            return "fully" if supported else "no"
+            return SUPPORT[supported][2]
         raise AssertionError(prompt)
 
     def script(request: GenerationRequest) -> Script:
@@ -91,6 +95,10 @@ SCENARIOS: dict[str, tuple[Verdicts, dict[str, Any]]] = {
     "every passage irrelevant: no_retrieval": (
         {PARIS.id: (False, True), LYON.id: (False, True)}, {"max_rounds": 1, "on_all_irrelevant": "no_retrieval"}),
     "mode=never": ({PARIS.id: (True, True), LYON.id: (True, True)}, {"mode": "never"}),
+    "partly supported, on_partial=drop": (
+        {PARIS.id: (True, "partly"), LYON.id: (True, True)}, {"on_partial": "drop", "support_bound": 0.0}),
+    "partly supported, on_partial=rewrite": (
+        {PARIS.id: (True, "partly"), LYON.id: (True, True)}, {"on_partial": "rewrite", "support_bound": 0.0}),
 }
 
 
@@ -170,3 +178,21 @@ def test_every_module_of_the_runtime_stays_small() -> None:
                              for path in inference.glob("*.py")}
     assert {name: size for name, size in sizes.items() if size > 420} == {}
 
+
+
+def test_the_prompted_critic_streams_several_questions_as_the_runtime_does(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """stream_many: one critic call per phase for all questions, each question's events ending with its answer."""
+    from selfrag.inference.events import FinalEvent, TraceEvent
+
+    verdicts = {PARIS.id: (True, True), LYON.id: (True, True)}
+    config = InferenceConfig(mode="always", top_k=1)
+    engine = critic(reflection_tokenizer, verdicts, "Four.")
+    rag = PromptedSelfRAG(engine, FixedRetriever([PARIS, LYON]), config)
+    events = list(rag.stream_many([Q, Q]))
+    streamed_calls = len(engine.calls)
+    answers = rag.answer_many([Q, Q])
+    assert len(engine.calls) == 2 * streamed_calls  # the same batched calls as answer_many
+    for index, answer in enumerate(answers):
+        mine = [event for i, event in events if i == index]
+        assert isinstance(mine[-1], FinalEvent) and mine[-1].answer == answer
+        assert [e.entry for e in mine if isinstance(e, TraceEvent)] == [dict(t) for t in answer.trace]
