@@ -17,9 +17,10 @@ whose log-probs give the next ``p_retrieve`` for free. At a decision:
 
 A segment's score is ``w_rel s_rel + w_sup s_sup`` (plus ``w_use s_use`` at the end); a beam's score is the sum.
 After each step the ``width`` best beams survive. A branch the model judged ``[Irrelevant]``, without a
-support verdict or ``[No support / Contradictory]`` is unsupported; when every branch of a step is, the beam
-re-retrieves with the rewritten query up to ``max_rounds``, then ``flag`` keeps the best branch
-(``low_confidence``) or ``abstain`` ends that beam before the unsupported sentence.
+support verdict or ``[No support / Contradictory]`` is unsupported; when every branch of a step is (or pruning
+stopped them all), the beam re-retrieves with the rewritten query up to ``max_rounds``, then ``flag`` keeps the best
+branch (``low_confidence``) or ``abstain`` ends that beam before the unsupported sentence. A step's rounds follow the
+short form's rule (:func:`selfrag.inference.rounds.next_step`), ``on_all_irrelevant`` included.
 
 Streaming: a segment is final once every surviving beam contains it (all later beams descend from them);
 those are sent at once, one by one, before the answer is complete.

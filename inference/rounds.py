@@ -8,7 +8,7 @@
 
 The single-pass runtime (:class:`~selfrag.inference.runtime.SelfRAG`, reflection tokens) and the prompted critic
 (:class:`~selfrag.inference.critic.PromptedSelfRAG`, one critic call per decision) differ only in those four
-steps; the loop, its trace entries and the answer it ships (:mod:`.finish`) are this module's. A round:
+steps; the loop and its trace entries are this module's, the answer it ships is :mod:`.finish`'s. A round:
 
 1. **retrieve** the query's top-k passages not tried yet. None at the first round: answer without passages; none at
    a later round: give up;
@@ -24,6 +24,7 @@ the new trace entries.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
@@ -69,7 +70,7 @@ def stopped_branches(relevance: Sequence[float | None], pruning: PruningConfig) 
 W = TypeVar("W", bound=Work)
 
 
-class Rounds(Generic[W]):
+class Rounds(ABC, Generic[W]):
     """The short-form loop both runtimes run (see the module docstring); subclasses supply the four steps."""
 
     engine: Engine
@@ -88,21 +89,25 @@ class Rounds(Generic[W]):
 
     # -- the mode's steps ---------------------------------------------------------------------------
 
+    @abstractmethod
     def decide(self, works: list[W]) -> None:
         """Set ``work.retrieve`` for every work (may also set ``work.alone``, a decode reused as the answer)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def branch(self, works: list[W]) -> None:
         """Turn every work's ``hits`` into candidates of round ``work.round`` (appended to ``work.candidates``)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def answer_alone(self, works: list[W]) -> None:
         """Set ``work.alone``: the answer written without passages (one call for all ``works``)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def alone_candidate(self, work: W) -> Candidate:
         """``work.alone`` as a candidate without a passage."""
-        raise NotImplementedError
+        ...
 
     def tally(self, work: W) -> dict[str, Any]:
         """Counts a mode adds to the trace's closing entry (the prompted critic: its critic calls)."""
