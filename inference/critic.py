@@ -6,10 +6,11 @@
 
 The baseline a fine-tuned model is measured against (and what an LLM labeler reuses). Per question:
 retrieve? (adaptive mode) -> top-k passages -> relevant? per passage -> an answer per relevant passage (all
-passages when none is) -> supported? and useful? per answer -> rank, then the single-pass runtime's policy
-(:mod:`selfrag.inference.policy`): re-retrieve with the rewritten query up to ``max_rounds``, then abstain or
-flag. The engine needs no reflection tokens (``token_ids`` may be absent). Every call of a phase is one
-batch for all questions.
+passages when none is) -> supported? and useful? per answer -> rank, then the single-pass runtime's rounds
+(:mod:`selfrag.inference.rounds`, the same loop, policy and trace entries): re-retrieve with the rewritten query up to
+``max_rounds``, then abstain or flag; with ``on_all_irrelevant=no_retrieval``, once every passage is judged irrelevant
+the question is answered alone (uncited, flagged) and no answer is written from those passages. The engine needs no
+reflection tokens (``token_ids`` may be absent). Every call of a phase is one batch for all questions.
 
 Critic replies are parsed strictly: the whole reply (case, surrounding spaces and a final full stop aside)
 must be one of the allowed words (``yes``/``no``; ``fully``/``partially``/``no``; ``1``..``5``) or the
@@ -33,11 +34,13 @@ from selfrag.retrieval import Retriever
 from selfrag.trajectory import Passage, Piece, parse_trajectory
 
 from . import policy
-from .answer import Answer, AnswerSegment, Candidate
+from .answer import Answer, Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, GenerationRequest
-from .events import StreamEvent, TraceEvent, final_events
+from .events import StreamEvent
+from .rounds import Rounds
 from .scoring import CandidateScore
+from .work import Work, call
 
 logger = logging.getLogger(__name__)
 
@@ -94,24 +97,25 @@ def parse_verdict(reply: str, options: dict[str, str]) -> str | None:
     return options.get(word)
 
 
+#: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
+#: not this mode's; the single-pass runtime has its own, :data:`selfrag.inference.runtime.BEHAVIOUR_VERSION`):
+#: 2 = the single-pass runtime's rounds (:mod:`.rounds`): on_all_irrelevant=no_retrieval honoured (it was ignored),
+#: flag with no candidate that wrote text abstains, on_partial traced, the answer without retrieval is a candidate, and
+#: the trace has the runtime's entries (retrieve scores, support verdicts, "rounds exhausted").
+BEHAVIOUR_VERSION = 2
+
+
 @dataclass
-class _Work:
-    question: str
-    trace: list[dict[str, Any]] = field(default_factory=list)
-    engine_calls: int = 0
-    generated_tokens: int = 0
+class _CriticWork(Work):
     critic_calls: int = 0
-    retrieve: bool = True
-    query: str = ""
-    round: int = 0
-    seen: set[str] = field(default_factory=set)
-    passages: list[Passage] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
-    outcome: tuple[str, int, str] | None = None
 
 
-class PromptedSelfRAG:
+class PromptedSelfRAG(Rounds[_CriticWork]):
     """Self-RAG with critic prompts instead of reflection tokens (see the module docstring)."""
+
+    alone_from = "the question alone"
+    written = "reply"
+    empty_because = None
 
     def __init__(
         self,
@@ -131,74 +135,46 @@ class PromptedSelfRAG:
         if problems:
             raise ConfigError(problems)
         self.template = getattr(engine, "prompt_template", "auto") or "auto"
-        self.weights = {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
 
     def answer(self, question: str) -> Answer:
         return self.answer_many([question])[0]
 
     def answer_many(self, questions: Sequence[str]) -> list[Answer]:
-        works = [_Work(question, query=question) for question in questions]
-        answers: dict[int, str] = {}
-        for _ in self._phases(works, answers):
+        works = [_CriticWork(question, query=question) for question in questions]
+        for _ in self.phases(works):
             pass
-        return [self._finish(work, answers.get(id(work))) for work in works]
+        return [self.finish(work) for work in works]
 
     def stream(self, question: str) -> Iterator[StreamEvent]:
         """Events for one question, as :meth:`SelfRAG.stream <selfrag.inference.runtime.SelfRAG.stream>` sends them.
 
-        Trace entries go out as each phase (decision, retrieval, relevance, answers, support and utility, a
-        re-retrieval round) ends; the text follows the last verdict, since a later round can still replace it.
+        Trace entries go out as each phase (decision, retrieval, a round's critique and verdict) ends; the text
+        follows the last verdict, since a later round can still replace it.
         """
-        work = _Work(question, query=question)
-        answers: dict[int, str] = {}
-        sent = 0
-        for _ in self._phases([work], answers):
-            while sent < len(work.trace):
-                yield TraceEvent(dict(work.trace[sent]))
-                sent += 1
-        answer = self._finish(work, answers.get(id(work)))
-        yield from final_events(answer, answer.trace[sent:])
+        for _, event in self.stream_many([question]):
+            yield event
 
-    def _phases(self, works: list[_Work], answers: dict[int, str]) -> Iterator[None]:
-        """The batched phases; yields after each so :meth:`stream` can send the new trace entries."""
-        self._decide(works)
-        yield
-        active = self._retrieve([work for work in works if work.retrieve])
-        yield
-        while active:
-            self._candidates(active)
-            yield
-            active = self._retrieve([work for work in active if self._judge_round(work)])
-            yield
-        alone = [work for work in works if not work.retrieve]
-        replies = self._generate(
-            [(work, ANSWER_ALONE.format(question=work.question)) for work in alone], self.config.max_tokens
-        )
-        answers.update(zip(map(id, alone), replies, strict=True))
+    def stream_many(self, questions: Sequence[str]) -> Iterator[tuple[int, StreamEvent]]:
+        """``(question index, event)`` for several questions, one call per phase for all (as SelfRAG's)."""
+        yield from self.stream_works([_CriticWork(question, query=question) for question in questions])
 
     # -- calls --------------------------------------------------------------------------------------
 
-    def _generate(self, asks: list[tuple[_Work, str]], max_tokens: int) -> list[str]:
-        if not asks:
-            return []
+    def _generate(self, asks: list[tuple[_CriticWork, str]], max_tokens: int) -> list[str]:
+        """One engine call for every ``(work, instruction)``: the replies, special tokens kept, the end id dropped."""
         requests = [
             GenerationRequest(tuple(encode_prompt(self.engine.tokenizer, text, self.template)), max_tokens)
             for _, text in asks
         ]
-        generations = self.engine.generate(requests)
-        for work in {id(work): work for work, _ in asks}.values():
-            work.engine_calls += 1
         replies = []
-        for (work, _), generation in zip(asks, generations, strict=True):
-            work.generated_tokens += len(generation.token_ids)
+        for generation in call(self.engine, requests, [work for work, _ in asks]):
             ids = list(generation.token_ids)
             if generation.finish_reason == "eos":
                 ids = ids[:-1]
-            text = self.engine.tokenizer.decode(ids, skip_special_tokens=False)
-            replies.append(text)
+            replies.append(self.engine.tokenizer.decode(ids, skip_special_tokens=False))
         return replies
 
-    def _ask(self, kind: str, asks: list[tuple[_Work, dict[str, str]]]) -> list[tuple[str, dict[str, Any]]]:
+    def _ask(self, kind: str, asks: list[tuple[_CriticWork, dict[str, str]]]) -> list[tuple[str, dict[str, Any]]]:
         """One critic call per ask (batched); strict parse, retries, fallback. Returns (verdict, record)."""
         instruction, options = QUESTIONS[kind]
         prompts = [instruction.format(**fields) for _, fields in asks]
@@ -225,9 +201,9 @@ class PromptedSelfRAG:
             results[i] = (fallback, {"replies": replies_of[i], "verdict": fallback, "fallback": True})
         return [result for result in results if result is not None]
 
-    # -- phases -------------------------------------------------------------------------------------
+    # -- the loop's steps (see :mod:`.rounds`) --------------------------------------------------------
 
-    def _decide(self, works: list[_Work]) -> None:
+    def decide(self, works: list[_CriticWork]) -> None:
         if self.config.mode != "adaptive":
             for work in works:
                 work.retrieve = self.config.mode == "always"
@@ -235,6 +211,7 @@ class PromptedSelfRAG:
                     {
                         "step": "decide",
                         "mode": self.config.mode,
+                        "probabilities": None,
                         "chosen": "retrieve" if work.retrieve else "no_retrieval",
                         "reason": f"mode={self.config.mode} skips the decision",
                     }
@@ -254,48 +231,44 @@ class PromptedSelfRAG:
                 }
             )
 
-    def _retrieve(self, works: list[_Work]) -> list[_Work]:
-        if not works or self.retriever is None:
-            return []
-        k = self.config.top_k
-        results = self.retriever.search_many([w.query for w in works], k + max(len(w.seen) for w in works))
-        found = []
-        for work, hits in zip(works, results, strict=True):
-            work.passages = [hit.passage for hit in hits if hit.passage.id not in work.seen][:k]
-            work.seen.update(p.id for p in work.passages)
-            work.trace.append(
-                {
-                    "step": "retrieve",
-                    "round": work.round,
-                    "query": work.query,
-                    "chosen": [p.id for p in work.passages],
-                    "reason": f"top {k} passages not tried yet",
-                }
-            )
-            if work.passages:
-                found.append(work)
-            elif work.round == 0:
-                work.retrieve = False
-            else:
-                self._give_up(work, "re-retrieval found no new passage")
-        return found
+    def answer_alone(self, works: list[_CriticWork]) -> None:
+        asks = [(work, ANSWER_ALONE.format(question=work.question)) for work in works]
+        for work, reply in zip(works, self._generate(asks, self.config.max_tokens), strict=True):
+            work.alone = reply
 
-    def _candidates(self, works: list[_Work]) -> None:
-        pairs = [(work, passage) for work in works for passage in work.passages]
+    def alone_candidate(self, work: _CriticWork) -> Candidate:
+        reply = work.alone or ""
+        text = strip_reflection_tokens(reply).strip()
+        return Candidate(None, text, text, True, (), None, "stop", generated=reply)
+
+    def tally(self, work: _CriticWork) -> dict[str, Any]:
+        return {"critic_calls": work.critic_calls}
+
+    def branch(self, works: list[_CriticWork]) -> None:
+        """Relevant? per passage; an answer per relevant passage (all when none is, or none where
+        on_all_irrelevant=no_retrieval answers alone); supported? and useful? per answer."""
+        pairs = [(work, hit.passage) for work in works for hit in work.hits]
         relevance = self._ask("relevance", [(w, {"passage": p.render(), "question": w.question}) for w, p in pairs])
         chosen = []
         for work in works:
             mine = [i for i, (w, _) in enumerate(pairs) if w is work]
             relevant = [i for i in mine if relevance[i][0] == rf.RELEVANT]
-            chosen += relevant or mine
+            alone = not relevant and self.config.on_all_irrelevant == "no_retrieval" and (
+                not work.candidates or policy.all_irrelevant(work.candidates))
+            answered = relevant or ([] if alone else mine)
+            chosen += answered
+            for i in mine if alone else []:  # the round's verdict is known: no answer is written from these
+                work.candidates.append(self._judged_only(pairs[i][1], relevance[i][0], work.round))
+            why = "; none was, so from all" if not relevant and not alone else ""
+            if alone:
+                why = "; none was, and on_all_irrelevant=no_retrieval answers the question alone"
             work.trace.append(
                 {
                     "step": "relevance",
                     "round": work.round,
                     "critic": {pairs[i][1].id: relevance[i][1] for i in mine},
-                    "chosen": [pairs[i][1].id for i in (relevant or mine)],
-                    "reason": "answers are generated from the passages the critic judged relevant"
-                    + ("" if relevant else "; none was, so from all"),
+                    "chosen": [pairs[i][1].id for i in answered],
+                    "reason": "answers are generated from the passages the critic judged relevant" + why,
                 }
             )
         answers = self._generate(
@@ -335,6 +308,19 @@ class PromptedSelfRAG:
                     "reason": "one critic call per decision",
                 }
             )
+
+    def _judged_only(self, passage: Passage, relevance: str, round_: int) -> Candidate:
+        """A passage with its relevance verdict only (no answer was written from it), like a pruned branch."""
+        value = 1.0 if relevance == rf.RELEVANT else 0.0
+        score = CandidateScore(value, None, None, self.weights["relevance"] * value, relevance, None, None,
+                               ("support", "utility"))
+        pieces: list[Piece] = [
+            (rf.RETRIEVAL, True), (rf.PARAGRAPH_OPEN, True), (passage.render(), False), (rf.PARAGRAPH_CLOSE, True),
+            (relevance, True),
+        ]
+        parsed = parse_trajectory(pieces)
+        return Candidate(passage, "".join(content for content, _ in pieces), "", parsed.well_formed, parsed.problems,
+                         score, "stop", pruned=True, round=round_, parsed=parsed)
 
     def _candidate(
         self, passage: Passage, answer: str, relevance: str, support: str, utility: str, round_: int
@@ -376,121 +362,4 @@ class PromptedSelfRAG:
             "stop",
             round=round_,
             parsed=parsed,
-        )
-
-    # -- policy (the runtime's) ---------------------------------------------------------------------
-
-    def _judge_round(self, work: _Work) -> bool:
-        indices = [i for i, c in enumerate(work.candidates) if c.round == work.round]
-        best, entry = policy.rank(work.candidates, indices, self.weights)
-        work.trace.append(entry | {"round": work.round})
-        supported, reason = policy.judge(work.candidates[best], self.config)
-        if supported:
-            work.outcome = ("accept", best, reason)
-            work.trace.append(
-                {
-                    "step": "support",
-                    "round": work.round,
-                    "passage_id": policy.passage_id(work.candidates[best]),
-                    "chosen": "accept",
-                    "reason": reason,
-                }
-            )
-            return False
-        if work.round < self.config.max_rounds:
-            work.round += 1
-            work.query = policy.rewrite_query(self.config, work.question, work.candidates[best].answer)
-            work.trace.append(
-                {
-                    "step": "support",
-                    "round": work.round - 1,
-                    "chosen": "re-retrieve",
-                    "passage_id": policy.passage_id(work.candidates[best]),
-                    "reason": reason,
-                    "query": work.query,
-                }
-            )
-            return True
-        self._give_up(work, reason)
-        return False
-
-    def _give_up(self, work: _Work, why: str) -> None:
-        best = max(range(len(work.candidates)), key=lambda i: (policy.rank_key(work.candidates[i]), -i))
-        _, reason = policy.judge(work.candidates[best], self.config)
-        action = self.config.on_unsupported
-        work.trace.append(
-            {
-                "step": "support",
-                "round": work.round,
-                "passage_id": policy.passage_id(work.candidates[best]),
-                "chosen": action,
-                "reason": reason,
-                "why": why,
-            }
-        )
-        work.outcome = (action, best, reason if reason == why else f"{reason}; {why}")
-
-    def _finish(self, work: _Work, alone: str | None) -> Answer:
-        common: dict[str, Any] = {
-            "question": work.question,
-            "retrieved": work.retrieve,
-            "engine_calls": work.engine_calls,
-            "generated_tokens": work.generated_tokens,
-        }
-        if not work.retrieve:
-            text = strip_reflection_tokens(alone or "").strip()
-            step: dict[str, Any] = {
-                "step": "generate",
-                "chosen": "answer_without_retrieval",
-                "critic_calls": work.critic_calls,
-                "reason": "no passage was used",
-            }
-            empty = not text  # as the single-pass runtime: an empty answer is never shipped as a confident one
-            if empty:
-                step["abstain"] = "the reply has no answer text"
-            work.trace.append(step)
-            return Answer(
-                answer=self.config.abstain_text if empty else text,
-                citations=(),
-                abstained=empty,
-                low_confidence=False,
-                trace=tuple(work.trace),
-                trajectory=text,
-                candidates=(),
-                chosen=None,
-                segments=() if empty else (AnswerSegment(text),),
-                reasons=("abstained: the model wrote no answer without retrieval",) if empty else (),
-                **common,
-            )
-        assert work.outcome is not None
-        action, best, reason = work.outcome
-        chosen = work.candidates[best]
-        work.trace.append(
-            {
-                "step": "finish",
-                "chosen": action,
-                "critic_calls": work.critic_calls,
-                "reason": f"{work.critic_calls} critic calls",
-            }
-        )
-        reasons = [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {reason}"]
-        segments: list[AnswerSegment] = []
-        if action != "abstain":
-            cite = chosen.score is None or chosen.score.relevance_token != rf.IRRELEVANT
-            segments, _ = policy.shipped_segments(chosen, self.config, cite=cite)
-        abstained = not segments
-        if abstained and action != "abstain":
-            reasons.append("abstained: no sentence is left after on_partial=drop")
-        return Answer(
-            answer=self.config.abstain_text if abstained else policy.join_segments(segments),
-            citations=policy.citations(segments),
-            abstained=abstained,
-            low_confidence=bool(reasons) and not abstained,
-            trace=tuple(work.trace),
-            trajectory=chosen.trajectory,
-            candidates=tuple(work.candidates),
-            chosen=best,
-            segments=tuple(segments),
-            reasons=tuple(reasons),
-            **common,
         )

@@ -17,9 +17,10 @@ whose log-probs give the next ``p_retrieve`` for free. At a decision:
 
 A segment's score is ``w_rel s_rel + w_sup s_sup`` (plus ``w_use s_use`` at the end); a beam's score is the sum.
 After each step the ``width`` best beams survive. A branch the model judged ``[Irrelevant]``, without a
-support verdict or ``[No support / Contradictory]`` is unsupported; when every branch of a step is, the beam
-re-retrieves with the rewritten query up to ``max_rounds``, then ``flag`` keeps the best branch
-(``low_confidence``) or ``abstain`` ends that beam before the unsupported sentence.
+support verdict or ``[No support / Contradictory]`` is unsupported; when every branch of a step is (or pruning
+stopped them all), the beam re-retrieves with the rewritten query up to ``max_rounds``, then ``flag`` keeps the best
+branch (``low_confidence``) or ``abstain`` ends that beam before the unsupported sentence. A step's rounds follow the
+short form's rule (:func:`selfrag.inference.rounds.next_step`), ``on_all_irrelevant`` included.
 
 Streaming: a segment is final once every surviving beam contains it (all later beams descend from them);
 those are sent at once, one by one, before the answer is complete.
@@ -28,79 +29,42 @@ those are sent at once, one by one, before the answer is complete.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group
-from selfrag.retrieval import Hit
-from selfrag.trajectory import Passage, lex_ids, parse_trajectory
+from selfrag.retrieval import Hit, Retriever
+from selfrag.trajectory import Passage, lex_ids
 
 from . import policy
-from .answer import Answer, AnswerSegment, Candidate
-from .engines.base import Generation, GenerationRequest, concat_generations, context_limit
+from .answer import Answer, AnswerSegment
+from .beams import Beam, Counter, beam_candidate, common_prefix, describe, last_text, segment_verdict
+from .config import InferenceConfig
+from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
+from .rounds import new_passages, next_step, stopped_branches
 from .scoring import (
-    CandidateScore,
     RelevanceVerdict,
     relevance_entry,
     relevance_verdict,
     retrieve_probability,
     score_continuation,
 )
-
-if TYPE_CHECKING:
-    from .runtime import SelfRAG
-
-
-@dataclass
-class _Counter:
-    engine_calls: int = 0
-    generated_tokens: int = 0
-
-
-@dataclass
-class _Beam:
-    """One partial answer: its ids after the prompt, shipped sentences, evidence in context, score."""
-
-    ids: tuple[int, ...] = ()
-    segments: list[AnswerSegment] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)  # passage ids in context
-    current: Passage | None = None  # the passage [Continue to Use Evidence] keeps
-    score: float = 0.0
-    retrievals: int = 0
-    written: int = 0  # segments generated (shipped or not)
-    steps: int = 0  # decodes along this beam (guards against a model that never writes text)
-    done: str | None = None  # why it ended (None: still going)
-    reasons: list[str] = field(default_factory=list)
-
-    def child(self, ids: tuple[int, ...]) -> _Beam:
-        return _Beam(
-            ids,
-            list(self.segments),
-            list(self.evidence),
-            self.current,
-            self.score,
-            self.retrievals,
-            self.written,
-            self.steps,
-            None,
-            list(self.reasons),
-        )
+from .work import call, check_question
 
 
 class LongForm:
     """Beam search for one question (see the module docstring); :meth:`events` streams, :meth:`run_to_end` returns."""
 
-    def __init__(self, rag: SelfRAG, question: str) -> None:
-        self.rag, self.question, self.config = rag, question, rag.config
-        self.ids = rag.engine.token_ids
-        self.prompt = tuple(encode_prompt(rag.engine.tokenizer, question, rag.engine.prompt_template))
-        from .runtime import check_question
-
-        check_question(question, len(self.prompt), rag.config.max_tokens, context_limit(rag.engine))
-        self.counter = _Counter()
+    def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig, question: str) -> None:
+        self.engine, self.retriever, self.question, self.config = engine, retriever, question, config
+        self.weights = {name: getattr(config.weights, name) for name in ("relevance", "support", "utility")}
+        self.ids = engine.token_ids
+        self.prompt = tuple(encode_prompt(engine.tokenizer, question, engine.prompt_template))
+        check_question(question, len(self.prompt), config.max_tokens, context_limit(engine))
+        self.counter = Counter()
         self.trace: list[dict[str, Any]] = []
         self.retrieve_ids = self.ids.ids(Group.RETRIEVE)
         self.stop_ids = (*self.retrieve_ids, self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
@@ -119,11 +83,11 @@ class LongForm:
 
     def events(self) -> Iterator[StreamEvent]:
         start = {"always": (self.ids.id(rf.RETRIEVAL),), "never": (self.ids.id(rf.NO_RETRIEVAL),)}
-        beams = [_Beam(ids=start.get(self.config.mode, ()))]
+        beams = [Beam(ids=start.get(self.config.mode, ()))]
         sent_trace, sent_segments, cited = 0, 0, set()
         while any(beam.done is None for beam in beams):
             beams = self._step(beams)
-            final = _common_prefix([beam.segments for beam in beams])
+            final = common_prefix([beam.segments for beam in beams])
             for entry in self.trace[sent_trace:]:
                 yield TraceEvent(dict(entry))
             sent_trace = len(self.trace)
@@ -146,8 +110,8 @@ class LongForm:
 
     # -- one step of the beam search ----------------------------------------------------------------
 
-    def _step(self, beams: list[_Beam]) -> list[_Beam]:
-        expanded: list[_Beam] = [beam for beam in beams if beam.done is not None]
+    def _step(self, beams: list[Beam]) -> list[Beam]:
+        expanded: list[Beam] = [beam for beam in beams if beam.done is not None]
         live = [beam for beam in beams if beam.done is None]
         writing = [beam for beam in live if not self._wants_evidence(beam)]
         generations = self._decode([self.prompt + beam.ids for beam in writing])
@@ -166,14 +130,14 @@ class LongForm:
         self.trace.append(
             {
                 "step": "beam",
-                "chosen": [_describe(beam) for beam in kept],
-                "dropped": [_describe(beam) for beam in expanded[len(kept) :]],
+                "chosen": [describe(beam) for beam in kept],
+                "dropped": [describe(beam) for beam in expanded[len(kept) :]],
                 "reason": f"kept the {len(kept)} best of {len(expanded)} partial answers by summed segment score",
             }
         )
         return kept
 
-    def _wants_evidence(self, beam: _Beam) -> bool:
+    def _wants_evidence(self, beam: Beam) -> bool:
         return bool(beam.ids) and beam.ids[-1] == self.ids.id(rf.RETRIEVAL)
 
     def _decode(
@@ -195,15 +159,15 @@ class LongForm:
             else request
             for request in requests
         ]
-        return self.rag._call(requests, [self.counter] * len(requests))
+        return call(self.engine, requests, [self.counter] * len(requests))
 
-    def _extend(self, beam: _Beam, generation: Generation, passage: Passage | None) -> _Beam:
+    def _extend(self, beam: Beam, generation: Generation, passage: Passage | None) -> Beam:
         """Append one decoded segment to ``beam``; decide what its final token asks for."""
         generated = list(generation.token_ids)
         stop = generated[-1] if generated and generation.finish_reason == "stop" else None
         body = generated[:-1] if stop is not None or generation.finish_reason == "eos" else generated
-        score = score_continuation(generated, generation.score_logprobs, self.ids, self.rag.weights)
-        pieces = lex_ids(body, self.ids, lambda run: self.rag.engine.tokenizer.decode(run, skip_special_tokens=False))
+        score = score_continuation(generated, generation.score_logprobs, self.ids, self.weights)
+        pieces = lex_ids(body, self.ids, lambda run: self.engine.tokenizer.decode(run, skip_special_tokens=False))
         text = "".join(content for content, is_token in pieces if not is_token).strip()
         beam.ids = beam.ids + tuple(body)
         beam.steps += 1
@@ -211,7 +175,7 @@ class LongForm:
             beam.current = passage
         elif beam.ids and self._last_retrieve(beam) == rf.NO_RETRIEVAL:
             beam.current = None
-        weights = self.rag.weights
+        weights = self.weights
         gained = weights["support"] * (score.support or 0.0) if beam.current is not None else 0.0
         if passage is not None:
             gained += weights["relevance"] * (score.relevance or 0.0)
@@ -227,7 +191,7 @@ class LongForm:
         )
         return beam
 
-    def _ship(self, beam: _Beam, segment: AnswerSegment) -> None:
+    def _ship(self, beam: Beam, segment: AnswerSegment) -> None:
         if segment.support == rf.PARTIALLY_SUPPORTED and self.config.on_partial == "drop":
             self.trace.append({"step": "partial", "chosen": "drop", "reason": f"dropped {segment.text!r}"})
             return
@@ -237,7 +201,7 @@ class LongForm:
             )
         beam.segments.append(segment)
 
-    def _after(self, beam: _Beam, generation: Generation, stop: int | None, utility: float | None) -> None:
+    def _after(self, beam: Beam, generation: Generation, stop: int | None, utility: float | None) -> None:
         """Set what the beam does next from the decode's last token."""
         if generation.finish_reason == "eos":
             beam.done = "eos"
@@ -280,7 +244,7 @@ class LongForm:
             }
         )
 
-    def _last_retrieve(self, beam: _Beam) -> str | None:
+    def _last_retrieve(self, beam: Beam) -> str | None:
         for token_id in reversed(beam.ids):
             token = self.ids.token(token_id)
             if token is not None and rf.group_of(token) is Group.RETRIEVE:
@@ -289,15 +253,16 @@ class LongForm:
 
     # -- retrieval steps ----------------------------------------------------------------------------
 
-    def _retrieve_step(self, beam: _Beam) -> list[_Beam]:
-        """Branch ``beam`` on fresh passages; re-retrieve while every branch is unsupported."""
+    def _retrieve_step(self, beam: Beam) -> list[Beam]:
+        """Branch ``beam`` on fresh passages, round by round, by the short form's rule (:func:`.rounds.next_step`)."""
         base = beam.ids[:-1]  # without the [Retrieval] the branches re-insert with their passage
         prefix_text = " ".join(segment.text for segment in beam.segments)
         query = " ".join(f"{self.question} {prefix_text}".split())
         tried = set(beam.evidence)
-        judged = irrelevant = 0  # branches of this step, and those the model judged [Irrelevant]
+        judged = irrelevant = 0  # branches of this step (pruned ones too), and those the model judged [Irrelevant]
         for round_ in range(self.config.max_rounds + 1):
-            hits = self._search(query, tried)
+            assert self.retriever is not None
+            (hits,) = new_passages(self.retriever, [query], [tried], self.config.top_k)
             self.trace.append(
                 {
                     "step": "retrieve",
@@ -311,21 +276,25 @@ class LongForm:
             if not hits:
                 break
             tried.update(hit.passage.id for hit in hits)
-            children = self._branches(beam, base, hits)
-            scores = [score_continuation(g.token_ids, g.score_logprobs, self.ids, self.rag.weights)
-                      for _, g in children]
-            verdicts = [self._verdict(score) for score in scores]
+            children, tokens = self._branches(beam, base, hits)
+            scores = [score_continuation(g.token_ids, g.score_logprobs, self.ids, self.weights) for _, g in children]
+            verdicts = [segment_verdict(score, self.config) for score in scores]
             good = [child for (child, _), (ok, _) in zip(children, verdicts, strict=True) if ok]
-            if good:
-                return good
-            judged += len(children)
-            irrelevant += sum(score.relevance_token == rf.IRRELEVANT for score in scores)
-            if self.config.on_all_irrelevant == "no_retrieval" and judged and irrelevant == judged:
+            judged += len(tokens)
+            irrelevant += tokens.count(rf.IRRELEVANT)
+            step = next_step(self.config, round_, all_irrelevant=bool(judged) and irrelevant == judged,
+                             supported=bool(good))
+            if step == "answer_without_retrieval":
                 return [self._without_evidence(beam, base, round_, judged)]
-            best_child, best_generation = max(children, key=lambda pair: pair[0].score)
-            reason = verdicts[children.index((best_child, best_generation))][1]
-            query = policy.rewrite_query(self.config, self.question, prefix_text + " " + _last_text(best_child))
-            last = round_ == self.config.max_rounds
+            if step == "accept":
+                return good
+            best: Beam | None = None
+            reason = "pruning stopped every branch after its relevance token"
+            if children:
+                index = max(range(len(children)), key=lambda i: (children[i][0].score, -i))
+                best, reason = children[index][0], verdicts[index][1]
+            query = policy.rewrite_query(self.config, self.question, prefix_text + " " + last_text(best))
+            last = step == "give_up"
             self.trace.append(
                 {
                     "step": "support",
@@ -337,17 +306,14 @@ class LongForm:
                 }
             )
             if last:
-                return [self._give_up(beam, best_child, reason)]
+                return [self._give_up(beam, best, reason)]
         return [self._give_up(beam, None, "no new passage to retrieve")]
 
-    def _search(self, query: str, tried: set[str]) -> list[Hit]:
-        assert self.rag.retriever is not None
-        k = self.config.top_k
-        hits = self.rag.retriever.search_many([query], k + len(tried))[0]
-        return [hit for hit in hits if hit.passage.id not in tried][:k]
-
-    def _branches(self, beam: _Beam, base: tuple[int, ...], hits: list[Hit]) -> list[tuple[_Beam, Generation]]:
-        tokenizer = self.rag.engine.tokenizer
+    def _branches(
+        self, beam: Beam, base: tuple[int, ...], hits: list[Hit]
+    ) -> tuple[list[tuple[Beam, Generation]], list[str | None]]:
+        """The surviving branches (each a child beam with its decode), and every branch's relevance verdict."""
+        tokenizer = self.engine.tokenizer
         contexts = [base + tuple(passage_ids(tokenizer, self.ids, hit.passage)) for hit in hits]
         first = self._decode([self.prompt + ids for ids in contexts], max_tokens=1, keep_prefix=True)
         verdicts = self._relevance(beam, hits, first)
@@ -364,9 +330,9 @@ class LongForm:
             child.evidence.append(hits[i].passage.id)
             child.retrievals += 1
             children.append((self._extend(child, generation, hits[i].passage), generation))
-        return children
+        return children, [verdict.token for verdict in verdicts]
 
-    def _relevance(self, beam: _Beam, hits: list[Hit], first: list[Generation]) -> list[RelevanceVerdict]:
+    def _relevance(self, beam: Beam, hits: list[Hit], first: list[Generation]) -> list[RelevanceVerdict]:
         """Each branch's relevance verdict read at ``relevance_threshold`` (as the short form does)."""
         threshold = self.config.relevance_cut
         verdicts = [relevance_verdict(g, self.ids, threshold) for g in first]  # one-token decodes
@@ -374,41 +340,24 @@ class LongForm:
         self.trace.append(entry | {"segment": beam.written})
         return verdicts
 
-    def _prune(self, beam: _Beam, hits: list[Hit], relevance: list[float | None]) -> list[int]:
-        pruning = self.config.pruning
-        known = [value for value in relevance if value is not None]
-        if not pruning.enabled or not known:
+    def _prune(self, beam: Beam, hits: list[Hit], relevance: list[float | None]) -> list[int]:
+        """The branches that go on after their relevance token (the short form's rule, :func:`.stopped_branches`)."""
+        if not self.config.pruning.enabled or all(value is None for value in relevance):
             return list(range(len(hits)))
-        best = max(known)
-        keep = [
-            i
-            for i, v in enumerate(relevance)
-            if v is None or (v >= pruning.relevance_bound and best - v <= pruning.margin)
-        ]
+        stopped = stopped_branches(relevance, self.config.pruning)
+        keep = [i for i, stop in enumerate(stopped) if not stop]
         self.trace.append(
             {
                 "step": "prune",
                 "segment": beam.written,
                 "relevance": {hit.passage.id: value for hit, value in zip(hits, relevance, strict=True)},
-                "chosen": [hits[i].passage.id for i in range(len(hits)) if i not in keep],
+                "chosen": [hits[i].passage.id for i in range(len(hits)) if stopped[i]],
                 "reason": f"{len(hits) - len(keep)} of {len(hits)} branches stopped after their relevance token",
             }
         )
         return keep
 
-    def _verdict(self, score: CandidateScore) -> tuple[bool, str]:
-        if score.relevance_token == rf.IRRELEVANT:
-            return False, f"the model judged the passage {rf.IRRELEVANT}"
-        if score.support_token is None:
-            return False, "the segment has no support verdict"
-        if score.support_token == rf.NO_SUPPORT:
-            return False, f"the model judged the segment {rf.NO_SUPPORT}"
-        bound = self.config.support_floor
-        if bound > 0 and (score.support is None or score.support < bound):
-            return False, f"support score {score.support} is below support_bound {bound}"
-        return True, f"the model judged the segment {score.support_token}"
-
-    def _without_evidence(self, beam: _Beam, base: tuple[int, ...], round_: int, judged: int) -> _Beam:
+    def _without_evidence(self, beam: Beam, base: tuple[int, ...], round_: int, judged: int) -> Beam:
         """on_all_irrelevant=no_retrieval: every passage of this retrieval step was judged [Irrelevant], so the
         segment is written from the text so far + [No Retrieval] (uncited, flagged), as the short form answers."""
         reason = f"the model judged all {judged} retrieved passages {rf.IRRELEVANT}"
@@ -428,7 +377,7 @@ class LongForm:
         (generation,) = self._decode([self.prompt + child.ids])
         return self._extend(child, generation, None)
 
-    def _give_up(self, beam: _Beam, best: _Beam | None, reason: str) -> _Beam:
+    def _give_up(self, beam: Beam, best: Beam | None, reason: str) -> Beam:
         if best is not None and self.config.on_unsupported == "flag":
             best.reasons.append(f"flagged: {reason}")
             return best
@@ -439,11 +388,11 @@ class LongForm:
 
     # -- the answer ---------------------------------------------------------------------------------
 
-    def _finish(self, beams: list[_Beam]) -> Answer:
+    def _finish(self, beams: list[Beam]) -> Answer:
         best = max(range(len(beams)), key=lambda i: (beams[i].score, -i))
         beam = beams[best]
-        candidates = tuple(self._candidate(b) for b in beams)
-        self.trace.append({"step": "finish", "chosen": _describe(beam), "reason": f"highest beam score; {beam.done}"})
+        candidates = tuple(beam_candidate(b, self.ids, self.engine.tokenizer) for b in beams)
+        self.trace.append({"step": "finish", "chosen": describe(beam), "reason": f"highest beam score; {beam.done}"})
         abstained = not beam.segments
         text = self.config.abstain_text if abstained else policy.join_segments(beam.segments)
         reasons = list(beam.reasons) + (["abstained: no sentence is left"] if abstained and not beam.reasons else [])
@@ -463,36 +412,3 @@ class LongForm:
             segments=tuple(beam.segments),
             reasons=tuple(reasons),
         )
-
-    def _candidate(self, beam: _Beam) -> Candidate:
-        tokenizer = self.rag.engine.tokenizer
-        pieces = lex_ids(beam.ids, self.ids, lambda run: tokenizer.decode(run, skip_special_tokens=False))
-        trajectory = parse_trajectory(pieces)
-        return Candidate(
-            passage=None,
-            trajectory="".join(content for content, _ in pieces),
-            answer=policy.join_segments(beam.segments),
-            well_formed=trajectory.well_formed,
-            problems=trajectory.problems,
-            score=None,
-            finish_reason=beam.done or "",
-            parsed=trajectory,
-        )
-
-
-def _common_prefix(lists: list[list[AnswerSegment]]) -> list[AnswerSegment]:
-    prefix: list[AnswerSegment] = []
-    for items in zip(*lists, strict=False):
-        if any(item is not items[0] for item in items):
-            break
-        prefix.append(items[0])
-    return prefix
-
-
-def _last_text(beam: _Beam) -> str:
-    return beam.segments[-1].text if beam.segments else ""
-
-
-def _describe(beam: _Beam) -> dict[str, Any]:
-    return {"score": beam.score, "segments": len(beam.segments), "evidence": list(beam.evidence), "done": beam.done}
-

@@ -1,0 +1,132 @@
+"""What a short-form question ships once its rounds are over (both runtimes; see :mod:`.rounds`).
+
+* **with passages** (the work's outcome): ``accept`` ships the best candidate's sentences, ``flag`` ships them with
+  ``low_confidence`` and the reason, ``abstain`` ships ``abstain_text``. A candidate whose passage the model judged
+  ``[Irrelevant]`` cites nothing; ``on_partial`` may rewrite or drop sentences, and an answer with no sentence left
+  abstains.
+* **without passages** (no retrieval, nothing found, or ``on_all_irrelevant=no_retrieval``): the answer written
+  without evidence, uncited; flagged where passages were retrieved and all judged irrelevant; an answer with no text
+  is never shipped as a confident one: it abstains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from selfrag import reflection as rf
+
+from . import closedset, policy
+from .answer import Answer, AnswerSegment, Candidate, shorten
+from .config import InferenceConfig
+from .work import Work
+
+
+def with_passages(work: Work, config: InferenceConfig, tally: dict[str, Any]) -> Answer:
+    """The answer of a work that ended its rounds with an outcome (accept, flag or abstain)."""
+    assert work.outcome is not None, "every retrieving question ends with an outcome"
+    action, best, why = work.outcome
+    chosen = work.candidates[best]
+    reasons = [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {why}"]
+    segments: list[AnswerSegment] = []
+    if action != "abstain":
+        cite = not (chosen.score is not None and chosen.score.relevance_token == rf.IRRELEVANT)
+        segments, notes = policy.shipped_segments(chosen, config, cite=cite)
+        if chosen.truncated:
+            reasons.append(f"truncated: {chosen.truncated}")
+        if notes:
+            work.trace.append({"step": "partial", "chosen": config.on_partial, "reason": "; ".join(notes)})
+        if not segments:
+            left = "after on_partial=drop" if notes else "in the chosen continuation"
+            reasons.append(f"abstained: no sentence is left {left}")
+            work.trace.append({"step": "abstain", "chosen": "abstain", "reason": f"no sentence is left {left}"})
+    if tally:
+        counts = ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in tally.items())
+        work.trace.append({"step": "finish", "chosen": action, **tally, "reason": counts})
+    if not segments:
+        return answer_of(work, config.abstain_text, best, [], reasons, abstained=True)
+    return answer_of(work, join_or_choice(work, segments), best, segments, reasons, low_confidence=bool(reasons))
+
+
+def without_passages(
+    work: Work,
+    candidate: Candidate,
+    config: InferenceConfig,
+    tally: dict[str, Any],
+    written: str = "continuation",
+    empty_because: str | None = "no text between its reflection tokens",
+) -> Answer:
+    """The answer written without passages (``candidate``, appended to the work's candidates).
+
+    ``written`` is how the trace names what the mode wrote (a decode's continuation, a critic model's reply);
+    ``empty_because`` why an empty one is empty where its candidate lists no problem (None: not said).
+    """
+    work.candidates.append(candidate)  # after the irrelevant passages' candidates, where there were any
+    chosen = len(work.candidates) - 1
+    step: dict[str, Any] = {
+        "step": "generate",
+        "chosen": "answer_without_retrieval",
+        "reason": "no passage was used; there is no relevance or support verdict to apply",
+        "well_formed": candidate.well_formed,
+        "problems": list(candidate.problems),
+        "generated": shorten(candidate.generated),
+        **tally,
+    }
+    reasons = []
+    if work.outcome is not None:  # on_all_irrelevant=no_retrieval: retrieved, every passage judged irrelevant
+        reasons.append(f"flagged: {work.outcome[2]}; answered without sources")
+    if candidate.truncated:
+        step["truncated"] = candidate.truncated
+        reasons.append(f"truncated: {candidate.truncated}")
+    if not candidate.answer.strip():
+        # e.g. a model that wanted to retrieve, held to [No Retrieval] by the threshold, repeating [No Retrieval]:
+        # an empty answer is never shipped as a confident one
+        step["abstain"] = f"the {written} has no answer text"
+        work.trace.append(step)
+        why = "; ".join(candidate.problems) or empty_because
+        reasons.append("abstained: the model wrote no answer without retrieval" + (f" ({why})" if why else ""))
+        return answer_of(work, config.abstain_text, chosen, [], reasons, abstained=True)
+    work.trace.append(step)
+    segments = [AnswerSegment(candidate.answer, None, None)]
+    if work.choices is not None:
+        choice = closedset.match(candidate.answer, work.choices)
+        work.trace.append(closedset.no_retrieval_entry(candidate.answer, choice))
+        if choice is None:
+            reasons.append("closed set: the answer matches none of the choices")
+    text = join_or_choice(work, segments)
+    return answer_of(work, text, chosen, segments, reasons, low_confidence=bool(reasons))
+
+
+def answer_of(
+    work: Work,
+    text: str,
+    chosen: int,
+    segments: Sequence[AnswerSegment],
+    reasons: list[str],
+    low_confidence: bool = False,
+    abstained: bool = False,
+) -> Answer:
+    return Answer(
+        question=work.question,
+        answer=text,
+        citations=policy.citations(segments),
+        retrieved=work.retrieve,
+        abstained=abstained,
+        low_confidence=low_confidence and not abstained,
+        trace=tuple(work.trace),
+        trajectory=work.candidates[chosen].trajectory,
+        candidates=tuple(work.candidates),
+        chosen=chosen,
+        engine_calls=work.engine_calls,
+        generated_tokens=work.generated_tokens,
+        segments=tuple(segments),
+        reasons=tuple(reasons),
+    )
+
+
+def join_or_choice(work: Work, segments: Sequence[AnswerSegment]) -> str:
+    """The answer text: the sentences, or for a closed-set question the choice they match."""
+    text = policy.join_segments(segments)
+    if work.choices is None:
+        return text
+    return closedset.match(text, work.choices) or text

@@ -1,0 +1,266 @@
+"""The retrieval rounds every mode shares: retrieve, score the passages, judge the round, re-retrieve or give up.
+
+    class MyMode(Rounds[Work]):
+        def decide(self, works): ...         # sets work.retrieve
+        def branch(self, works): ...         # this round's passages (work.hits) -> work.candidates
+        def answer_alone(self, works): ...   # sets work.alone: the answer written without passages
+        def alone_candidate(self, work): ... # work.alone as a Candidate
+
+The single-pass runtime (:class:`~selfrag.inference.runtime.SelfRAG`, reflection tokens) and the prompted critic
+(:class:`~selfrag.inference.critic.PromptedSelfRAG`, one critic call per decision) differ only in those four
+steps; the loop and its trace entries are this module's, the answer it ships is :mod:`.finish`'s. A round:
+
+1. **retrieve** the query's top-k passages not tried yet. None at the first round: answer without passages; none at
+   a later round: give up;
+2. **branch**: each passage becomes a candidate (the mode's own way of scoring it);
+3. **judge** (:func:`next_step`, the one rule long form follows too): every passage so far judged ``[Irrelevant]``
+   and ``on_all_irrelevant=no_retrieval`` -> answer without passages, flagged; the best candidate supported ->
+   accept; rounds left -> re-retrieve with the rewritten query; else give up: ``abstain``, or ``flag`` the best
+   candidate of every round that wrote text (none did: abstain).
+
+Every phase is one batch for all questions of a call; :meth:`Rounds.phases` yields after each so a stream can send
+the new trace entries.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+from selfrag import reflection as rf
+from selfrag.retrieval import Hit, Retriever
+
+from . import closedset, policy
+from .answer import Answer, Candidate
+from .config import InferenceConfig, PruningConfig
+from .engines.base import Engine
+from .events import StreamEvent, TraceEvent, final_events
+from .finish import with_passages, without_passages
+from .work import Work
+
+Step = Literal["answer_without_retrieval", "accept", "re-retrieve", "give_up"]
+
+
+def next_step(config: InferenceConfig, round_: int, *, all_irrelevant: bool, supported: bool) -> Step:
+    """What follows a judged round (in this order): every passage so far judged irrelevant (with
+    ``on_all_irrelevant=no_retrieval``), a supported best candidate, rounds left, else give up."""
+    if all_irrelevant and config.on_all_irrelevant == "no_retrieval":
+        return "answer_without_retrieval"
+    if supported:
+        return "accept"
+    return "re-retrieve" if round_ < config.max_rounds else "give_up"
+
+
+def new_passages(retriever: Retriever, queries: Sequence[str], seen: Sequence[set[str]], k: int) -> list[list[Hit]]:
+    """Each query's top ``k`` passages not in its ``seen`` set (one batched search; ``seen`` is not updated)."""
+    results = retriever.search_many(list(queries), k + max((len(ids) for ids in seen), default=0))
+    return [[hit for hit in hits if hit.passage.id not in ids][:k] for hits, ids in zip(results, seen, strict=True)]
+
+
+def stopped_branches(relevance: Sequence[float | None], pruning: PruningConfig) -> list[bool]:
+    """Which branches stop after their relevance token: below ``relevance_bound`` or more than ``margin`` behind the
+    best branch (a branch whose score cannot be read is never stopped)."""
+    known = [value for value in relevance if value is not None]
+    best = max(known, default=0.0)
+    return [value is not None and (value < pruning.relevance_bound or best - value > pruning.margin)
+            for value in relevance]
+
+
+W = TypeVar("W", bound=Work)
+
+
+class Rounds(ABC, Generic[W]):
+    """The short-form loop both runtimes run (see the module docstring); subclasses supply the four steps."""
+
+    engine: Engine
+    retriever: Retriever | None
+    config: InferenceConfig
+    #: where the answer written without passages comes from, as the trace says it ("the prompt + [No Retrieval]")
+    alone_from = "the prompt alone"
+    #: how the trace names what the mode writes (a decode's "continuation", a critic model's "reply")
+    written = "continuation"
+    #: why an answer written without passages is empty, where its candidate lists no problem (None: not said)
+    empty_because: str | None = "no text between its reflection tokens"
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
+
+    # -- the mode's steps ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def decide(self, works: list[W]) -> None:
+        """Set ``work.retrieve`` for every work (may also set ``work.alone``, a decode reused as the answer)."""
+        ...
+
+    @abstractmethod
+    def branch(self, works: list[W]) -> None:
+        """Turn every work's ``hits`` into candidates of round ``work.round`` (appended to ``work.candidates``)."""
+        ...
+
+    @abstractmethod
+    def answer_alone(self, works: list[W]) -> None:
+        """Set ``work.alone``: the answer written without passages (one call for all ``works``)."""
+        ...
+
+    @abstractmethod
+    def alone_candidate(self, work: W) -> Candidate:
+        """``work.alone`` as a candidate without a passage."""
+        ...
+
+    def tally(self, work: W) -> dict[str, Any]:
+        """Counts a mode adds to the trace's closing entry (the prompted critic: its critic calls)."""
+        return {}
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def phases(self, works: list[W]) -> Iterator[None]:
+        """Run the batched phases; yields after each so a stream can send the new trace entries."""
+        self.decide(works)
+        yield
+        active = self.retrieve([work for work in works if work.retrieve])
+        self.answer_alone([work for work in works if not work.retrieve and work.alone is None])
+        yield
+        while active:
+            self.branch(active)
+            again = [work for work in active if self.judge_round(work)]
+            self.answer_alone([work for work in active if work.outcome and work.outcome[0] == "no_retrieval"])
+            yield
+            active = self.retrieve(again)
+
+    def stream_works(self, works: list[W]) -> Iterator[tuple[int, StreamEvent]]:
+        """``(work index, event)``: each work's trace entries as its phases end, then its answer's events once its
+        own last verdict is in (not when the slowest work of the batch is done)."""
+        pending = dict.fromkeys(range(len(works)), 0)  # work index -> its trace entries sent (until answered)
+        for _ in self.phases(works):
+            for index in list(pending):
+                yield from self._progress(index, works[index], pending, _settled(works[index]))
+        for index in list(pending):
+            yield from self._progress(index, works[index], pending, True)
+
+    def _progress(self, index: int, work: W, pending: dict[int, int], final: bool) -> Iterator[tuple[int, StreamEvent]]:
+        """The work's trace entries not sent yet; when ``final``, those and its answer's events (then it is done)."""
+        sent = pending[index]
+        if not final:
+            for entry in work.trace[sent:]:
+                yield index, TraceEvent(dict(entry))
+            pending[index] = len(work.trace)
+            return
+        del pending[index]
+        answer = self.finish(work)
+        for event in final_events(answer, answer.trace[sent:], closed_set=bool(work.choices)):
+            yield index, event
+
+    def retrieve(self, works: Sequence[W]) -> list[W]:
+        """Search for each work's query; keep passages not tried yet. Returns the works with new passages."""
+        if not works or self.retriever is None:
+            return []
+        k = self.config.top_k
+        found = []
+        results = new_passages(self.retriever, [work.query for work in works], [work.seen for work in works], k)
+        for work, hits in zip(works, results, strict=True):
+            work.hits = hits
+            work.seen.update(hit.passage.id for hit in work.hits)
+            entry: dict[str, Any] = {
+                "step": "retrieve",
+                "round": work.round,
+                "query": work.query,
+                "chosen": [hit.passage.id for hit in work.hits],
+                "scores": [hit.score for hit in work.hits],
+                "reason": f"top {k} passages for the question"
+                if work.round == 0
+                else f"top {k} passages not tried yet for the rewritten query",
+            }
+            work.trace.append(entry)
+            if work.hits:
+                found.append(work)
+            elif work.round == 0:
+                work.retrieve = False
+                entry["reason"] = f"the retriever found nothing; answering from {self.alone_from}"
+            else:
+                entry["reason"] = "the rewritten query found no passage not tried yet"
+                self.give_up(work, "re-retrieval found no new passage")
+        return found
+
+    def judge_round(self, work: W) -> bool:
+        """Rank this round's candidates and act on the verdict; returns True when the work should re-retrieve."""
+        indices = [i for i, c in enumerate(work.candidates) if c.round == work.round]
+        if work.choices is not None:
+            best, entry = closedset.vote(work.candidates, indices, work.choices)
+        else:
+            best, entry = policy.rank(work.candidates, indices, self.weights)
+        entry["round"] = work.round
+        work.trace.append(entry)
+        chosen = work.candidates[best]
+        supported, reason = policy.judge(chosen, self.config)
+        step = next_step(self.config, work.round, all_irrelevant=policy.all_irrelevant(work.candidates),
+                         supported=supported)
+        if step == "answer_without_retrieval":
+            reason = f"the model judged all {len(work.candidates)} retrieved passages {rf.IRRELEVANT}"
+            work.outcome = ("no_retrieval", best, reason)
+            work.trace.append(
+                self.support_entry(chosen, step, reason, work.round)
+                | {"why": f"on_all_irrelevant=no_retrieval: the answer comes from {self.alone_from}"}
+            )
+        elif step == "accept":
+            work.outcome = ("accept", best, reason)
+            work.trace.append(self.support_entry(chosen, "accept", reason, work.round))
+        elif step == "re-retrieve":
+            work.round += 1
+            work.query = policy.rewrite_query(self.config, work.question, chosen.answer)
+            work.trace.append(
+                self.support_entry(chosen, "re-retrieve", reason, work.round - 1) | {"query": work.query}
+            )
+            return True
+        else:
+            work.trace.append(self.support_entry(chosen, "rounds exhausted", reason, work.round))
+            self.give_up(work, reason)
+        return False
+
+    def give_up(self, work: W, why: str) -> None:
+        """After the last round: abstain, or flag the best candidate of every round (traced as the one used)."""
+        everyone = list(range(len(work.candidates)))
+        action = self.config.on_unsupported
+        if action == "flag":
+            # a flag ships text: the best candidate that has some (a pruned or empty branch has none), else abstain
+            shippable = [i for i in everyone if policy.shipped_segments(work.candidates[i], self.config)[0]]
+            if shippable:
+                everyone = shippable
+            else:
+                action = "abstain"
+                why += "; on_unsupported=flag, but no candidate wrote answer text to ship, so it abstains"
+                if policy.all_irrelevant(work.candidates):
+                    why += " (on_all_irrelevant=no_retrieval answers without the passages instead)"
+        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
+        _, reason = policy.judge(work.candidates[best], self.config)
+        entry = self.support_entry(work.candidates[best], action, reason, work.candidates[best].round)
+        entry["why"] = f"best of all {work.round + 1} rounds; {why}"
+        work.trace.append(entry)
+        work.outcome = (action, best, reason if why == reason else f"{reason}; {why}")
+
+    def support_entry(self, chosen: Candidate, action: str, reason: str, round_: int) -> dict[str, Any]:
+        score = chosen.score
+        return {
+            "step": "support",
+            "round": round_,
+            "passage_id": policy.passage_id(chosen),
+            "verdict": score.support_token if score else None,
+            "relevance_verdict": score.relevance_token if score else None,
+            "probabilities": {"support": score.support if score else None},
+            "support_bound": self.config.support_floor,
+            "chosen": action,
+            "reason": reason,
+        }
+
+    def finish(self, work: W) -> Answer:
+        """The work's answer (see :mod:`.finish`)."""
+        if not work.retrieve or (work.outcome is not None and work.outcome[0] == "no_retrieval"):
+            candidate = self.alone_candidate(work)
+            return without_passages(work, candidate, self.config, self.tally(work), self.written, self.empty_because)
+        return with_passages(work, self.config, self.tally(work))
+
+
+def _settled(work: Work) -> bool:
+    """No later phase touches the work: it answers without passages, or its last round has been judged."""
+    return (not work.retrieve and work.alone is not None) or work.outcome is not None
