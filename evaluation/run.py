@@ -20,6 +20,7 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.fsutil import claim_output, write_json
+from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 
@@ -34,6 +35,8 @@ from .resume import RESUME_DIR, AnswerStore, mode_fingerprint, model_identity
 logger = logging.getLogger(__name__)
 
 RETRIEVING = ("plain_rag", "prompted", "single_pass")
+#: answers of these modes come from a runtime whose decisions are versioned: a new version answers again
+RUNTIME_VERSIONS = {"single_pass": BEHAVIOUR_VERSION, "prompted": PROMPTED_VERSION}
 
 
 @dataclass
@@ -108,8 +111,9 @@ def run(config: EvalConfig) -> EvalResult:
     ids = [example.id for example in examples]
     for mode in config.modes:
         model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
-        # single-pass answers are the runtime's: a runtime that decodes differently answers again
-        mode_settings = {**settings, "runtime_version": BEHAVIOUR_VERSION} if mode == "single_pass" else settings
+        # single-pass and prompted answers are the runtimes': a runtime that decides differently answers again
+        version = RUNTIME_VERSIONS.get(mode)
+        mode_settings = settings if version is None else {**settings, "runtime_version": version}
         done = store.start(mode, mode_fingerprint(mode_settings, mode, model_identity(model), inputs), ids)
         if len(done) == len(examples):
             records[mode] = done

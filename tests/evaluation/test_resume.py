@@ -111,7 +111,8 @@ def test_a_runtime_that_decodes_differently_reanswers_single_pass_only(
     plain_before, trained_before = engines.requests["plain"], engines.requests["trained"]
     run_module.run(from_dict(EvalConfig, settings))
     assert engines.requests["trained"] == trained_before  # same version: kept
-    monkeypatch.setattr(run_module, "BEHAVIOUR_VERSION", run_module.BEHAVIOUR_VERSION + 1)
+    versions = run_module.RUNTIME_VERSIONS
+    monkeypatch.setattr(run_module, "RUNTIME_VERSIONS", {**versions, "single_pass": versions["single_pass"] + 1})
     run_module.run(from_dict(EvalConfig, settings))
     assert engines.requests["plain"] == plain_before
     assert engines.requests["trained"] == 2 * trained_before
