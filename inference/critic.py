@@ -36,11 +36,11 @@ from selfrag.trajectory import Passage, Piece, parse_trajectory
 from . import policy
 from .answer import Answer, Candidate
 from .config import InferenceConfig
-from .engines.base import Engine, GenerationRequest
+from .engines.base import Engine, GenerationRequest, context_limit
 from .events import StreamEvent
 from .rounds import Rounds
 from .scoring import CandidateScore
-from .work import Work, call
+from .work import Work, call, check_question
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
         return self.answer_many([question])[0]
 
     def answer_many(self, questions: Sequence[str]) -> list[Answer]:
-        works = [_CriticWork(question, query=question) for question in questions]
+        works = self._works(questions)
         for _ in self.phases(works):
             pass
         return [self.finish(work) for work in works]
@@ -156,7 +156,15 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
 
     def stream_many(self, questions: Sequence[str]) -> Iterator[tuple[int, StreamEvent]]:
         """``(question index, event)`` for several questions, one call per phase for all (as SelfRAG's)."""
-        yield from self.stream_works([_CriticWork(question, query=question) for question in questions])
+        yield from self.stream_works(self._works(questions))
+
+    def _works(self, questions: Sequence[str]) -> list[_CriticWork]:
+        """One work per question; an empty question, or one that leaves no room to answer, is refused first."""
+        limit = context_limit(self.engine)
+        for index, question in enumerate(questions):
+            prompt = encode_prompt(self.engine.tokenizer, question, self.template)
+            check_question(question, len(prompt), self.config.max_tokens, limit, index if len(questions) > 1 else None)
+        return [_CriticWork(question, query=question) for question in questions]
 
     # -- calls --------------------------------------------------------------------------------------
 

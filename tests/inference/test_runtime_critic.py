@@ -152,3 +152,15 @@ def test_stream_re_retrieval_sends_no_withdrawn_text(reflection_tokenizer) -> No
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.answer.abstained
     assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == final.answer.answer
+
+
+def test_an_empty_question_is_refused_before_any_call_as_single_pass_does(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from selfrag.errors import InputError
+
+    fake = engine(reflection_tokenizer, honest)
+    rag = PromptedSelfRAG(fake, FixedRetriever([PARIS]), InferenceConfig(top_k=1))
+    with pytest.raises(InputError, match="question 2: the question is empty; ask something"):
+        rag.answer_many([Q, "  "])
+    with pytest.raises(InputError, match="the question is empty"):
+        list(rag.stream("\n"))
+    assert fake.calls == []
