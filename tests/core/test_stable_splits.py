@@ -1,0 +1,95 @@
+"""Every stable-hash split keeps the assignments it had: held-out questions (training and generate), generate's
+shards, the converters' test split and the judgement study's question order.
+
+The expected values live in tests/assets/golden/stable_splits.json, computed once by the five functions as they
+were at commit 7d12181 (before they became one); this test only reads that file. A failure here means held-out
+sets, shards or test questions moved for every user: never "fix" it by regenerating the file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag.corpus import Query
+from selfrag.data_gen.converters import split_of
+from selfrag.data_gen.outputs import is_heldout
+from selfrag.data_gen.run import select_queries, shard_of
+from selfrag.training.dataset import is_held_out
+from selfrag.training.judgement import _stable, select_items
+
+GOLDEN = Path(__file__).resolve().parents[1] / "assets" / "golden" / "stable_splits.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict[str, Any]:
+    return json.loads(GOLDEN.read_text(encoding="utf-8"))
+
+
+def _bits(values: Any) -> str:
+    return "".join("1" if value else "0" for value in values)
+
+
+def _params(key: str) -> tuple[float, int]:
+    fraction, seed = key.split(":")
+    return float(fraction), int(seed)
+
+
+def test_golden_covers_shipped_ids_and_both_sides(golden: dict[str, Any]) -> None:
+    ids = golden["ids"]
+    assert len(ids) == len(set(ids)) > 300
+    assert "" in ids and "日本語-1" in ids  # the odd ones too
+    assert golden["training.dataset.is_held_out"]["0.05:0"].count("1") > 10  # not a file of zeros
+
+
+def test_training_held_out_split(golden: dict[str, Any]) -> None:
+    for key, expected in golden["training.dataset.is_held_out"].items():
+        fraction, seed = _params(key)
+        assert _bits(is_held_out(i, fraction, seed) for i in golden["ids"]) == expected, key
+
+
+def test_generate_heldout_split(golden: dict[str, Any]) -> None:
+    for key, expected in golden["data_gen.outputs.is_heldout"].items():
+        fraction, seed = _params(key)
+        assert _bits(is_heldout(i, fraction, seed) for i in golden["ids"]) == expected, key
+
+
+def test_converters_test_split(golden: dict[str, Any]) -> None:
+    expected = golden["data_gen.converters.split_of"]
+    assert _bits(split_of(i) == "test" for i in golden["ids"]) == expected["default"]
+    for key in ("0.1", "0.2", "0.5"):
+        assert _bits(split_of(i, float(key)) == "test" for i in golden["ids"]) == expected[key], key
+
+
+def test_generate_shards(golden: dict[str, Any]) -> None:
+    for key, expected in golden["data_gen.run.shard_of"].items():
+        assert [shard_of(i, int(key)) for i in golden["ids"]] == expected, key
+
+
+def test_generate_shard_selection_uses_the_same_shards(golden: dict[str, Any]) -> None:
+    queries = [Query(i, "q?", meta={"split": "train"}) for i in golden["ids"]]
+    expected = golden["data_gen.run.shard_of"]["4"]
+    for index in range(4):
+        chosen = [query.id for query in select_queries(queries, "train", f"{index}/4")]
+        assert chosen == [i for i, shard in zip(golden["ids"], expected, strict=True) if shard == index]
+
+
+def test_judgement_order(golden: dict[str, Any]) -> None:
+    assert [f"{_stable(i):016x}" for i in golden["ids"]] == golden["training.judgement._stable"]
+    ids = golden["ids"][:60]
+    chosen = select_items([{"id": f"{q}-gold", "query_id": q, "kind": "gold"} for q in ids], 15)
+    order = sorted(ids, key=lambda i: golden["training.judgement._stable"][golden["ids"].index(i)])
+    assert [row["query_id"] for row in chosen] == order[:15]
+
+
+def test_relevance_probe_order(golden: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "studies"))
+    sys.modules.pop("relevance_probe", None)
+    from relevance_probe import stable_order
+
+    assert [f"{stable_order(i):016x}" for i in golden["ids"]] == golden["studies.relevance_probe.stable_order"]
