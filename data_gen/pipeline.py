@@ -270,7 +270,8 @@ def load_passages(config: GenerateConfig) -> tuple[list[Passage], list[Chunk] | 
 
 def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tuple[Query, str | None]]:
     """(query, seed passage id) pairs of this shard: given queries, or sampled passages to write questions from."""
-    from selfrag.data_gen.run import select_queries, shard_of
+    from selfrag.data_gen.run import select_queries
+    from selfrag.splits import shard_of
 
     if config.queries is not None:
         queries = select_queries(load_queries(config.queries), config.split, config.shard, config.queries)

@@ -17,10 +17,11 @@ import pytest
 
 from selfrag.corpus import Query
 from selfrag.data_gen.converters import split_of
-from selfrag.data_gen.outputs import is_heldout
-from selfrag.data_gen.run import select_queries, shard_of
-from selfrag.training.dataset import is_held_out
-from selfrag.training.judgement import _stable, select_items
+from selfrag.data_gen.run import select_queries
+from selfrag.splits import SplitError, in_fraction, shard_of, stable_hash
+from selfrag.training.dataset import split_records
+from selfrag.training.judgement import select_items
+from selfrag.trajectory import Record
 
 GOLDEN = Path(__file__).resolve().parents[1] / "assets" / "golden" / "stable_splits.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +51,22 @@ def test_golden_covers_shipped_ids_and_both_sides(golden: dict[str, Any]) -> Non
 def test_training_held_out_split(golden: dict[str, Any]) -> None:
     for key, expected in golden["training.dataset.is_held_out"].items():
         fraction, seed = _params(key)
-        assert _bits(is_held_out(i, fraction, seed) for i in golden["ids"]) == expected, key
+        assert _bits(in_fraction(i, fraction, seed) for i in golden["ids"]) == expected, key
+
+
+def test_training_splits_records_by_the_pinned_draw(golden: dict[str, Any]) -> None:
+    ids = golden["ids"]
+    records = [Record(f"r{n}", "q?", (), None, meta={"query_id": i}) for n, i in enumerate(ids)]
+    train, held_out = split_records(records, 0.05, 0)
+    expected = golden["training.dataset.is_held_out"]["0.05:0"]
+    assert _bits(record.id in {r.id for r in held_out} for record in records) == expected
+    assert len(train) + len(held_out) == len(records)
 
 
 def test_generate_heldout_split(golden: dict[str, Any]) -> None:
     for key, expected in golden["data_gen.outputs.is_heldout"].items():
         fraction, seed = _params(key)
-        assert _bits(is_heldout(i, fraction, seed) for i in golden["ids"]) == expected, key
+        assert _bits(in_fraction(i, fraction, seed) for i in golden["ids"]) == expected, key
 
 
 def test_converters_test_split(golden: dict[str, Any]) -> None:
@@ -80,7 +90,7 @@ def test_generate_shard_selection_uses_the_same_shards(golden: dict[str, Any]) -
 
 
 def test_judgement_order(golden: dict[str, Any]) -> None:
-    assert [f"{_stable(i):016x}" for i in golden["ids"]] == golden["training.judgement._stable"]
+    assert [f"{stable_hash(i):016x}" for i in golden["ids"]] == golden["training.judgement._stable"]
     ids = golden["ids"][:60]
     chosen = select_items([{"id": f"{q}-gold", "query_id": q, "kind": "gold"} for q in ids], 15)
     order = sorted(ids, key=lambda i: golden["training.judgement._stable"][golden["ids"].index(i)])
@@ -93,3 +103,20 @@ def test_relevance_probe_order(golden: dict[str, Any], monkeypatch: pytest.Monke
     from relevance_probe import stable_order
 
     assert [f"{stable_order(i):016x}" for i in golden["ids"]] == golden["studies.relevance_probe.stable_order"]
+
+
+def test_stable_hash_parameters_are_checked() -> None:
+    assert stable_hash("q", 3) == stable_hash("3:q")  # the seed is a prefix of the key
+    assert stable_hash("q", algorithm="sha1", width=None) >= 2**64  # the whole 20-byte digest
+    with pytest.raises(SplitError, match="algorithm must be one of"):
+        stable_hash("q", algorithm="md5")  # type: ignore[arg-type]
+    with pytest.raises(SplitError, match=r"width must be in \[1, 32\]"):
+        stable_hash("q", width=33)
+    with pytest.raises(SplitError, match="shard count must be at least 1"):
+        shard_of("q", 0)
+
+
+def test_a_larger_fraction_keeps_every_key_of_a_smaller_one(golden: dict[str, Any]) -> None:
+    small = [i for i in golden["ids"] if in_fraction(i, 0.1, 0)]
+    assert small and all(in_fraction(i, 0.3, 0) for i in small)
+    assert not any(in_fraction(i, 0.0, 0) or in_fraction(i, -1.0, 0) for i in golden["ids"])
