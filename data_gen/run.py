@@ -39,6 +39,7 @@ from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
+from selfrag.sentences import SPLITTER
 from selfrag.splits import in_fraction, shard_of
 from selfrag.trajectory import Passage
 
@@ -121,7 +122,8 @@ def run(config: GenerateConfig) -> GenerateResult:
     passages_by_id = {passage.id: passage for passage in passages}
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
-    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries)}
+    # the splitter too: answers' and erased passages' sentences split another way are other records
+    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
     check_inputs(config, output, digests)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
