@@ -48,10 +48,12 @@ def test_golden_covers_shipped_ids_and_both_sides(golden: dict[str, Any]) -> Non
     assert golden["training.dataset.is_held_out"]["0.05:0"].count("1") > 10  # not a file of zeros
 
 
-def test_training_held_out_split(golden: dict[str, Any]) -> None:
-    for key, expected in golden["training.dataset.is_held_out"].items():
+@pytest.mark.parametrize("caller", ["training.dataset.is_held_out", "data_gen.outputs.is_heldout"])
+def test_held_out_splits_of_training_and_generate(golden: dict[str, Any], caller: str) -> None:
+    """Both draws were already the same function of (id, fraction, seed); both are pinned."""
+    for key, expected in golden[caller].items():
         fraction, seed = _params(key)
-        assert _bits(in_fraction(i, fraction, seed) for i in golden["ids"]) == expected, key
+        assert _bits(in_fraction(i, fraction, seed) for i in golden["ids"]) == expected, (caller, key)
 
 
 def test_training_splits_records_by_the_pinned_draw(golden: dict[str, Any]) -> None:
@@ -61,12 +63,6 @@ def test_training_splits_records_by_the_pinned_draw(golden: dict[str, Any]) -> N
     expected = golden["training.dataset.is_held_out"]["0.05:0"]
     assert _bits(record.id in {r.id for r in held_out} for record in records) == expected
     assert len(train) + len(held_out) == len(records)
-
-
-def test_generate_heldout_split(golden: dict[str, Any]) -> None:
-    for key, expected in golden["data_gen.outputs.is_heldout"].items():
-        fraction, seed = _params(key)
-        assert _bits(in_fraction(i, fraction, seed) for i in golden["ids"]) == expected, key
 
 
 def test_converters_test_split(golden: dict[str, Any]) -> None:
