@@ -105,6 +105,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.evaluation.data import query_to_row, records_to_label_rows
     from selfrag.evaluation.run import run as evaluate
     from selfrag.inference.runtime import BEHAVIOUR_VERSION
+    from selfrag.sentences import SPLITTER as SENTENCE_SPLITTER
     from selfrag.training.config import TrainConfig
     from selfrag.training.run import run as train
 
@@ -121,8 +122,9 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
+    # the splitter: generate records it (inputs.json) and refuses to resume records split another way
     data_fp = stages.check("data", [data_fingerprint_settings(to_dict(data_config)), file_digest(DEMO_CORPUS),
-                                    file_digest(DEMO_QUERIES)],
+                                    file_digest(DEMO_QUERIES), SENTENCE_SPLITTER],
                            [out / "data", out / "gold-test"])
     data = generate(data_config)
     print(data.summary())
@@ -202,7 +204,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
     # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
     stages.check("eval", [calibration_fp, _portable(to_dict(eval_config)), file_digest(split_dir / "test.jsonl"),
-                          file_digest(split_dir / "test-labels.jsonl")], [])
+                          file_digest(split_dir / "test-labels.jsonl"), SENTENCE_SPLITTER], [])  # claims: sentences
     results_file = out / "eval" / "results.json"
     if results_file.is_file() and stages.finished("eval"):
         print((out / "eval" / "table.md").read_text(encoding="utf-8"))

@@ -26,11 +26,11 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
-from selfrag.data_gen.gold import split_sentences
 from selfrag.data_gen.labelers import LabelItem, LabelResult, LLMLabeler
 from selfrag.data_gen.teachers import ChatRequest, Teacher
 from selfrag.inference.retrievers.batched import BatchedSearcher
 from selfrag.retrieval import Retriever
+from selfrag.sentences import split_sentences
 from selfrag.trajectory import Label, Passage, Record, Segment
 
 SUPPORT_RANK = {rf.FULLY_SUPPORTED: 2, rf.PARTIALLY_SUPPORTED: 1, rf.NO_SUPPORT: 0}

@@ -27,7 +27,6 @@ import argparse
 import ast
 import csv
 import gzip
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -36,13 +35,15 @@ from typing import Any
 from selfrag import reflection as rf
 from selfrag.errors import InputError
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.splits import in_fraction
 
 Converted = tuple[list[dict[str, Any]], list[dict[str, Any]]]  # (queries, passages)
 
 
 def split_of(query_id: str, test_fraction: float = 0.1) -> str:
-    digest = hashlib.sha256(query_id.encode()).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+    """``meta.split`` of a converted question: ``test`` for a stable ``test_fraction`` of ids (no seed), else
+    ``train``."""
+    return "test" if in_fraction(query_id, test_fraction) else "train"
 
 
 def _query(query_id: str, source: str, question: str, **fields: Any) -> dict[str, Any]:

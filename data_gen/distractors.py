@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from selfrag.corpus import Query
 from selfrag.retrieval import Retriever
+from selfrag.sentences import split_sentences
 from selfrag.trajectory import Passage
 
 #: How many BM25 hits to look through per question for distractors and the own passage.
@@ -197,17 +198,8 @@ def _article(
     return tuple(rng.sample(pool, min(mix.article, len(pool))))
 
 
-#: A sentence ends at . ! or ? (or one of them and a closing quote or bracket) followed by space and a capital
-#: letter, a digit, a quote or a bracket ("3.5" stays whole; "St. Louis" splits, which only ever removes more text
-#: or refuses the passage).
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
 #: An erased passage shorter than this many words is not drawn: too little left to be a passage.
 MIN_ERASED_WORDS = 6
-
-
-def sentences(text: str) -> list[str]:
-    """``text`` split into sentences (see :data:`_SENTENCE_END`), whitespace-trimmed, empty ones dropped."""
-    return [part.strip() for part in _SENTENCE_END.split(text.strip()) if part.strip()]
 
 
 def erase_answers(passage: Passage, answers: Sequence[str]) -> Passage | None:
@@ -217,7 +209,7 @@ def erase_answers(passage: Passage, answers: Sequence[str]) -> Passage | None:
     sentence does, when fewer than :data:`MIN_ERASED_WORDS` words remain, or when the rest still mentions an answer
     (one split across a sentence boundary). The id is the passage's own plus ``#erased``: it is not a corpus passage.
     """
-    parts = sentences(passage.text)
+    parts = split_sentences(passage.text)  # a wrong split only ever removes more text or refuses the passage
     kept = [part for part in parts if not any(_says(part, answer) for answer in answers)]
     if len(kept) == len(parts) or not kept:
         return None

@@ -1,12 +1,13 @@
-"""What a generate run's output was made from, by content: the corpus, and each question.
+"""What a generate run's output was made from, by content: the corpus, the sentence splitter, and each question.
 
-    digests = {"corpus": passages_digest(passages), "queries": file_digest(queries_path)}
+    digests = {"corpus": passages_digest(passages), "queries": file_digest(queries_path), "sentences": SPLITTER}
     changed = input_changes(output, digests)     # ["corpus: content changed (3f2a91c0 -> 77b0e1d4)"]
     write_inputs(output, digests)
 
 A path names a file, not what is in it: a corpus or query file edited in place (same path, new lines) must
 not resume as if nothing happened. ``inputs.json`` in the output directory holds the SHA-256 of each input's
-content; a rerun compares them. The teacher path also keeps one digest per question in its journal
+content (and ``selfrag.sentences.SPLITTER``: labels split into other sentences are other records); a rerun
+compares them. The teacher path also keeps one digest per question in its journal
 (:func:`query_digest`), so a question whose text or answer changed is labelled again while the unchanged ones
 resume.
 """
@@ -48,11 +49,18 @@ def read_inputs(output: Path) -> dict[str, str]:
     return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}
 
 
+#: What a run that recorded its inputs but not this one used: sentences were split by regular expressions until
+#: ``selfrag.sentences`` (whose ``SPLITTER`` generate records as ``sentences``).
+UNRECORDED = {"sentences": "regex"}
+
+
 def input_changes(output: Path, digests: Mapping[str, str]) -> list[str]:
     """Inputs whose content differs from what the run in ``output`` read (none when there was no earlier run)."""
     before = read_inputs(output)
+    before = {**UNRECORDED, **before} if before else {}
     return [
         f"{name}: content changed since the run in {str(output)!r} ({_short(before[name])} -> {_short(now)})"
+        if now.startswith("sha256:") else f"{name}: {before[name]} in the run in {str(output)!r}, {now} now"
         for name, now in digests.items()
         if name in before and before[name] != now
     ]

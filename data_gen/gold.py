@@ -56,6 +56,7 @@ from selfrag import reflection as rf
 from selfrag.corpus import Query
 from selfrag.data_gen.distractors import Evidence
 from selfrag.errors import InputError
+from selfrag.sentences import split_sentences
 from selfrag.trajectory import Label, Passage, Record, Segment
 
 #: What a trajectory answers when its passage does not support an answer (the paper's abstention).
@@ -66,14 +67,7 @@ BEST_UTILITY = rf.UTILITY_TOKENS[-1]  # [Utility:5]
 WORST_UTILITY = rf.UTILITY_TOKENS[0]  # [Utility:1]
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[\"'(\[]?[A-Z0-9])")
 _WORD = re.compile(r"\w+")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer (after ., ! or ? followed by a capital or digit; not after an initial like "W."); never
-    empty pieces."""
-    return [piece.strip() for piece in _SENTENCE_END.split(text.strip()) if piece.strip()]
 
 
 def _label(value: str) -> Label:

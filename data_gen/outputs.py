@@ -13,7 +13,6 @@ write the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line, write_jsonl_atomic
+from selfrag.splits import in_fraction
 
 JOURNAL_FILE = "journal.jsonl"
 OUTPUT_FILES = (
@@ -57,14 +57,6 @@ class Journal:
         self._appender.close()
 
 
-def is_heldout(query_id: str, fraction: float, seed: int) -> bool:
-    """A stable per-question draw: the same on every machine, shard and rerun."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.sha256(f"{seed}:{query_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
-
-
 def write_outputs(
     output: Path, entries: Iterable[Mapping[str, Any]], heldout: float, seed: int, prices: tuple[float, float]
 ) -> dict[str, Any]:
@@ -72,7 +64,7 @@ def write_outputs(
     entries = sorted(entries, key=lambda entry: str(entry["query_id"]))
     files: dict[str, list[dict[str, Any]]] = {name: [] for name in OUTPUT_FILES if name.endswith(".jsonl")}
     for entry in entries:
-        held = is_heldout(str(entry["query_id"]), heldout, seed)
+        held = in_fraction(str(entry["query_id"]), heldout, seed)  # per question: the same on every shard
         if entry.get("record") is not None:
             files["heldout.jsonl" if held else "records.jsonl"].append(entry["record"])
         files["critic-heldout.jsonl" if held else "critic.jsonl"] += entry.get("critic") or []

@@ -39,6 +39,7 @@ from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
+from selfrag.sentences import SPLITTER
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     prebuilt = open_retriever(config.retriever)
     passages, chunks = load_passages(config) if config.corpus is not None else ([], None)
     corpus_digest = passages_digest(passages)
-    prepare_output(config, output, CONTENT_SETTINGS, {"corpus": corpus_digest})
+    inputs = {"corpus": corpus_digest, "sentences": SPLITTER}  # the assembler labels each answer sentence by sentence
+    prepare_output(config, output, CONTENT_SETTINGS, inputs)
     if chunks is not None:
         write_jsonl_atomic(output / "corpus.jsonl", (chunk.to_json() for chunk in chunks))
     passages_by_id = {passage.id: passage for passage in passages}
@@ -105,7 +107,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
             "retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 built in memory)"
         ])
     write_config(config, output)
-    write_inputs(output, {"corpus": corpus_digest})
+    write_inputs(output, inputs)
 
     # --- Label every question not finished by an earlier run (or changed since) ----------------------------
     journal = Journal(output / JOURNAL_FILE)
@@ -270,7 +272,8 @@ def load_passages(config: GenerateConfig) -> tuple[list[Passage], list[Chunk] | 
 
 def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tuple[Query, str | None]]:
     """(query, seed passage id) pairs of this shard: given queries, or sampled passages to write questions from."""
-    from selfrag.data_gen.run import select_queries, shard_of
+    from selfrag.data_gen.run import select_queries
+    from selfrag.splits import shard_of
 
     if config.queries is not None:
         queries = select_queries(load_queries(config.queries), config.split, config.shard, config.queries)

@@ -15,7 +15,6 @@ records already written are kept and never written twice, and the critic files a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 from collections import Counter
@@ -34,13 +33,14 @@ from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find
 from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_digest, write_inputs
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
-from selfrag.data_gen.outputs import is_heldout
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
+from selfrag.sentences import SPLITTER
+from selfrag.splits import in_fraction, shard_of
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,8 @@ def run(config: GenerateConfig) -> GenerateResult:
     passages_by_id = {passage.id: passage for passage in passages}
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
-    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries)}
+    # the splitter too: answers' and erased passages' sentences split another way are other records
+    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
     check_inputs(config, output, digests)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
@@ -175,7 +176,7 @@ def run(config: GenerateConfig) -> GenerateResult:
                 else:
                     counts["queries_labelled" if new else "queries_already_done"] += 1
                 done.update(record.id for record in new)
-                rows[is_heldout(query.id, config.heldout, config.seed)] += [record.to_json() for record in new]
+                rows[in_fraction(query.id, config.heldout, config.seed)] += [record.to_json() for record in new]
             appender.write(rows[False])
             heldout_appender.write(rows[True])
             counts["records_written"] += len(rows[False]) + len(rows[True])
@@ -224,11 +225,6 @@ def negatives_short(
                 why = "too few passages of the question's article without the answer"
             short[f"{kind}_negatives: {why}"] += 1
     return short
-
-
-def shard_of(query_id: str, count: int) -> int:
-    """A stable shard number for a query id (the same on every machine and Python version)."""
-    return int(hashlib.sha1(query_id.encode("utf-8")).hexdigest(), 16) % count
 
 
 def select_queries(queries: Sequence[Query], split: str, shard: str, source: Path | str = "queries") -> list[Query]:

@@ -18,7 +18,6 @@ Formats, one JSON object a line:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,12 +300,6 @@ def records_to_label_rows(records: Iterable[Record]) -> list[dict[str, Any]]:
             "labels": labels,
         })
     return rows
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of an answer (a claim each), for the unsupported-claim judge."""
-    parts = re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])", text.strip())
-    return [part.strip() for part in parts if len(part.strip()) > 1]
 
 
 #: how to make a dev split of one's own questions (said where calibration finds none)

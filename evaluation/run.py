@@ -23,10 +23,11 @@ from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.sentences import split_sentences
 
 from . import metrics, report
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
-from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched, split_sentences
+from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
@@ -235,6 +236,8 @@ def _judge_claims(judge: Judge | None, rows: list[dict[str, Any]]) -> None:
             continue
         passages = tuple(Passage(p["id"], p["title"], p["text"]) for p in row["cited"])
         for sentence in split_sentences(row["answer"]):
+            if len(sentence) < 2:  # a stray "." or letter is no claim
+                continue
             claims.append(Claim(row["question"], sentence, passages))
             owners.append(row)
     verdicts = judge.judge(claims) if judge is not None and claims else []

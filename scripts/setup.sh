@@ -56,6 +56,10 @@ import peft, torch, transformers, trl
 
 import selfrag
 from selfrag.models import ALIASES, DEFAULT_MODEL, gguf_path
+from selfrag.sentences import split_sentences
+
+# Bling Fire (a dependency) is a native library: fail here, not in the middle of a labelling run
+assert split_sentences("It opened in 1793. Then it rained.") == ["It opened in 1793.", "Then it rained."]
 
 print(f"selfrag {selfrag.__version__} | torch {torch.__version__} | transformers {transformers.__version__} "
       f"| trl {trl.__version__} | peft {peft.__version__} | default model {gguf_path(ALIASES[DEFAULT_MODEL]).name}")

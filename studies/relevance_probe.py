@@ -42,9 +42,11 @@ OUT = REPO / "runs" / "probe"
 
 
 def stable_order(key: str) -> int:
-    """A question's place in the probe's fixed order: the first 8 bytes of its id's SHA-256, the order the study's
-    ``select_items`` takes questions in, so probe and study score the same held-out questions."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    """A question's place in the probe's fixed order: :func:`selfrag.splits.stable_hash` of its id, the order the
+    study's ``select_items`` takes questions in, so probe and study score the same held-out questions."""
+    from selfrag.splits import stable_hash
+
+    return stable_hash(key)
 
 
 def records_by_kind(path: Path) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,6 @@ truncated mid-passage.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from selfrag.errors import InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.prompting import encode_pieces, encode_prompt
 from selfrag.reflection import Group, ReflectionIds
+from selfrag.splits import in_fraction
 from selfrag.trajectory import Record
 
 logger = logging.getLogger(__name__)
@@ -189,18 +189,11 @@ def read_records(path: str | Path) -> list[Record]:
     return records
 
 
-def is_held_out(record_id: str, fraction: float, seed: int) -> bool:
-    """Whether a question (or record) id goes to the held-out split: a stable hash of (seed, id), independent of
-    file order."""
-    digest = hashlib.sha256(f"{seed}:{record_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
-
-
 def split_records(records: Sequence[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
     """``(train, held_out)`` **by question** (:func:`question_of`): a question's gold passage and its negatives
     fall on the same side, so held-out accuracy is measured on questions never trained on and ``order=question``
     keeps whole questions. At least one record stays in train."""
-    held = {record.id: is_held_out(question_of(record), fraction, seed) for record in records}
+    held = {record.id: in_fraction(question_of(record), fraction, seed) for record in records}
     train = [record for record in records if not held[record.id]]
     held_out = [record for record in records if held[record.id]]
     if not train:

@@ -24,7 +24,6 @@ scored on the same items.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import torch
 from selfrag import reflection as rf
 from selfrag.fsutil import write_json
 from selfrag.reflection import Group, ReflectionIds
+from selfrag.splits import stable_hash
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
 from selfrag.training.logits import logits_at
 
@@ -88,10 +88,6 @@ def auroc_interval(
     return float(low), float(high)
 
 
-def _stable(key: str) -> int:
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-
-
 def select_items(examples: Sequence[Mapping[str, Any]], items: int) -> list[Mapping[str, Any]]:
     """At most ``items`` records per kind, from the same questions (stable hash order of the question id)."""
     by_query: dict[str, list[Mapping[str, Any]]] = {}
@@ -99,7 +95,7 @@ def select_items(examples: Sequence[Mapping[str, Any]], items: int) -> list[Mapp
         by_query.setdefault(str(example.get("query_id", example["id"])), []).append(example)
     chosen: list[Mapping[str, Any]] = []
     taken: dict[str, int] = {}
-    for query_id in sorted(by_query, key=_stable):
+    for query_id in sorted(by_query, key=stable_hash):
         for example in by_query[query_id]:
             kind = str(example.get("kind"))
             if taken.get(kind, 0) < items:

@@ -131,8 +131,3 @@ def test_a_long_form_output_gives_one_segment_per_sentence(setup) -> None:  # ty
     assert chat.render() == "[No Retrieval]Hello![No Retrieval] How are you?[Utility:5]"
 
 
-def test_short_answers_stay_one_segment_and_initials_do_not_split() -> None:
-    from selfrag.data_gen.gold import split_sentences
-
-    assert split_sentences("Charles W. Eliot") == ["Charles W. Eliot"]
-    assert split_sentences("It rained. Then it stopped.") == ["It rained.", "Then it stopped."]

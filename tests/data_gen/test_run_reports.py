@@ -95,6 +95,26 @@ def test_gold_queries_edited_in_place_are_refused_then_restart(tiny_data: tuple[
     assert "Paris, France" in result.records_path.read_text() and result.stats["run"]["queries_already_done"] == 0
 
 
+def test_records_split_by_another_sentence_splitter_are_refused_then_restart(
+    tiny_data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A run from before selfrag.sentences (its inputs.json names no splitter: regular expressions) is not resumed:
+    its answers and erased passages were cut into other sentences."""
+    from selfrag.sentences import SPLITTER
+
+    out = tmp_path / "out"
+    run(make(out, *tiny_data))
+    inputs = json.loads((out / "inputs.json").read_text())
+    assert inputs["sentences"] == SPLITTER
+    del inputs["sentences"]
+    (out / "inputs.json").write_text(json.dumps(inputs))
+    with pytest.raises(ConfigError, match=rf"sentences: regex in the run in .*, {SPLITTER} now; .*restart=true"):
+        run(make(out, *tiny_data))
+    result = run(make(out, *tiny_data, "restart=true"))
+    assert result.stats["run"]["queries_already_done"] == 0
+    run(make(out, *tiny_data))  # now recorded: resumes
+
+
 def test_negative_mix_keys_are_refused_with_the_teacher_labeler(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
     extra = ("labeler=llm", "teacher.model=m", "hard_negatives=1", "easy_negatives=1")
     with pytest.raises(ConfigError) as error:

@@ -214,6 +214,12 @@ def test_an_edited_corpus_is_refused_and_an_edited_question_is_labelled_again(
         restarted = generate(server.url, data, out, "restart=true")
         assert restarted.stats["run"]["questions_already_done"] == 0
         assert "Loire" in (out / "records.jsonl").read_text()
+        # a run from before selfrag.sentences (no splitter recorded) split the teacher's answers another way
+        corpus_digest = json.loads((out / "inputs.json").read_text())["corpus"]
+        (out / "inputs.json").write_text(json.dumps({"corpus": corpus_digest}))
+        with pytest.raises(ConfigError, match=r"sentences: regex in the run in .*restart=true"):
+            generate(server.url, data, out)
+        generate(server.url, data, out, "restart=true")
         edited = [dict(PLAIN[0], question="What is the capital city of France?"), *PLAIN[1:]]
         data[1].write_text("".join(json.dumps(row) + "\n" for row in edited))
         before = len(server.answered)

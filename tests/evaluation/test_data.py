@@ -13,7 +13,6 @@ from selfrag.evaluation.data import (
     load_examples,
     load_reflection_labels,
     records_to_label_rows,
-    split_sentences,
 )
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -144,6 +143,3 @@ def test_records_to_label_rows() -> None:
     assert row["passage"]["text"] == "Rollo led." and row["answer"] == "Rollo."
 
 
-def test_split_sentences() -> None:
-    assert split_sentences("Paris is big. It is old! 3.5 m tall? Yes") == ["Paris is big.", "It is old!",
-                                                                          "3.5 m tall?", "Yes"]
