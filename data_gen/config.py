@@ -55,7 +55,8 @@ class TeacherConfig:
         "SQLite file caching every call to this teacher (a killed or repeated run pays no call twice). null: one "
         "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite (default "
         "folder: ~/.cache/selfrag/teacher), so a new output directory or restart=true reuses every answer; an "
-        "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it.",
+        "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it. executor=ray: one "
+        "actor on the driver's node opens it for every worker (the nodes need no shared filesystem).",
         default=None,
     )
     price_input_per_million: float = help_field(

@@ -4,8 +4,9 @@
         ray.workers=4                       # a local Ray; ray.address=auto (or ray://host:10001) for a cluster
 
 The questions left to do become a Ray Dataset; ``map_batches`` runs a pool of ``ray.workers`` labelling actors,
-each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries,
-connection breaker and the shared per-teacher SQLite cache as the single-process run), and the driver appends
+each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries and
+connection breaker as the single-process run; every call through the run's one cache, :class:`CacheKeeper`, an actor
+on the driver's node), and the driver appends
 each finished question to the same journal as it arrives. The output files are rendered from the journal exactly
 as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
 also written as shards with a manifest (:func:`write_shards`).
@@ -18,8 +19,8 @@ depth and would lose the call cache (a rerun would pay every call again) and the
 
 Faults: Ray Data restarts a dead labelling actor and retries its batch; a question is journaled by the driver only
 when its result arrives, once (a duplicate from a retried batch is ignored), so nothing is lost or written twice.
-A rerun of a finished run skips every journaled question and makes zero teacher calls (the cache is shared: one
-SQLite file per teacher; on several machines point ``teacher.cache`` at storage every node mounts).
+A rerun of a finished run skips every journaled question, and one whose journal is gone makes zero teacher calls
+whichever worker gets which question: the keeper alone opens the SQLite cache, so the nodes share no filesystem.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ SHARDS_DIR = "shards"
 
 
 class Labeller:
-    """One Ray actor: a teacher, a labeler and a retriever; labels a batch of questions, one journal entry each.
+    """One Ray actor: a teacher (its cache: the keeper), a labeler and a retriever; labels a batch of questions, one
+    journal entry each.
 
     The teacher lives as long as the actor (one event loop for every batch): its connection pool, and its count of
     connection failures in a row, carry over from batch to batch, so an unreachable teacher stops the run.

@@ -89,6 +89,11 @@ def claim_url(fs: Any, root: str, url: str, command: str = "generate", key: str 
     owner = _read_json(fs, f"{root}/{OWNER_FILE}")
     if owner is None or owner.get("command") != command:
         raise foreign_output(key, url, entries, owner, command)
+    if "journal.jsonl" in entries:  # a run written to a local directory: its journal is one file, not parts
+        raise InputError(
+            f"{key} {url!r} holds a run written as a local directory (journal.jsonl); resume it with its local path "
+            "instead of a URL, or give a new URL"
+        )
 
 
 def _owner_bytes(command: str) -> bytes:

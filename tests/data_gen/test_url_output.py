@@ -119,6 +119,10 @@ def test_a_url_holding_other_files_or_an_unknown_scheme_is_one_clear_line(tmp_pa
         generate("http://127.0.0.1:9/v1", data, f"memory://{root}/notes.txt")
     with pytest.raises(InputError, match=r"Protocol not known: nosuch; give an fsspec URL"):
         generate("http://127.0.0.1:9/v1", data, "nosuch://bucket/run")
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "local-run")
+    with pytest.raises(InputError, match=r"holds a run written as a local directory \(journal.jsonl\); resume it"):
+        generate("http://127.0.0.1:9/v1", data, f"file://{tmp_path / 'local-run'}")
     with pytest.raises(ConfigError, match=r"a URL output needs labeler=llm"):
         generate("http://127.0.0.1:9/v1", data, memory_url, "labeler=gold")
 
