@@ -161,7 +161,10 @@ def cache_rates(path: Path, in_flight: int, count: int = 2000) -> tuple[float, f
     from selfrag.data_gen.cache import CachedReply, CallCache
     from selfrag.data_gen.ray_executor import SharedCache, start_keeper
 
+    import ray
+
     keeper = start_keeper(path.with_name("keeper-bench.sqlite"))
+    ray.get(keeper.where.remote())  # started: its process start-up is not counted
     shared, reply = SharedCache(keeper), CachedReply("x" * 200, 1000, 20)
 
     async def each(operation: Any) -> float:
