@@ -158,10 +158,10 @@ def cache_rates(path: Path, in_flight: int, count: int = 2000) -> tuple[float, f
     per second straight from SQLite in this process."""
     import asyncio
 
+    import ray
+
     from selfrag.data_gen.cache import CachedReply, CallCache
     from selfrag.data_gen.ray_executor import SharedCache, start_keeper
-
-    import ray
 
     keeper = start_keeper(path.with_name("keeper-bench.sqlite"))
     ray.get(keeper.where.remote())  # started: its process start-up is not counted

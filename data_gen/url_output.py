@@ -280,7 +280,14 @@ def run_at_url(config: Any, run_in: Callable[[Any], Any]) -> Any:
             logger.warning("%s: the journal could not be uploaded (%s); a rerun repeats its questions from the "
                            "teacher cache", url, error)
         raise
-    output.finish(True, config.ray.shard_records)
+    try:
+        output.finish(True, config.ray.shard_records)
+    except OSError as error:  # storage refused the final upload (credentials, quota, network)
+        raise InputError(
+            f"output {url!r}: the upload failed ({type(error).__name__}: {error}); a local copy is in "
+            f"{str(output.staging)!r}; run the same command again to upload (the questions come from the URL's "
+            "journal or the teacher cache)"
+        ) from None
     local = str(output.staging)
     return replace(
         result,

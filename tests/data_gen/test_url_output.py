@@ -159,3 +159,21 @@ def test_file_url_killed_mid_run_resumes_without_redoing_journaled_questions(tmp
         assert files[name] == (tmp_path / "whole" / name).read_bytes(), name
     records = [json.loads(line) for line in files["records.jsonl"].splitlines()]
     assert len(records) == len({row["id"] for row in records}) == 12
+
+
+def test_a_failed_final_upload_is_one_line_and_the_rerun_uploads(tmp_path: Path) -> None:
+    import shutil
+
+    from teacher_inputs import write_inputs
+
+    data = write_inputs(tmp_path, QUERIES[:2])
+    remote = tmp_path / "remote"
+    with TeacherServer() as server:
+        generate(server.url, data, f"file://{remote}")
+        shutil.rmtree(remote / "shards")
+        (remote / "shards").write_text("in the way")  # the storage refuses the shards folder
+        with pytest.raises(InputError, match=r"the upload failed \(.*\); a local copy is in .*run the same command"):
+            generate(server.url, data, f"file://{remote}")
+        (remote / "shards").unlink()
+        generate(server.url, data, f"file://{remote}")
+    assert set(joined_shards(f"file://{remote}")) == set(JSONL_OUTPUTS)
