@@ -9,7 +9,8 @@ start) and keeps the URL up to date, so the same command resumes from any machin
     <url>/.selfrag-output.json      owner: the URL is claimed like a directory (new, empty, or an earlier generate run)
     <url>/config.yaml, inputs.json  the settings and input fingerprints a resumed run checks (uploaded first)
     <url>/journal/NNNNNNNN.jsonl    the finished questions, in parts (object stores cannot append): every
-                                    ``output_sync_s`` seconds the lines journaled since the last part
+                                    ``output_sync_s`` seconds the lines journaled since the last part (a
+                                    run that pulls more than 64 parts joins them into one)
     <url>/shards/*.jsonl            every .jsonl output in ``ray.shard_records``-line shards (both executors), and
     <url>/manifest.json             their lines and SHA-256 in order (concatenated they are the local run's files;
                                     written last: a manifest names only shards already uploaded)
@@ -44,6 +45,8 @@ JOURNAL_DIR = "journal"
 #: Small files that say how the run was made; uploaded before any journal part (a part never names a run that the
 #: URL's config does not describe).
 STATE_FILES = ("config.yaml", "inputs.json")
+#: Journal parts a run joins into one when it pulls more (a part every ``output_sync_s`` while questions finish).
+COMPACT_AFTER = 64
 #: Files uploaded when the run finishes (besides the shards and the manifest).
 FINAL_FILES = ("stats.json", "stats.md", "run.json", "corpus.jsonl")
 
@@ -154,6 +157,12 @@ class UrlOutput:
         self._offset = self.journal.stat().st_size
         self._handle = self.journal.open("rb")
         logger.info("%s: %d journal parts pulled into %s", self.url, len(parts), self.staging)
+        if len(parts) > COMPACT_AFTER:
+            # One part for all of them, numbered after them, then the old ones deleted: killed in between, the URL
+            # holds each entry twice in the same order, and the journal's last-entry-wins reads it the same.
+            write_to(self.fs, f"{self.root}/{JOURNAL_DIR}/{self._parts:08d}.jsonl", self.journal.read_bytes())
+            self._parts += 1
+            self.fs.rm(parts)
 
     def _journal_parts(self) -> list[str]:
         try:

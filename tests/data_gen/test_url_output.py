@@ -177,3 +177,19 @@ def test_a_failed_final_upload_is_one_line_and_the_rerun_uploads(tmp_path: Path)
         (remote / "shards").unlink()
         generate(server.url, data, f"file://{remote}")
     assert set(joined_shards(f"file://{remote}")) == set(JSONL_OUTPUTS)
+
+
+def test_many_journal_parts_are_joined_into_one_when_pulled(tmp_path: Path, memory_url: str) -> None:
+    from selfrag.data_gen.url_output import COMPACT_AFTER, UrlOutput
+
+    fs, root = fsspec.core.url_to_fs(memory_url)
+    lines = [json.dumps({"query_id": f"q{n % 50}", "n": n}) + "\n" for n in range(COMPACT_AFTER + 6)]
+    for n, line in enumerate(lines):
+        data = line + ('{"query_id": "cut' if n == 3 else "")  # one part cut mid-line by a killed upload
+        fs.pipe_file(f"{root}/journal/{n:08d}.jsonl", data.encode())
+    output = UrlOutput(memory_url, tmp_path / "staging", 10.0)
+    output.pull()
+    assert (tmp_path / "staging" / "journal.jsonl").read_text() == "".join(lines)
+    assert fs.ls(f"{root}/journal", detail=False) == [f"{root}/journal/{len(lines):08d}.jsonl"]
+    assert fs.cat_file(f"{root}/journal/{len(lines):08d}.jsonl").decode() == "".join(lines)
+    output.finish(False, 10)
