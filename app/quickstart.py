@@ -308,7 +308,7 @@ def fingerprint(parts: list[Any]) -> str:
 #: data_gen settings added after quickstart folders existed, with the default that computes what such a folder did:
 #: at that default they stay out of the data fingerprint, so an older folder keeps its data and its training (else a
 #: new field would retrain every existing quickstart); at any other value they change it.
-DATA_SETTINGS_ADDED = {"erased_negatives": 0}
+DATA_SETTINGS_ADDED = {"erased_negatives": 0, "output_sync_s": 10.0}
 
 
 def data_fingerprint_settings(settings: dict[str, Any]) -> dict[str, Any]:

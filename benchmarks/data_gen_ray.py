@@ -8,7 +8,8 @@ synthetic questions into fresh output directories, each with its own empty teach
 (``executor=local``, the baseline) and once with ``executor=ray ray.workers=2`` on a local Ray (each worker with the
 same ``teacher.max_concurrency``). Prints questions per second with the ratio to the baseline (Ray's start-up
 included and, separately, the labelling alone), per-question teacher calls and tokens (the server counts a token as
-4 characters), and whether both runs wrote the same bytes.
+4 characters), and whether both runs wrote the same bytes. Then both again with their journals deleted: every call
+answered from the cache (in process vs through the Ray cache keeper), questions and cache lookups per second.
 """
 
 from __future__ import annotations
@@ -103,6 +104,13 @@ def main() -> None:
             url, data, folder / "ray", args.concurrency, "executor=ray", f"ray.workers={args.workers}",
             f"ray.batch_size={max(1, args.questions // (4 * args.workers))}",
         )
+        # Reruns answered wholly from the cache (journal deleted): direct SQLite in 1 process vs the Ray workers'
+        # lookups through the cache keeper actor on the driver's node.
+        rerun_local = rerun(measure, url, data, folder / "local", args.concurrency)
+        batches = f"ray.batch_size={max(1, args.questions // (4 * args.workers))}"
+        rerun_ray = rerun(measure, url, data, folder / "ray", args.concurrency, "executor=ray",
+                          f"ray.workers={args.workers}", batches)
+        keeper_rates = cache_rates(folder / "ray.sqlite", in_flight=16)
         ray.shutdown()
         same = all(
             (folder / "local" / name).read_bytes() == (folder / "ray" / name).read_bytes()
@@ -129,6 +137,61 @@ def main() -> None:
         f"{local.stats['run']['teacher_calls_made']}, Ray {on_ray.stats['run']['teacher_calls_made']}"
     )
     print(f"identical records, critic rows and drops: {same}")
+    print("\nrerun with the journal deleted, every call from the cache:")
+    print("| run | seconds | questions/s | cache lookups/s | calls made |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, (seconds, result) in (("1 process (SQLite in process)", rerun_local),
+                                    (f"Ray, {args.workers} workers (cache keeper actor)", rerun_ray)):
+        hits = result.stats["run"]["teacher_calls_from_cache"]
+        print(f"| {name} | {seconds:.2f} | {args.questions / seconds:.2f} | {hits / seconds:.0f} "
+              f"| {result.stats['run']['teacher_calls_made']} |")
+
+
+    print(
+        f"cache keeper from the driver, 16 in flight: {keeper_rates[0]:.0f} lookups/s, {keeper_rates[1]:.0f} "
+        f"stores/s (in-process SQLite: {keeper_rates[2]:.0f} lookups/s)"
+    )
+
+
+def cache_rates(path: Path, in_flight: int, count: int = 2000) -> tuple[float, float, float]:
+    """Lookups and stores per second through the Ray cache keeper (as a labelling worker makes them), and lookups
+    per second straight from SQLite in this process."""
+    import asyncio
+
+    import ray
+
+    from selfrag.data_gen.cache import CachedReply, CallCache
+    from selfrag.data_gen.ray_executor import SharedCache, start_keeper
+
+    keeper = start_keeper(path.with_name("keeper-bench.sqlite"))
+    ray.get(keeper.where.remote())  # started: its process start-up is not counted
+    shared, reply = SharedCache(keeper), CachedReply("x" * 200, 1000, 20)
+
+    async def each(operation: Any) -> float:
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one(key: str) -> None:
+            async with slots:
+                await operation(key)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(f"key-{n}") for n in range(count)))
+        return count / (time.perf_counter() - start)
+
+    stores = asyncio.run(each(lambda key: shared.store(key, "bench", reply)))
+    lookups = asyncio.run(each(shared.lookup))
+    local = CallCache(path.with_name("keeper-bench.sqlite"))
+    start = time.perf_counter()
+    for n in range(count):
+        local.get(f"key-{n}")
+    direct = count / (time.perf_counter() - start)
+    local.close()
+    return lookups, stores, direct
+
+
+def rerun(measure: Any, url: str, data: tuple[Path, Path], output: Path, concurrency: int, *extra: str) -> Any:
+    (output / "journal.jsonl").unlink()
+    return measure(url, data, output, concurrency, *extra)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -59,6 +59,16 @@ class CachedReply:
     completion_tokens: int
 
 
+class CallStore(Protocol):
+    """Where :class:`~selfrag.data_gen.teachers.CachedTeacher` looks replies up: this SQLite cache in the process,
+    or (``executor=ray``) the one cache of the run reached through a Ray actor
+    (:class:`~selfrag.data_gen.ray_executor.SharedCache`)."""
+
+    async def lookup(self, key: str) -> CachedReply | None: ...
+
+    async def store(self, key: str, model: str, reply: CachedReply) -> None: ...
+
+
 class CallCache:
     """A SQLite table of replies; safe to share between the event loop and worker threads."""
 
@@ -86,6 +96,12 @@ class CallCache:
                 "VALUES (?, ?, ?, ?, ?)",
                 (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens),
             )
+
+    async def lookup(self, key: str) -> CachedReply | None:
+        return self.get(key)
+
+    async def store(self, key: str, model: str, reply: CachedReply) -> None:
+        self.put(key, model, reply)
 
     def __len__(self) -> int:
         with self._lock:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from selfrag.config import help_field
 from selfrag.data_gen.gold import ABSTAIN_TEXT
+from selfrag.fsutil import is_url
 from selfrag.inference.retrievers.spec import RetrieverConfig
 
 
@@ -54,7 +55,8 @@ class TeacherConfig:
         "SQLite file caching every call to this teacher (a killed or repeated run pays no call twice). null: one "
         "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite (default "
         "folder: ~/.cache/selfrag/teacher), so a new output directory or restart=true reuses every answer; an "
-        "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it.",
+        "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it. executor=ray: one "
+        "actor on the driver's node opens it for every worker (the nodes need no shared filesystem).",
         default=None,
     )
     price_input_per_million: float = help_field(
@@ -127,9 +129,17 @@ class RayConfig:
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
-    output: Path = help_field(
+    output: str = help_field(
         "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "
-        "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory."
+        "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory. "
+        "labeler=llm also writes to an fsspec URL (s3://bucket/run with s3fs, gs://, file://, memory://): the "
+        "journal, shards/*.jsonl and manifest.json go there (docs/data-gen-scale.md).",
+        example="runs/data",
+    )
+    output_sync_s: float = help_field(
+        "output=URL: seconds between uploads of the finished questions (journal/ parts) while the run goes on; a "
+        "killed run loses at most this much of its journal (those questions replay from the teacher cache).",
+        default=10.0,
     )
     corpus: Path | None = help_field(
         "Corpus: JSONL lines {id, title, text}, DPR's psgs_w100.tsv (id, text, title), or a folder of .txt/.md/.pdf "
@@ -244,7 +254,14 @@ class GenerateConfig:
     )
 
     def validate(self) -> list[str]:
-        problems = []
+        problems = output_problems(self.output)
+        if self.output_sync_s <= 0:
+            problems.append(f"output_sync_s must be > 0, got {self.output_sync_s}; e.g. output_sync_s=10")
+        if is_url(self.output) and self.labeler != "llm":
+            problems.append(
+                f"output={self.output!r}: a URL output needs labeler=llm (the gold labeler writes a local directory); "
+                "write to a local directory and copy it"
+            )
         for name in ("distractors", "easy_negatives", "hard_negatives", "article_negatives", "support_negatives"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}; use 0 for none")
@@ -314,6 +331,18 @@ GOLD_NEGATIVES = {
     "support_negatives": 0,
     "erased_negatives": 0,
 }
+
+
+def output_problems(output: str) -> list[str]:
+    """What is wrong with ``output`` as a directory or a URL (empty, a NUL byte, an unknown ``~user``)."""
+    if not output.strip() or "\x00" in output:
+        return [f"output must be a directory or an fsspec URL, got {output!r}; e.g. output=runs/data"]
+    if not is_url(output):
+        try:
+            Path(output).expanduser()
+        except RuntimeError:  # ~name of a user this machine does not know
+            return [f"output: cannot expand '~' in {output!r}; write the full path"]
+    return []
 
 
 def parse_shard(shard: str) -> tuple[int, int]:

@@ -4,8 +4,9 @@
         ray.workers=4                       # a local Ray; ray.address=auto (or ray://host:10001) for a cluster
 
 The questions left to do become a Ray Dataset; ``map_batches`` runs a pool of ``ray.workers`` labelling actors,
-each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries,
-connection breaker and the shared per-teacher SQLite cache as the single-process run), and the driver appends
+each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries and
+connection breaker as the single-process run; every call through the run's one cache, :class:`CacheKeeper`, an actor
+on the driver's node), and the driver appends
 each finished question to the same journal as it arrives. The output files are rendered from the journal exactly
 as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
 also written as shards with a manifest (:func:`write_shards`).
@@ -18,8 +19,8 @@ depth and would lose the call cache (a rerun would pay every call again) and the
 
 Faults: Ray Data restarts a dead labelling actor and retries its batch; a question is journaled by the driver only
 when its result arrives, once (a duplicate from a retried batch is ignored), so nothing is lost or written twice.
-A rerun of a finished run skips every journaled question and makes zero teacher calls (the cache is shared: one
-SQLite file per teacher; on several machines point ``teacher.cache`` at storage every node mounts).
+A rerun of a finished run skips every journaled question, and one whose journal is gone makes zero teacher calls
+whichever worker gets which question: the keeper alone opens the SQLite cache, so the nodes share no filesystem.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,20 +47,20 @@ SHARDS_DIR = "shards"
 
 
 class Labeller:
-    """One Ray actor: a teacher, a labeler and a retriever; labels a batch of questions, one journal entry each.
+    """One Ray actor: a teacher (its cache: the keeper), a labeler and a retriever; labels a batch of questions, one
+    journal entry each.
 
     The teacher lives as long as the actor (one event loop for every batch): its connection pool, and its count of
     connection failures in a row, carry over from batch to batch, so an unreachable teacher stops the run.
     """
 
-    def __init__(self, config: dict[str, Any], passages: list[dict[str, str]], cache_path: str) -> None:
-        from selfrag.data_gen.cache import CallCache
+    def __init__(self, config: dict[str, Any], passages: list[dict[str, str]], cache: Any) -> None:
         from selfrag.data_gen.config import GenerateConfig
 
         self.config = from_dict(GenerateConfig, config)
         self.passages = [Passage(p["id"], p["title"], p["text"]) for p in passages]
         self.by_id = {passage.id: passage for passage in self.passages}
-        self.cache = CallCache(cache_path)
+        self.cache = SharedCache(cache)
         self.loop = asyncio.new_event_loop()
         self.assembler: Any = None
 
@@ -119,6 +121,69 @@ class Labeller:
         return out
 
 
+class CacheKeeper:
+    """The run's one teacher-call cache, as a Ray actor on the driver's node: it alone opens the SQLite file
+    (``teacher.cache``, or the per-teacher default), so every labelling worker on every node reads and writes the same
+    replies without a shared filesystem (SQLite's WAL does not work over NFS), and the file stays with the driver for
+    the next run. Lookups and stores are idempotent: a restarted keeper retries them."""
+
+    def __init__(self, path: str) -> None:
+        from selfrag.data_gen.cache import CallCache
+
+        self.cache = CallCache(path)
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        hit = self.cache.get(key)
+        return None if hit is None else (hit.text, hit.prompt_tokens, hit.completion_tokens)
+
+    def put(self, key: str, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        from selfrag.data_gen.cache import CachedReply
+
+        self.cache.put(key, model, CachedReply(text, prompt_tokens, completion_tokens))
+
+    def where(self) -> tuple[str, int]:
+        """(node id, pid) of the keeper: for tests and logs."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class SharedCache:
+    """A labelling worker's :class:`~selfrag.data_gen.cache.CallStore`: every lookup and store goes to the keeper."""
+
+    def __init__(self, keeper: Any) -> None:
+        self.keeper = keeper
+
+    async def lookup(self, key: str) -> Any:
+        from selfrag.data_gen.cache import CachedReply
+
+        hit = await self.keeper.get.remote(key)
+        return None if hit is None else CachedReply(hit[0], int(hit[1]), int(hit[2]))
+
+    async def store(self, key: str, model: str, reply: Any) -> None:
+        # awaited: a reply is in the cache before its question can reach the journal
+        await self.keeper.put.remote(key, model, reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+
+def start_keeper(cache_path: Path) -> Any:
+    """The :class:`CacheKeeper` of this run, pinned to the driver's node (no CPU reserved: it waits on SQLite)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    keeper = ray.remote(CacheKeeper).options(  # type: ignore[attr-defined]
+        num_cpus=0,
+        max_concurrency=8,  # threads: CallCache serialises on its own lock
+        max_restarts=-1,
+        max_task_retries=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+    )
+    return keeper.remote(str(cache_path))
+
+
 def _query(data: dict[str, Any]) -> Query:
     return Query(
         str(data["id"]),
@@ -161,6 +226,7 @@ def label_with_ray(
         ray.init(address=settings.address, **options)
     failed: dict[str, str] = {}
     fresh = hits = 0
+    keeper = None
     try:
         rows = [
             {"query": json.dumps(query.to_json()), "seed": seed or "", "digest": digests[query.id]}
@@ -168,13 +234,14 @@ def label_with_ray(
         ]
         if not rows:
             return failed, 0, 0
+        keeper = start_keeper(cache_path)
         dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
         labelled = dataset.map_batches(
             Labeller,
             fn_constructor_kwargs={
                 "config": to_dict(config),
                 "passages": [passage.to_json() for passage in passages],
-                "cache_path": str(cache_path),
+                "cache": keeper,
             },
             batch_size=settings.batch_size,
             # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
@@ -193,6 +260,9 @@ def label_with_ray(
                     logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
                 bar.update(1)
     finally:
+        if keeper is not None:
+            ray.get(keeper.close.remote())
+            ray.kill(keeper)
         if started_here:
             ray.shutdown()
     return failed, fresh, hits

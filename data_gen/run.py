@@ -19,7 +19,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +34,7 @@ from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_d
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.errors import ConfigError, InputError
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import check_output_path, claim_output, is_url, write_json
 from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
@@ -95,6 +95,12 @@ def _counts(counts: Mapping[str, int] | None) -> str:
 
 
 def run(config: GenerateConfig) -> GenerateResult:
+    if is_url(config.output):  # s3://, file://, memory://: the run works in a local copy kept in step with the URL
+        from selfrag.data_gen.url_output import run_at_url
+
+        return run_at_url(config, run)  # type: ignore[no-any-return]
+    config = replace(config, output=str(Path(config.output).expanduser()))
+    check_output_path(config.output, inputs=[config.corpus, config.queries])
     # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run (resumed),
     # never a folder of the user's files or another command's output (an index's config.yaml was overwritten once).
     claim_output(config.output, "generate", legacy=_is_generate_run)

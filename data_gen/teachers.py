@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from selfrag.data_gen.cache import CachedReply, CallCache, call_key
+from selfrag.data_gen.cache import CachedReply, CallStore, call_key
 from selfrag.data_gen.config import TeacherConfig
 
 logger = logging.getLogger(__name__)
@@ -389,7 +389,7 @@ def build_teacher(config: TeacherConfig) -> Teacher:
 class CachedTeacher:
     """Answers from the cache when it can; otherwise asks the teacher and stores the reply at once."""
 
-    def __init__(self, teacher: Teacher, cache: CallCache) -> None:
+    def __init__(self, teacher: Teacher, cache: CallStore) -> None:
         self.teacher = teacher
         self.cache = cache
         self.model = teacher.model
@@ -398,12 +398,12 @@ class CachedTeacher:
 
     async def chat(self, request: ChatRequest) -> ChatReply:
         key = call_key(self.model, request.message_dicts(), request.params())
-        hit = self.cache.get(key)
+        hit = await self.cache.lookup(key)
         if hit is not None:
             self.cache_hits += 1
             return ChatReply(hit.text, hit.prompt_tokens, hit.completion_tokens, cached=True)
         reply = await self.teacher.chat(request)
-        self.cache.put(key, self.model, CachedReply(reply.text, reply.prompt_tokens, reply.completion_tokens))
+        await self.cache.store(key, self.model, CachedReply(reply.text, reply.prompt_tokens, reply.completion_tokens))
         self.fresh_calls += 1
         return reply
 

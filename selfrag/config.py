@@ -327,6 +327,8 @@ def _coerce_scalar(hint: type, value: Any, key: str, problems: list[str], strict
     if hint is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, Path):  # a field that takes a path or a URL (e.g. generate's output), set from code
+            return str(value)
         if strict or isinstance(value, bool) or not isinstance(value, int | float):
             problems.append(_problem(key, "a string", value, str, example))
             return value

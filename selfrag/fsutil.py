@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -237,13 +238,7 @@ def claim_output(
     elif owner is None and legacy is not None and legacy(path):
         owned = set(legacy_files)
     else:
-        shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
-        other = owner.get("command") if owner is not None else None
-        what = f"it is the output of `selfrag {other}`" if other else f"it holds {shown}"
-        raise InputError(
-            f"{key} {str(path)!r} is not empty and was not written by `selfrag {command}` ({what}); nothing was "
-            "changed: give a new or empty directory"
-        )
+        raise foreign_output(key, str(path), entries, owner, command)
     if replaces:
         foreign = [name for name in entries if name != OWNER_FILE and name not in owned]
         if foreign:
@@ -254,6 +249,28 @@ def claim_output(
     if mark and owner is None:
         write_owner(path, command, sorted(owned))
     return path
+
+
+def foreign_output(
+    key: str, where: str, entries: list[str], owner: dict[str, Any] | None, command: str
+) -> InputError:
+    """The one line refusing a non-empty output (a directory or a URL) that ``selfrag <command>`` did not write."""
+    shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
+    other = owner.get("command") if owner is not None else None
+    what = f"it is the output of `selfrag {other}`" if other else f"it holds {shown}"
+    return InputError(
+        f"{key} {where!r} is not empty and was not written by `selfrag {command}` ({what}); nothing was "
+        "changed: give a new or empty directory"
+    )
+
+
+#: ``scheme://...``: an fsspec URL (s3://, gs://, file://, memory://), not a local path.
+URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(value: str | Path) -> bool:
+    """Whether ``value`` names an fsspec URL rather than a local path (a Path never does: it folds the ``//``)."""
+    return isinstance(value, str) and URL_PATTERN.match(value) is not None
 
 
 def write_owner(directory: str | Path, command: str, files: Iterable[str] = ()) -> None:

@@ -104,3 +104,48 @@ def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Pa
         generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
                  "teacher.backoff_s=0.2")
     assert time.monotonic() - started < 60
+
+
+def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The cache lives in one keeper actor on the driver's node, whichever worker asks; the output goes to a
+    memory:// URL that only the driver writes (the workers are other processes: they could not reach it)."""
+    import fsspec
+
+    from selfrag.data_gen.ray_executor import SharedCache, start_keeper
+    from selfrag.data_gen.teachers import CachedReply
+
+    monkeypatch.setenv("SELFRAG_CACHE", str(tmp_path / "selfrag-cache"))  # the URL's staging folder
+    keeper = start_keeper(tmp_path / "probe.sqlite")
+    node, pid = ray.get(keeper.where.remote())
+    assert node == ray.get_runtime_context().get_node_id() and pid != os.getpid()
+    probe = SharedCache(keeper)
+    import asyncio
+
+    asyncio.run(probe.store("k", "m", CachedReply("text", 3, 4)))
+    assert asyncio.run(probe.lookup("k")) == CachedReply("text", 3, 4) and asyncio.run(probe.lookup("x")) is None
+    ray.kill(keeper)
+
+    data = write_inputs(tmp_path, MANY)
+    url = f"memory://selfrag-tests/{tmp_path.name}/ray-run"
+    fs, root = fsspec.core.url_to_fs(url)
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "teacher.max_concurrency=2",
+                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+    with TeacherServer(latency=0.01) as server:
+        generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+        server.answered.clear()
+        first = generate(server.url, data, url, *settings, "ray.batch_size=3")
+        calls = len(server.answered)
+        # Forget every finished question, reverse the questions and cut other batches: each lands on any worker.
+        fs.rm(f"{root}/journal", recursive=True)
+        data[1].write_text("".join(json.dumps(row) + "\n" for row in reversed(MANY)))
+        again = generate(server.url, data, url, *settings, "ray.batch_size=2")
+    try:
+        assert first.stats["run"]["teacher_calls_made"] == calls > 0 and not first.problems
+        assert again.stats["run"]["teacher_calls_made"] == 0 and len(server.answered) == calls
+        assert again.stats["run"]["teacher_calls_from_cache"] == calls
+        manifest = json.loads(fs.cat_file(f"{root}/manifest.json"))
+        for name, entry in manifest["files"].items():
+            joined = b"".join(fs.cat_file(f"{root}/{shard['path']}") for shard in entry["shards"])
+            assert joined == (tmp_path / "local" / name).read_bytes(), name
+    finally:
+        fs.rm(root, recursive=True)
