@@ -157,6 +157,8 @@ def embed_store(
             raise ValueError(f"{path} holds a {matrix.shape} matrix, expected {shape}; delete the build folder")
     else:
         matrix = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    offset = matrix.offset
+    del matrix  # each shard maps its own rows and unmaps them: resident memory holds one shard, not the file
     shards = range((rows + shard_size - 1) // shard_size)
     done = done_shards(path) & set(shards)
     record = path.with_name(path.name + DONE_SUFFIX)
@@ -169,17 +171,19 @@ def embed_store(
         for shard in left:
             start, stop = shard * shard_size, min(rows, (shard + 1) * shard_size)
             texts = [passage.render() for passage in store.iter_range(start, stop)]
+            rows_of_shard = np.memmap(path, dtype=np.float32, mode="r+", shape=(stop - start, encoder.dimension),
+                                      offset=offset + start * encoder.dimension * 4)
             # Fixed pieces of the shard, so the bar moves within a long shard and a rerun batches alike.
-            for offset in range(0, len(texts), _PIECE):
-                vectors = encoder.encode(texts[offset : offset + _PIECE])
-                if vectors.shape != (min(_PIECE, len(texts) - offset), encoder.dimension):
-                    raise ValueError(f"the encoder returned {vectors.shape} for {len(texts[offset:offset + _PIECE])} "
+            for piece in range(0, len(texts), _PIECE):
+                vectors = encoder.encode(texts[piece : piece + _PIECE])
+                if vectors.shape != (min(_PIECE, len(texts) - piece), encoder.dimension):
+                    raise ValueError(f"the encoder returned {vectors.shape} for {len(texts[piece:piece + _PIECE])} "
                                      "texts")
-                matrix[start + offset : start + offset + len(vectors)] = vectors
+                rows_of_shard[piece : piece + len(vectors)] = vectors
                 bar.update(len(vectors))
-            matrix.flush()  # the rows reach the file before the shard is recorded as done
+            rows_of_shard.flush()  # the rows reach the file before the shard is recorded as done
+            del rows_of_shard
             log.write(f"{shard}\n")
             log.flush()
             os.fsync(log.fileno())
-    matrix.flush()
-    return matrix
+    return np.load(path, mmap_mode="r")
