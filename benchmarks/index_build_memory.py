@@ -3,6 +3,7 @@ streamed build, at 100k and 300k passages.
 
     nice .venv/bin/python benchmarks/index_build_memory.py                                  # 100k, 300k vs 7d12181
     nice .venv/bin/python benchmarks/index_build_memory.py --sizes 100000 --kinds bm25 --work /tmp/build-memory
+    nice .venv/bin/python benchmarks/index_build_memory.py --bm25-parts 100000     # where BM25's build memory goes
 
 Data (seeded): a ``psgs_w100.tsv`` (header ``id text title``) whose passage ``i`` is 100 words (DPR's length) drawn
 Zipf (a=1.2) from 30,000 made-up words, title ``Topic i % 50000``.
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -154,15 +156,51 @@ def report(results: dict[tuple[str, str, int], dict[str, Any]], sizes: list[int]
     return "\n".join(lines)
 
 
+def bm25_parts(count: int, work: Path) -> str:
+    """Where a BM25 build's memory goes, per passage (tracemalloc, which numpy reports to): the packed token ids and
+    vocabulary of the streamed tokenization, then the peak of bm25s's ``BM25.index`` above them."""
+    import bm25s
+
+    from selfrag.corpus import load_corpus
+    from selfrag.passages import PassageList
+    from selfrag.retrieval import _make_stemmer, tokenize_corpus
+
+    corpus = work / f"parts_{count}.tsv"
+    write_tsv(corpus, count)
+    passages = PassageList(load_corpus(corpus))  # in memory, outside the traced part
+    corpus.unlink()
+    tracemalloc.start()
+    tokens = tokenize_corpus(passages, _make_stemmer("english"))
+    held, tokenizing_peak = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    index = bm25s.BM25()
+    index.index(tokens, show_progress=False)
+    kept, indexing_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    nonzeros = len(index.scores["data"])
+    return (f"BM25 build, {count:,} passages ({len(tokens.ids.flat) / count:.0f} tokens, {nonzeros / count:.0f} "
+            f"distinct a passage): token ids + vocabulary {held / count:,.0f} B/passage (peak while tokenizing "
+            f"{tokenizing_peak / count:,.0f}); bm25s BM25.index peak above them {(indexing_peak - held) / count:,.0f}"
+            f" B/passage ({(indexing_peak - held) / nonzeros:.0f} B a non-zero), of which the matrices kept "
+            f"{(kept - held) / count:,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,300000")
     parser.add_argument("--kinds", default="faiss,bm25")
     parser.add_argument("--baseline", default="7d12181", help="the commit measured as 'before'")
     parser.add_argument("--work", default="/tmp/selfrag-build-memory")
+    parser.add_argument("--bm25-parts", type=int, metavar="N", help="only: where BM25's build memory goes at N")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    if args.bm25_parts:
+        try:
+            print(bm25_parts(args.bm25_parts, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     sizes, kinds = [int(size) for size in args.sizes.split(",")], args.kinds.split(",")
     package = baseline_package(args.baseline, work)
     results: dict[tuple[str, str, int], dict[str, Any]] = {}

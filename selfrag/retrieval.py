@@ -19,6 +19,8 @@ from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
 
+TOKENIZE_BATCH = 10_000  # passages read from the store and tokenized at a time when a BM25 index is built
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -125,8 +127,8 @@ class BM25Retriever:
         return results
 
 
-def tokenize_corpus(passages: PassageSource, stemmer: object | None, batch: int = 10_000) -> Any:
-    """bm25s's token ids of every passage, read ``batch`` passages at a time (from a store: the texts are never
+def tokenize_corpus(passages: PassageSource, stemmer: object | None) -> Any:
+    """bm25s's token ids of every passage, read ``TOKENIZE_BATCH`` passages at a time (from a store: the texts are never
     all in memory), packed 4 bytes a token (a list of Python lists costs ~8 bytes a token and ~60 a passage).
 
     bm25s's own ``Tokenizer.streaming_tokenize``, with its English stop words and the same stems as
@@ -137,8 +139,9 @@ def tokenize_corpus(passages: PassageSource, stemmer: object | None, batch: int 
 
     tokenizer = Tokenizer(stopwords="en", stemmer=stemmer)  # type: ignore[arg-type]
     flat, ends = array("i"), array("q")
-    for start in range(0, len(passages), batch):
-        texts = [passage.render() for passage in passages.iter_range(start, min(len(passages), start + batch))]
+    for start in range(0, len(passages), TOKENIZE_BATCH):
+        stop = min(len(passages), start + TOKENIZE_BATCH)
+        texts = [passage.render() for passage in passages.iter_range(start, stop)]
         for ids in tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=False):
             flat.extend(ids)
             ends.append(len(flat))

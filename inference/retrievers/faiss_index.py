@@ -77,10 +77,10 @@ def build_faiss(embeddings: np.ndarray, factory: str, train_size: int, seed: int
 def _rows(embeddings: np.ndarray, start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` as a float32 array. Of a memory-mapped file, read through a map of those rows only,
     unmapped after: the mapped pages of a 21M-row matrix do not pile up in the build's resident memory."""
-    whole_file = isinstance(embeddings, np.memmap) and isinstance(embeddings.base, mmap.mmap)  # not a view of one
-    if whole_file and embeddings.filename is not None and embeddings.flags.c_contiguous:
+    if (isinstance(embeddings, np.memmap) and isinstance(embeddings.base, mmap.mmap)  # the file's map, not a view
+            and embeddings.dtype == np.float32 and embeddings.filename is not None and embeddings.flags.c_contiguous):
         shape = (stop - start, *embeddings.shape[1:])
-        rows = np.memmap(embeddings.filename, dtype=embeddings.dtype, mode="r", shape=shape,
+        rows = np.memmap(embeddings.filename, dtype=np.float32, mode="r", shape=shape,
                          offset=embeddings.offset + start * embeddings.strides[0])
         block = np.array(rows, dtype=np.float32)
         del rows

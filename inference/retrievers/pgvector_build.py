@@ -16,7 +16,7 @@ import json
 import logging
 import struct
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from selfrag.corpus_stream import StreamedCorpus
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder
@@ -46,7 +47,7 @@ class PgBuild:
     maintenance_work_mem: str = "1GB"  # HNSW builds far faster while the graph fits (~passages x (4 d + 8 m) B)
 
 
-def build(spec: PgBuild, passages: Collection[Passage]) -> dict[str, Any]:
+def build(spec: PgBuild, passages: Sequence[Passage] | StreamedCorpus) -> dict[str, Any]:
     """Embed ``passages`` with ``spec.model`` and load them into the table named by ``spec.url``.
 
     ``passages``: a list, or a :class:`~selfrag.corpus_stream.StreamedCorpus` read from its file batch by batch.
@@ -61,7 +62,10 @@ def build(spec: PgBuild, passages: Collection[Passage]) -> dict[str, Any]:
 
 
 def load(
-    spec: PgBuild, passages: Collection[Passage], embed: Callable[[Sequence[Passage]], np.ndarray], dimension: int
+    spec: PgBuild,
+    passages: Sequence[Passage] | StreamedCorpus,
+    embed: Callable[[Sequence[Passage]], np.ndarray],
+    dimension: int,
 ) -> dict[str, Any]:
     """Load ``passages`` with the unit vectors ``embed`` gives each batch; returns the ``selfrag_indexes`` row.
 
@@ -142,7 +146,7 @@ def _copy_rows(
     connection: Any,
     target: PgTarget,
     embed: Callable[[Sequence[Passage]], np.ndarray],
-    passages: Collection[Passage],
+    passages: Sequence[Passage] | StreamedCorpus,
     start: int,
     batch_size: int,
 ) -> None:
