@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from selfrag.corpus_stream import StreamedCorpus
+from selfrag.errors import InputError
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder
@@ -163,6 +164,9 @@ def _copy_rows(
                 copy.write(payload)
             first += len(batch)
             bar.update(len(batch))
+    if first != len(passages):  # a streamed corpus read again: the file changed after it was checked
+        raise InputError(f"the corpus gave {first} passages while loading, {len(passages)} when it was checked: it "
+                         "changed during the load; run the command again on a corpus that stays put")
 
 
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
