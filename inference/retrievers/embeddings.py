@@ -4,8 +4,9 @@
     encoder = load_encoder("facebook/contriever-msmarco", pooling="mean", normalize=False)   # the paper's retriever
     embed_store(store, Path("build/embeddings.npy"), encoder, shard_size=10_000)
 
-``embed_store`` encodes the passages in shards of ``shard_size`` rows, writes each shard into its rows of the
-memory-mapped matrix, flushes it, and only then appends the shard's number to ``embeddings.done``. A build
+``embed_store`` encodes the passages in shards of ``shard_size`` rows (read from the store, never all at once),
+writes each shard into a map of its own rows of the ``.npy`` file (unmapped after: resident memory holds one
+shard, not the matrix), flushes it, and only then appends the shard's number to ``embeddings.done``. A build
 killed at any point (mid-shard, or between the flush and the record) and run again encodes exactly the shards
 not recorded, each from the same rows in the same batches, so the file ends byte-identical to an uninterrupted
 build. Whether the settings and the corpus are still the same is the caller's check (the index build
