@@ -64,20 +64,50 @@ class Chunk:
 
 
 def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Passage]:
-    """Read a corpus: JSONL lines ``{"id", "title", "text"}``, DPR's ``psgs_w100.tsv`` (a ``.tsv`` file with the
-    header ``id text title``), or a folder of .txt/.md/.pdf files.
+    """Read a corpus into memory: JSONL lines ``{"id", "title", "text"}``, DPR's ``psgs_w100.tsv`` (a ``.tsv`` file
+    with the header ``id text title``), or a folder of .txt/.md/.pdf files (see :func:`iter_corpus`).
 
-    Files of a folder are cut into chunks of ``chunk_words`` words, consecutive chunks sharing
-    ``chunk_overlap`` words (see :func:`load_chunks`).
+    Ids must be unique. An index build does not come here: it streams :func:`iter_corpus` into its passage store.
+    """
+    passages = []
+    seen: dict[str, str] = {}
+    for where, passage in iter_corpus(path, chunk_words, chunk_overlap):
+        if passage.id in seen:
+            raise InputError(duplicate_message(where, passage.id, seen[passage.id]))
+        seen[passage.id] = where
+        passages.append(passage)
+    return passages
+
+
+def iter_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> Iterator[tuple[str, Passage]]:
+    """The passages of a corpus, streamed in order, each with where it comes from (``file:line``, or the file of a
+    folder's chunk).
+
+    Every line is checked as it is read (a bad one raises ``InputError`` with file:line, what and the fix), except
+    that ids are unique: that is the consumer's check (:func:`load_corpus` keeps the ids it saw; the index build
+    lets its passage store's key refuse a second one: see :mod:`selfrag.corpus_stream`). Files of a
+    folder are cut into chunks of ``chunk_words`` words, consecutive chunks sharing ``chunk_overlap`` words
+    (see :func:`load_chunks`).
     """
     path = Path(path)
     if path.is_dir():
-        return [chunk.passage for chunk in load_chunks(path, chunk_words, chunk_overlap)]
-    if path.suffix.lower() == ".tsv":
-        return list(iter_tsv(path))
+        for chunk in iter_chunks(path, chunk_words, chunk_overlap):
+            yield f"{path / chunk.source}", chunk.passage
+    elif path.suffix.lower() == ".tsv":
+        yield from _iter_tsv(path)
+    else:
+        yield from _iter_jsonl(path)
+
+
+def duplicate_message(where: str, passage_id: str, first: str) -> str:
+    line = first.rsplit(":", 1)[-1] if first.rsplit(":", 1)[0] == where.rsplit(":", 1)[0] else None
+    earlier = f"first on line {line}" if line and line.isdigit() else f"first at {first}"
+    return f"{where}: duplicate passage id {passage_id!r} ({earlier}); ids must be unique, give it another id"
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, Passage]]:
     check_utf8(path, "corpus")
-    passages = []
-    seen: dict[str, int] = {}
+    count = 0
     for number, row in read_jsonl(path, "corpus"):
         where = f"{path}:{number}"
         require_fields(row, ("id", "text"), where)
@@ -85,24 +115,17 @@ def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 4
             raise InputError(f"{where}: field 'title' must be a string, got {row.get('title')!r}")
         if not row["text"].strip():
             raise InputError(f"{where}: field 'text' is empty; give the passage its text or delete the line")
-        if row["id"] in seen:
-            raise InputError(
-                f"{where}: duplicate passage id {row['id']!r} (first on line {seen[row['id']]}); ids must be unique"
-            )
-        seen[row["id"]] = number
-        passages.append(Passage(row["id"], row.get("title", ""), row["text"]))
-    if not passages:
+        count += 1
+        yield where, Passage(row["id"], row.get("title", ""), row["text"])
+    if not count:
         raise InputError(f"corpus {str(path)!r} holds no passages; add JSONL lines with id, title, text")
-    return passages
 
 
-def iter_tsv(path: str | Path) -> Iterator[Passage]:
+def _iter_tsv(path: Path) -> Iterator[tuple[str, Passage]]:
     """Passages of a DPR-style TSV (``psgs_w100.tsv``: header ``id<TAB>text<TAB>title``, any column order),
     streamed line by line; fields quoted as DPR writes them (``"..."`` with ``""`` for a quote) are unquoted."""
-    path = Path(path)
     if not path.is_file():
         raise InputError(f"corpus {str(path)!r} does not exist; give a .jsonl or .tsv file or a folder")
-    seen: set[str] = set()
     count = 0
     with path.open(encoding="utf-8", newline="") as handle:
         rows = csv.reader(handle, delimiter="\t", quotechar='"')
@@ -125,11 +148,8 @@ def iter_tsv(path: str | Path) -> Iterator[Passage]:
                 passage_id, text, title = (row[index] for index in columns)
                 if not text.strip():
                     raise InputError(f"{where}: field 'text' is empty; give the passage its text or delete the line")
-                if passage_id in seen:
-                    raise InputError(f"{where}: duplicate passage id {passage_id!r}; ids must be unique")
-                seen.add(passage_id)
                 count += 1
-                yield Passage(passage_id, title, text)
+                yield where, Passage(passage_id, title, text)
         except UnicodeDecodeError as error:
             raise InputError(
                 f"{path}: near line {rows.line_num + 1}: a byte is not UTF-8 ({error.reason}); save the corpus as "
@@ -142,6 +162,11 @@ def iter_tsv(path: str | Path) -> Iterator[Passage]:
 
 
 def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Chunk]:
+    """The chunks of :func:`iter_chunks` in a list."""
+    return list(iter_chunks(folder, chunk_words, chunk_overlap))
+
+
+def iter_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> Iterator[Chunk]:
     """Chunks of every .txt/.md/.pdf file under ``folder`` (sorted by path), with source file and position.
 
     A file that fits in one chunk keeps its relative path as passage id; longer files give ids
@@ -163,8 +188,7 @@ def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int =
         raise InputError(
             f"corpus folder {str(folder)!r} has no {'/'.join(TEXT_SUFFIXES)} files; add some or fix the path"
         )
-    chunks: list[Chunk] = []
-    for file in files:
+    for file in files:  # one file's words in memory at a time
         relative = str(file.relative_to(folder))
         text = _read_text(file)
         if not text.words:
@@ -178,8 +202,7 @@ def load_chunks(folder: str | Path, chunk_words: int = 200, chunk_overlap: int =
             section = None if text.sections is None else text.sections[start]
             title = text.title if not section or section == text.title else f"{text.title} — {section}"
             passage = Passage(passage_id, title, " ".join(text.words[start:end]))
-            chunks.append(Chunk(passage, relative, index, start, end, page))
-    return chunks
+            yield Chunk(passage, relative, index, start, end, page)
 
 
 @dataclass(frozen=True)
@@ -254,19 +277,19 @@ def _read_pdf(file: Path, fallback: str) -> _Text:
 
 
 def check_utf8(path: Path, what: str) -> None:
-    """Raise ``InputError`` naming file:line:column of the first byte that is not UTF-8."""
+    """Raise ``InputError`` naming file:line:column of the first byte that is not UTF-8 (read a line at a time: a
+    newline byte is never inside a UTF-8 sequence, so each line decodes on its own)."""
     if not path.is_file():
         return  # read_jsonl reports a missing file
-    data = path.read_bytes()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise InputError(
-            f"{path}:{line}: byte 0x{data[error.start]:02x} at column {column} is not UTF-8; "
-            f"save the {what} file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-        ) from None
+    with path.open("rb") as handle:
+        for line, data in enumerate(handle, start=1):
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InputError(
+                    f"{path}:{line}: byte 0x{data[error.start]:02x} at column {error.start + 1} is not UTF-8; "
+                    f"save the {what} file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from None
 
 
 def load_queries(path: str | Path) -> list[Query]:

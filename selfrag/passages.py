@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -37,6 +37,8 @@ class PassageSource(Protocol):
 
     def by_rows(self, rows: Sequence[int]) -> list[Passage]: ...
 
+    def iter_range(self, start: int, stop: int) -> Iterator[Passage]: ...
+
 
 class PassageList:
     """Passages held in memory (a retriever built on the fly from a corpus, or an old index folder)."""
@@ -50,6 +52,9 @@ class PassageList:
     def by_rows(self, rows: Sequence[int]) -> list[Passage]:
         return [self.passages[int(row)] for row in rows]
 
+    def iter_range(self, start: int, stop: int) -> Iterator[Passage]:
+        return iter(self.passages[start:stop])
+
 
 def as_source(passages: Sequence[Passage] | PassageSource) -> PassageSource:
     """A list of passages wrapped as a :class:`PassageSource`; a source (store or list) as it is."""
@@ -58,10 +63,15 @@ def as_source(passages: Sequence[Passage] | PassageSource) -> PassageSource:
     return PassageList(passages)  # type: ignore[arg-type]
 
 
-def write_store(path: str | Path, passages: Iterable[Passage]) -> int:
+def write_store(
+    path: str | Path, passages: Iterable[Passage], duplicate: Callable[[str], Exception] | None = None
+) -> int:
     """Write ``passages`` (rows 0, 1, ... in order) to a new SQLite file at ``path``; returns how many.
 
-    Written into a temporary sibling and renamed into place, so a killed write never leaves a store that opens.
+    ``passages`` may be a stream (a corpus read line by line): they are inserted in batches and never held
+    together, and the ``id`` key refuses a second passage of an id, raising ``duplicate(id)`` (the caller names
+    the corpus lines) or else an error naming the id. Written into a temporary sibling and renamed into place, so
+    a killed write never leaves a store that opens.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -77,9 +87,9 @@ def write_store(path: str | Path, passages: Iterable[Passage]) -> int:
             batch.append((count, passage.id, passage.title, passage.text))
             count += 1
             if len(batch) >= _BATCH:
-                _insert(connection, batch, path)
+                _insert(connection, batch, path, duplicate)
                 batch.clear()
-        _insert(connection, batch, path)
+        _insert(connection, batch, path, duplicate)
         connection.commit()
     except BaseException:
         connection.close()
@@ -90,12 +100,19 @@ def write_store(path: str | Path, passages: Iterable[Passage]) -> int:
     return count
 
 
-def _insert(connection: sqlite3.Connection, rows: list[tuple[int, str, str, str]], path: Path) -> None:
+def _insert(
+    connection: sqlite3.Connection,
+    rows: list[tuple[int, str, str, str]],
+    path: Path,
+    duplicate: Callable[[str], Exception] | None,
+) -> None:
     try:
         connection.executemany("INSERT INTO passages VALUES (?, ?, ?, ?)", rows)
     except sqlite3.IntegrityError:
-        duplicate = _first_duplicate(connection, rows)
-        raise InputError(f"{path}: passage id {duplicate!r} appears twice; give every passage its own id") from None
+        passage_id = _first_duplicate(connection, rows)
+        if duplicate is not None:
+            raise duplicate(passage_id) from None
+        raise InputError(f"{path}: passage id {passage_id!r} appears twice; give every passage its own id") from None
 
 
 def _first_duplicate(connection: sqlite3.Connection, rows: list[tuple[int, str, str, str]]) -> str:

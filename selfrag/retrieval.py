@@ -8,7 +8,8 @@ matrices memory-mapped, its passages read from a :class:`~selfrag.passages.Passa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +18,8 @@ from selfrag.passages import PassageSource, as_source
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
+
+TOKENIZE_BATCH = 10_000  # passages read from the store and tokenized at a time when a BM25 index is built
 
 
 @dataclass(frozen=True)
@@ -84,10 +87,8 @@ class BM25Retriever:
         if index is not None:  # loaded from disk: the corpus was tokenized when the index was built
             self._index = index
             return
-        corpus = [p.render() for p in self.passages.by_rows(range(len(self.passages)))]
-        tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=self._stemmer, show_progress=False)
         self._index = bm25s.BM25()
-        self._index.index(tokens, show_progress=False)
+        self._index.index(tokenize_corpus(self.passages, self._stemmer), show_progress=False)
 
     def save(self, directory: str | Path) -> None:
         """Write the BM25 matrices (``bm25s`` format) into ``directory``; passages are saved by the caller."""
@@ -124,6 +125,47 @@ class BM25Retriever:
                                                               strict=True)])
             start += len(row_scores)
         return results
+
+
+def tokenize_corpus(passages: PassageSource, stemmer: object | None) -> Any:
+    """bm25s's token ids of every passage, read ``TOKENIZE_BATCH`` passages at a time (from a store: the texts are never
+    all in memory), packed 4 bytes a token (a list of Python lists costs ~8 bytes a token and ~60 a passage).
+
+    bm25s's own ``Tokenizer.streaming_tokenize``, with its English stop words and the same stems as
+    ``bm25s.tokenize`` (a passage of stop words only has no tokens, as there); the ids number the stems in order
+    of first appearance (``bm25s.tokenize`` numbers them in a set's order), so the index's scores are the same.
+    """
+    from bm25s.tokenization import Tokenized, Tokenizer
+
+    tokenizer = Tokenizer(stopwords="en", stemmer=stemmer)  # type: ignore[arg-type]
+    flat, ends = array("i"), array("q")
+    for start in range(0, len(passages), TOKENIZE_BATCH):
+        stop = min(len(passages), start + TOKENIZE_BATCH)
+        texts = [passage.render() for passage in passages.iter_range(start, stop)]
+        for ids in tokenizer.streaming_tokenize(texts, update_vocab=True, allow_empty=False):
+            flat.extend(ids)
+            ends.append(len(flat))
+    return Tokenized(ids=_PackedTokens(flat, ends), vocab=tokenizer.get_vocab_dict())  # type: ignore[arg-type]
+
+
+class _PackedTokens(Sequence[list[int]]):
+    """Per-passage token ids over one flat array; bm25s reads them (three passes) as lists, one at a time."""
+
+    def __init__(self, flat: array, ends: array) -> None:  # type: ignore[type-arg]
+        self.flat, self.ends = flat, ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, index: int) -> list[int]:  # type: ignore[override]
+        start = self.ends[index - 1] if index > 0 else 0
+        return self.flat[start : self.ends[index]].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start = 0
+        for end in self.ends:
+            yield self.flat[start:end].tolist()
+            start = end
 
 
 def _make_stemmer(language: str | None) -> object | None:

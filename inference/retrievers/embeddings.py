@@ -4,8 +4,9 @@
     encoder = load_encoder("facebook/contriever-msmarco", pooling="mean", normalize=False)   # the paper's retriever
     embed_store(store, Path("build/embeddings.npy"), encoder, shard_size=10_000)
 
-``embed_store`` encodes the passages in shards of ``shard_size`` rows, writes each shard into its rows of the
-memory-mapped matrix, flushes it, and only then appends the shard's number to ``embeddings.done``. A build
+``embed_store`` encodes the passages in shards of ``shard_size`` rows (read from the store, never all at once),
+writes each shard into a map of its own rows of the ``.npy`` file (unmapped after: resident memory holds one
+shard, not the matrix), flushes it, and only then appends the shard's number to ``embeddings.done``. A build
 killed at any point (mid-shard, or between the flush and the record) and run again encodes exactly the shards
 not recorded, each from the same rows in the same batches, so the file ends byte-identical to an uninterrupted
 build. Whether the settings and the corpus are still the same is the caller's check (the index build
@@ -157,6 +158,8 @@ def embed_store(
             raise ValueError(f"{path} holds a {matrix.shape} matrix, expected {shape}; delete the build folder")
     else:
         matrix = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    offset = matrix.offset
+    del matrix  # each shard maps its own rows and unmaps them: resident memory holds one shard, not the file
     shards = range((rows + shard_size - 1) // shard_size)
     done = done_shards(path) & set(shards)
     record = path.with_name(path.name + DONE_SUFFIX)
@@ -169,17 +172,19 @@ def embed_store(
         for shard in left:
             start, stop = shard * shard_size, min(rows, (shard + 1) * shard_size)
             texts = [passage.render() for passage in store.iter_range(start, stop)]
+            rows_of_shard = np.memmap(path, dtype=np.float32, mode="r+", shape=(stop - start, encoder.dimension),
+                                      offset=offset + start * encoder.dimension * 4)
             # Fixed pieces of the shard, so the bar moves within a long shard and a rerun batches alike.
-            for offset in range(0, len(texts), _PIECE):
-                vectors = encoder.encode(texts[offset : offset + _PIECE])
-                if vectors.shape != (min(_PIECE, len(texts) - offset), encoder.dimension):
-                    raise ValueError(f"the encoder returned {vectors.shape} for {len(texts[offset:offset + _PIECE])} "
+            for piece in range(0, len(texts), _PIECE):
+                vectors = encoder.encode(texts[piece : piece + _PIECE])
+                if vectors.shape != (min(_PIECE, len(texts) - piece), encoder.dimension):
+                    raise ValueError(f"the encoder returned {vectors.shape} for {len(texts[piece:piece + _PIECE])} "
                                      "texts")
-                matrix[start + offset : start + offset + len(vectors)] = vectors
+                rows_of_shard[piece : piece + len(vectors)] = vectors
                 bar.update(len(vectors))
-            matrix.flush()  # the rows reach the file before the shard is recorded as done
+            rows_of_shard.flush()  # the rows reach the file before the shard is recorded as done
+            del rows_of_shard
             log.write(f"{shard}\n")
             log.flush()
             os.fsync(log.fileno())
-    matrix.flush()
-    return matrix
+    return np.load(path, mmap_mode="r")

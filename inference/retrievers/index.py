@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from selfrag.config import help_field
 from selfrag.corpus import load_corpus
+from selfrag.corpus_stream import scan_corpus
 from selfrag.errors import ConfigError, InputError
 from selfrag.passages import PassageList, PassageSource, PassageStore
 from selfrag.retrieval import BM25Retriever, Retriever
@@ -142,7 +143,7 @@ def _run_pgvector(config: IndexConfig) -> IndexResult:
 
     started = time.monotonic()
     corpus = Path(config.corpus)
-    passages = load_corpus(corpus, config.chunk_words, config.chunk_overlap)
+    passages = scan_corpus(corpus, config.chunk_words, config.chunk_overlap)  # checked and counted, not held
     fingerprint = {"path": str(corpus.resolve()), "sha256": corpus_digest(corpus),
                    "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
     spec = PgBuild(

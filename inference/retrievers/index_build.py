@@ -2,6 +2,9 @@
 
     selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=HNSW32
 
+The build streams: the corpus is read line by line into the SQLite passage store, the embeddings and BM25's
+tokens are computed from the store a shard at a time, so resident memory does not grow with a list of passages.
+
 The build runs in ``.<output>.building`` beside the output. ``build.json`` there holds the fingerprint of
 everything the embeddings depend on (the corpus's SHA-256, the format, the embedding model, pooling,
 normalisation, batch size, shard size, device). Run again after a kill, the same fingerprint resumes: the
@@ -19,16 +22,19 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from selfrag.config import to_dict, write_resolved
-from selfrag.corpus import load_corpus
+from selfrag.corpus import iter_corpus
+from selfrag.corpus_stream import duplicate_error
 from selfrag.errors import InputError
 from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
+from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store
 from .index import INDEX_FILE, INDEX_VERSION, LEGACY_FILES, STORE_FILE, IndexConfig
@@ -74,7 +80,7 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
             raise InputError(f"another `selfrag index` is building {output}; wait for it or stop it") from None
         fingerprint = _fingerprint(config, corpus)
         _prepare(work, fingerprint)
-        store = _passage_store(work, corpus, config)
+        store = _passage_store(work, corpus, config, show_progress)
         _build_kind(config, work, store, encoder, show_progress)
         meta = {
             "version": INDEX_VERSION,
@@ -105,9 +111,8 @@ def _leftovers(config: IndexConfig) -> list[str]:
 def _build_kind(
     config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder | None, show_progress: bool
 ) -> None:
-    if config.kind == "bm25":
-        passages = store.by_rows(range(len(store)))
-        BM25Retriever(passages, stemmer_language=config.stemmer_language or None).save(work)
+    if config.kind == "bm25":  # tokenized from the store in batches (see selfrag.retrieval.tokenize_corpus)
+        BM25Retriever(store, stemmer_language=config.stemmer_language or None).save(work)
         return
     if encoder is None:
         owned = SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
@@ -140,11 +145,28 @@ def _build_vectors(
         import_faiss().write_index(index, str(work / FAISS_FILE))
 
 
-def _passage_store(work: Path, corpus: Path, config: IndexConfig) -> PassageStore:
+def _passage_store(work: Path, corpus: Path, config: IndexConfig, show_progress: bool) -> PassageStore:
+    """The corpus streamed into ``passages.sqlite`` (never a list of passages: memory does not grow with it).
+
+    Each line is checked as it is read; a second passage of an id is refused by the store's key and reported with
+    both corpus lines. Written atomically: present means complete, and a resumed build keeps it.
+    """
+    from tqdm import tqdm
+
     path = work / STORE_FILE
-    if not path.is_file():  # written atomically: present means complete
-        write_store(path, load_corpus(corpus, config.chunk_words, config.chunk_overlap))
+    if not path.is_file():
+        chunking = (config.chunk_words, config.chunk_overlap)
+        records = iter_corpus(corpus, *chunking)
+        with tqdm(unit="passage", desc="passages", disable=not show_progress) as bar:
+            write_store(path, _counted(records, bar),
+                        duplicate=lambda passage_id: duplicate_error(corpus, passage_id, *chunking))
     return PassageStore(path)
+
+
+def _counted(records: Iterable[tuple[str, Passage]], bar: Any) -> Iterator[Passage]:
+    for _, passage in records:
+        bar.update()
+        yield passage
 
 
 def _prepare(work: Path, fingerprint: dict[str, Any]) -> None:

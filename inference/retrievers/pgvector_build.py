@@ -2,8 +2,10 @@
 
     selfrag index kind=pgvector corpus=data/psgs_w100.tsv output='postgresql://u:pw@db:5432/rag?table=wiki'
 
-Embeds with the dense kind's sentence-transformers encoder (``embedding_model``), COPYs each batch into
-``<table>__build`` (one transaction a batch, so a killed load resumes after the last committed batch), then
+The corpus is streamed: checked and counted in one pass (:func:`selfrag.corpus_stream.scan_corpus`), then read
+again batch by batch. Embeds with the dense kind's sentence-transformers encoder (``embedding_model``), COPYs each
+batch into ``<table>__build`` (one transaction a batch, so a killed load resumes after the last committed batch,
+reading past the committed rows without embedding them), then
 builds the HNSW and GIN indexes and swaps the table in, with its row in ``selfrag_indexes``, in one
 transaction. See :mod:`selfrag.inference.retrievers.pgvector` for the schema and the reader.
 """
@@ -16,11 +18,14 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from selfrag.corpus_stream import StreamedCorpus
+from selfrag.errors import InputError
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder
@@ -43,8 +48,11 @@ class PgBuild:
     maintenance_work_mem: str = "1GB"  # HNSW builds far faster while the graph fits (~passages x (4 d + 8 m) B)
 
 
-def build(spec: PgBuild, passages: Sequence[Passage]) -> dict[str, Any]:
-    """Embed ``passages`` with ``spec.model`` and load them into the table named by ``spec.url``."""
+def build(spec: PgBuild, passages: Sequence[Passage] | StreamedCorpus) -> dict[str, Any]:
+    """Embed ``passages`` with ``spec.model`` and load them into the table named by ``spec.url``.
+
+    ``passages``: a list, or a :class:`~selfrag.corpus_stream.StreamedCorpus` read from its file batch by batch.
+    """
     encoder = SentenceEncoder(spec.model, device=spec.device, batch_size=spec.batch_size)
 
     def embed(batch: Sequence[Passage]) -> np.ndarray:
@@ -55,7 +63,10 @@ def build(spec: PgBuild, passages: Sequence[Passage]) -> dict[str, Any]:
 
 
 def load(
-    spec: PgBuild, passages: Sequence[Passage], embed: Callable[[Sequence[Passage]], np.ndarray], dimension: int
+    spec: PgBuild,
+    passages: Sequence[Passage] | StreamedCorpus,
+    embed: Callable[[Sequence[Passage]], np.ndarray],
+    dimension: int,
 ) -> dict[str, Any]:
     """Load ``passages`` with the unit vectors ``embed`` gives each batch; returns the ``selfrag_indexes`` row.
 
@@ -136,20 +147,26 @@ def _copy_rows(
     connection: Any,
     target: PgTarget,
     embed: Callable[[Sequence[Passage]], np.ndarray],
-    passages: Sequence[Passage],
+    passages: Sequence[Passage] | StreamedCorpus,
     start: int,
     batch_size: int,
 ) -> None:
     columns = f"{target.build_table} (row, id, title, text, embedding)"
+    rows = iter(passages)
+    next(islice(rows, start, start), None)  # a resumed load reads past the committed rows; nothing is embedded
+    first = start
     with tqdm(total=len(passages), initial=start, desc="pgvector load", unit="passage", dynamic_ncols=True) as bar:
-        for first in range(start, len(passages), batch_size):
-            batch = passages[first : first + batch_size]
+        while batch := list(islice(rows, batch_size)):
             vectors = embed(batch)
             payload = copy_payload(first, batch, vectors)
             with connection.transaction(), connection.cursor() as cursor, \
                     cursor.copy(f"COPY {columns} FROM STDIN (FORMAT binary)") as copy:
                 copy.write(payload)
+            first += len(batch)
             bar.update(len(batch))
+    if first != len(passages):  # a streamed corpus read again: the file changed after it was checked
+        raise InputError(f"the corpus gave {first} passages while loading, {len(passages)} when it was checked: it "
+                         "changed during the load; run the command again on a corpus that stays put")
 
 
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)

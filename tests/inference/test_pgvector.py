@@ -10,6 +10,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,11 @@ def test_the_cli_loads_and_every_stage_opens_the_same_table(postgres: LocalPostg
 
 
 def test_a_killed_load_resumes_and_gives_the_same_table(postgres: LocalPostgres, corpus: Path) -> None:
-    from selfrag.corpus import load_corpus
+    from selfrag.corpus_stream import scan_corpus
     from selfrag.inference.retrievers import pgvector_build
     from selfrag.inference.retrievers.pgvector import connect
 
-    passages = load_corpus(corpus)
+    passages = scan_corpus(corpus)  # as `selfrag index kind=pgvector` reads it: from the file, batch by batch
     url = postgres.url(table="resumed")
     spec = pgvector_build.PgBuild(url, "all-minilm-l6-v2", batch_size=16, corpus={"sha256": "x"})
     calls = []
@@ -120,7 +121,7 @@ def test_a_killed_load_resumes_and_gives_the_same_table(postgres: LocalPostgres,
 
     def killed(connection, target, embed, rows, start, batch_size):  # type: ignore[no-untyped-def]
         calls.append(start)
-        original(connection, target, embed, rows[:32], start, batch_size)  # two batches, then the "kill"
+        original(connection, target, embed, list(islice(rows, 32)), start, batch_size)  # two batches, then "kill"
         raise KeyboardInterrupt
 
     pgvector_build._copy_rows = killed  # type: ignore[assignment]
