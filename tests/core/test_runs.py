@@ -29,8 +29,8 @@ def test_differences_name_each_changed_setting_and_input(tmp_path: Path) -> None
     old = make(tmp_path)
     new = make(tmp_path, records="b\n", learning_rate=0.01)
     lines = differences(old, new)
-    assert lines[0].startswith("records: content differs (")
-    assert lines[1] == "training.learning_rate: 0.001 -> 0.01"
+    assert lines[0].startswith("records: content changed (")
+    assert lines[1] == "training.learning_rate=0.01 (was 0.001)"
     assert differences(old, make(tmp_path)) == []
 
 
@@ -45,7 +45,8 @@ def test_same_run_resumes_and_different_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RunMismatchError) as error:
         check_rerun(out, make(tmp_path, seed=1), restart=False)
     message = str(error.value)
-    assert "training.seed: 0 -> 1" in message and "set restart=true" in message
+    assert "training.seed=1 (was 0)" in message and "set restart=true" in message
+    assert "\n" not in message  # one line
     assert (out / "checkpoints").is_dir()  # refused: nothing deleted
 
 

@@ -209,7 +209,7 @@ def test_an_edited_corpus_is_refused_and_an_edited_question_is_labelled_again(
         generate(server.url, data, out)
         corpus = data[0].read_text().replace("It lies on the Seine.", "It lies on the Loire.")
         data[0].write_text(corpus)
-        with pytest.raises(ConfigError, match=r"corpus: content changed since the run in .*restart=true"):
+        with pytest.raises(ConfigError, match=r"corpus: content changed \(.*restart=true"):
             generate(server.url, data, out)
         restarted = generate(server.url, data, out, "restart=true")
         assert restarted.stats["run"]["questions_already_done"] == 0
