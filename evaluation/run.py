@@ -22,6 +22,7 @@ from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.runs import file_digest
 
 from . import metrics, report
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
@@ -29,7 +30,13 @@ from .data import check_passages, load_examples, load_reflection_labels, passage
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import RESUME_DIR, AnswerStore, mode_fingerprint, model_identity
+from .resume import (
+    RESUME_DIR,
+    AnswerStore,
+    legacy_mode_fingerprint,
+    mode_fingerprint,
+    model_identity,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,12 +112,15 @@ def run(config: EvalConfig) -> EvalResult:
     logger.info("%s", estimate(config, len(examples)))
     settings = to_dict(config)
     inputs = {"data": config.data, "corpus": config.corpus}
+    digests = {name: None if path is None else file_digest(path) for name, path in inputs.items()}
     ids = [example.id for example in examples]
     for mode in config.modes:
         model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
         # single-pass answers are the runtime's: a runtime that decodes differently answers again
         mode_settings = {**settings, "runtime_version": BEHAVIOUR_VERSION} if mode == "single_pass" else settings
-        done = store.start(mode, mode_fingerprint(mode_settings, mode, model_identity(model), inputs), ids)
+        legacy = functools.partial(legacy_mode_fingerprint, mode_settings, mode, model, digests)
+        fingerprint = mode_fingerprint(mode_settings, mode, model_identity(model), digests, out)
+        done = store.start(mode, fingerprint, ids, legacy)
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)

@@ -306,9 +306,8 @@ class Ledger:
     """A JSON file of named entries (``{name: {"fingerprint", "settings", "inputs", "finished"}}``): each piece of
     work's fingerprint and whether it finished. Entries of older versions hold only ``fingerprint`` (a hash)."""
 
-    def __init__(self, path: str | Path, defaults: Mapping[str, Any] = {}) -> None:  # noqa: B006 (read only)
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.defaults = dict(defaults)
         try:
             data = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
         except (OSError, ValueError):
@@ -317,19 +316,26 @@ class Ledger:
         pairs = data.items() if isinstance(data, dict) else ()
         self.entries: dict[str, dict[str, Any]] = {str(name): entry for name, entry in pairs if isinstance(entry, dict)}
 
-    def check(self, name: str, fingerprint: Mapping[str, Any], legacy: str | None = None) -> Verdict:
+    def check(
+        self,
+        name: str,
+        fingerprint: Mapping[str, Any],
+        legacy: Callable[[], str] | None = None,
+        defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    ) -> Verdict:
         """Compare ``name``'s entry with ``fingerprint`` and record the new one (unfinished unless it is the same).
 
-        ``legacy``: the hash an older version stored for this very work; an entry of that version matching it is
-        the same. Anything else that differs is ``changed``, with what differs.
+        ``legacy()``: the hash an older version stored for this very work (asked only for an entry of that version);
+        a match is the same. Anything else that differs is ``changed``, with what differs. ``defaults``: see
+        :func:`differences`.
         """
         entry = self.entries.get(name)
         if entry is None:
             verdict = Verdict("new")
         elif "settings" in entry:
-            changes = differences(entry, fingerprint, self.defaults)
+            changes = differences(entry, fingerprint, defaults)
             verdict = Verdict("changed", changes) if changes else Verdict("same", finished=bool(entry.get("finished")))
-        elif legacy is not None and entry.get("fingerprint") == legacy:
+        elif legacy is not None and entry.get("fingerprint") == legacy():
             verdict = Verdict("same", finished=bool(entry.get("finished")))
         else:
             verdict = Verdict("changed", ["made by an older version with other settings or inputs"])
@@ -343,8 +349,8 @@ class Ledger:
     def finished(self, name: str) -> bool:
         return bool(self.entries.get(name, {}).get("finished"))
 
-    def finish(self, name: str) -> None:
-        self.entries.setdefault(name, {})["finished"] = True
+    def finish(self, name: str, finished: bool = True) -> None:
+        self.entries.setdefault(name, {})["finished"] = finished
         self._save()
 
     def forget(self, names: Iterable[str]) -> None:
