@@ -222,7 +222,7 @@ def check_rerun(
     inputs are digested: compares what ``fingerprint`` has, writes and deletes nothing.
     """
     output_dir = Path(output_dir)
-    previous = read_fingerprint(output_dir, file)
+    previous: Mapping[str, Any] | None = read_fingerprint(output_dir, file)
     if previous is None and legacy is not None:
         previous = legacy(output_dir)
     quiet = {file, OWNER_FILE, *bookkeeping}
