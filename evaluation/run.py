@@ -30,13 +30,7 @@ from .data import check_passages, load_examples, load_reflection_labels, passage
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import (
-    RESUME_DIR,
-    AnswerStore,
-    legacy_mode_fingerprint,
-    mode_fingerprint,
-    model_identity,
-)
+from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +108,13 @@ def run(config: EvalConfig) -> EvalResult:
     inputs = {"data": config.data, "corpus": config.corpus}
     digests = {name: None if path is None else file_digest(path) for name, path in inputs.items()}
     ids = [example.id for example in examples]
+    identity = functools.cache(model_identity)  # the base model serves several modes: read its files once
     for mode in config.modes:
         model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
         # single-pass answers are the runtime's: a runtime that decodes differently answers again
         mode_settings = {**settings, "runtime_version": BEHAVIOUR_VERSION} if mode == "single_pass" else settings
         legacy = functools.partial(legacy_mode_fingerprint, mode_settings, mode, model, digests)
-        fingerprint = mode_fingerprint(mode_settings, mode, model_identity(model), digests, out)
+        fingerprint = mode_fingerprint(mode_settings, mode, identity(model), digests, out)
         done = store.start(mode, fingerprint, ids, legacy)
         if len(done) == len(examples):
             records[mode] = done

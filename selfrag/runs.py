@@ -358,9 +358,6 @@ class Ledger:
             self.entries.pop(name, None)
         self._save()
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.entries
-
     def __iter__(self) -> Any:
         return iter(list(self.entries))
 
