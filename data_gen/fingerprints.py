@@ -1,52 +1,40 @@
-"""What a generate run's output was made from, by content: the corpus, the sentence splitter, and each question.
+"""What a generate run's output was made from, by content, on the shared rerun mechanism (:mod:`selfrag.runs`).
 
-    digests = {"corpus": passages_digest(passages), "queries": file_digest(queries_path), "sentences": SPLITTER}
-    changed = input_changes(output, digests)     # ["corpus: content changed (3f2a91c0 -> 77b0e1d4)"]
-    write_inputs(output, digests)
+    check_output(config, output, CONTENT_SETTINGS, {"corpus": passages_digest(passages)}, clear=start_over)
 
-A path names a file, not what is in it: a corpus or query file edited in place (same path, new lines) must
-not resume as if nothing happened. ``inputs.json`` in the output directory holds the SHA-256 of each input's
-content (and ``selfrag.sentences.SPLITTER``: labels split into other sentences are other records); a rerun
-compares them. The teacher path also keeps one digest per question in its journal
-(:func:`query_digest`), so a question whose text or answer changed is labelled again while the unchanged ones
-resume.
+A path names a file, not what is in it: a corpus or query file edited in place (same path, new lines) must not
+resume as if nothing happened, and the same content under another path (an output folder or its inputs moved
+elsewhere) is the same run. ``fingerprint.json`` in the output holds the content settings and the SHA-256 of each
+input (and ``selfrag.sentences.SPLITTER``: labels split into other sentences are other
+records); a rerun with other ones is refused with one line naming each (``restart=true`` starts over). The teacher
+path also keeps one digest per question in its journal (:func:`query_digest`), so a question whose text or answer
+changed is labelled again while the unchanged ones resume.
+
+Folders written before ``fingerprint.json`` (settings in ``config.yaml``, digests in ``inputs.json``) are read
+as their fingerprint, so they resume as before.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Literal
 
+import yaml
+
+from selfrag.config import to_dict
 from selfrag.corpus import Query
-from selfrag.fsutil import write_json
+from selfrag.data_gen.config import GenerateConfig
+from selfrag.runs import check_rerun, content_digest, run_fingerprint, setting_defaults
 from selfrag.trajectory import Passage
 
+FINGERPRINT_FILE = "fingerprint.json"
+CONFIG_FILE = "config.yaml"
+#: Where older versions kept the input digests (still read, and deleted when a run starts over).
 INPUTS_FILE = "inputs.json"
-
-
-def _digest(data: object) -> str:
-    payload = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
-    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-def passages_digest(passages: Sequence[Passage]) -> str:
-    """The corpus as read (a file, or a folder's chunks): ids, titles and texts in order."""
-    return _digest([passage.to_json() for passage in passages])
-
-
-def query_digest(query: Query, seed_passage: Passage | None = None) -> str:
-    """One question as the labeler sees it (and, for a teacher-written question, the passage it comes from)."""
-    return _digest({"query": query.to_json(), "seed": None if seed_passage is None else seed_passage.to_json()})
-
-
-def read_inputs(output: Path) -> dict[str, str]:
-    path = output / INPUTS_FILE
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}
+#: Inputs compared by their content digest: their path settings are not part of the fingerprint.
+INPUT_SETTINGS = ("corpus", "queries")
 
 
 #: What a run that recorded its inputs but not this one used: sentences were split by regular expressions until
@@ -54,22 +42,55 @@ def read_inputs(output: Path) -> dict[str, str]:
 UNRECORDED = {"sentences": "regex"}
 
 
-def input_changes(output: Path, digests: Mapping[str, str]) -> list[str]:
-    """Inputs whose content differs from what the run in ``output`` read (none when there was no earlier run)."""
-    before = read_inputs(output)
-    before = {**UNRECORDED, **before} if before else {}
-    return [
-        f"{name}: content changed since the run in {str(output)!r} ({_short(before[name])} -> {_short(now)})"
-        if now.startswith("sha256:") else f"{name}: {before[name]} in the run in {str(output)!r}, {now} now"
-        for name, now in digests.items()
-        if name in before and before[name] != now
-    ]
+def passages_digest(passages: Sequence[Passage]) -> str:
+    """The corpus as read (a file, or a folder's chunks): ids, titles and texts in order."""
+    return content_digest([passage.to_json() for passage in passages])
 
 
-def write_inputs(output: Path, digests: Mapping[str, str]) -> None:
-    output.mkdir(parents=True, exist_ok=True)
-    write_json(output / INPUTS_FILE, dict(digests))
+def query_digest(query: Query, seed_passage: Passage | None = None) -> str:
+    """One question as the labeler sees it (and, for a teacher-written question, the passage it comes from)."""
+    return content_digest({"query": query.to_json(), "seed": None if seed_passage is None else seed_passage.to_json()})
 
 
-def _short(digest: str) -> str:
-    return digest.split(":", 1)[-1][:12]
+def check_output(
+    config: GenerateConfig,
+    output: Path,
+    keys: Sequence[str],
+    digests: Mapping[str, str],
+    clear: Callable[[Path], None],
+    bookkeeping: Iterable[str] = (),
+    fix: str | None = None,
+    partial: bool = False,
+) -> Literal["fresh", "resume"]:
+    """Refuse to resume into ``output`` made with other content settings (``keys``) or inputs, naming each, unless
+    ``restart`` (then ``clear`` deletes the earlier outputs); see :func:`selfrag.runs.check_rerun`."""
+    keep = [key for key in keys if key not in INPUT_SETTINGS]
+    fingerprint = run_fingerprint("generate", to_dict(config), keep=keep, digests=digests, root=output)
+    return check_rerun(
+        output, fingerprint, config.restart, file=FINGERPRINT_FILE, what="output", owned=True, clear=clear,
+        legacy=lambda folder: legacy_fingerprint(folder, keep), defaults=setting_defaults(GenerateConfig),
+        bookkeeping=(CONFIG_FILE, INPUTS_FILE, *bookkeeping), partial=partial,
+        fix=fix or "use a new output directory, set the old values to resume, or pass restart=true to start over",
+    )
+
+
+def legacy_fingerprint(output: Path, keep: Sequence[str]) -> dict[str, Any] | None:
+    """The fingerprint of a folder written before ``fingerprint.json``: its ``config.yaml`` and ``inputs.json``."""
+    try:
+        settings = yaml.safe_load((output / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(settings, dict):
+        return None
+    old = run_fingerprint("generate", settings, keep=keep, root=output)
+    inputs = read_inputs(output)
+    return {**old, "version": 1, "inputs": {**UNRECORDED, **inputs} if inputs else {}}
+
+
+def read_inputs(output: Path) -> dict[str, str]:
+    """The input digests an older version wrote to ``inputs.json`` ({} where there are none)."""
+    try:
+        data = json.loads((output / INPUTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}

@@ -30,7 +30,7 @@ from selfrag.corpus import Chunk, Query, load_chunks, load_queries
 from selfrag.data_gen.assembly import Assembler, Outcome
 from selfrag.data_gen.cache import CallCache, default_cache_path
 from selfrag.data_gen.config import GenerateConfig, parse_shard
-from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_digest, query_digest, write_inputs
+from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest, query_digest
 from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
@@ -47,10 +47,13 @@ logger = logging.getLogger(__name__)
 CACHE_FILE = "teacher-cache.sqlite"
 CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.json"
-#: Settings that change what the output says; a resumed run must use the same ones.
+INPUT_FIX = (
+    "pass restart=true to label every question again (calls whose prompts did not change are answered from the "
+    "teacher cache), set the old values to resume, or use a new output directory"
+)
+#: Settings that change what the output says; a resumed run must use the same ones (the corpus by its content; each
+#: question by its own digest in the journal: an edited one is labelled again).
 CONTENT_SETTINGS = (
-    "corpus",
-    "queries",
     "labeler",
     "split",
     "shard",
@@ -90,8 +93,9 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     prebuilt = open_retriever(config.retriever)
     passages, chunks = load_passages(config) if config.corpus is not None else ([], None)
     corpus_digest = passages_digest(passages)
-    inputs = {"corpus": corpus_digest, "sentences": SPLITTER}  # the assembler labels each answer sentence by sentence
-    prepare_output(config, output, CONTENT_SETTINGS, inputs)
+    # the assembler labels each answer sentence by sentence: the splitter is an input too
+    check_output(config, output, CONTENT_SETTINGS, {"corpus": corpus_digest, "sentences": SPLITTER}, start_over,
+                 bookkeeping=(CACHE_FILE, "corpus.jsonl"), fix=INPUT_FIX)
     if chunks is not None:
         write_jsonl_atomic(output / "corpus.jsonl", (chunk.to_json() for chunk in chunks))
     passages_by_id = {passage.id: passage for passage in passages}
@@ -107,7 +111,6 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
             "retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 built in memory)"
         ])
     write_config(config, output)
-    write_inputs(output, inputs)
 
     # --- Label every question not finished by an earlier run (or changed since) ----------------------------
     journal = Journal(output / JOURNAL_FILE)
@@ -292,57 +295,10 @@ def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tu
     return tasks
 
 
-def prepare_output(
-    config: GenerateConfig, output: Path, keys: Sequence[str], digests: dict[str, str] | None = None
-) -> None:
-    """Refuse to resume into output made with other content settings or inputs (naming each), unless ``restart``."""
-    old_path = output / CONFIG_FILE
-    if not old_path.exists():
-        return
-    old = yaml.safe_load(old_path.read_text(encoding="utf-8")) or {}
-    differences = setting_differences(old, to_dict(config), keys)
-    inputs = input_changes(output, digests or {})
-    if not differences and not inputs:
-        return
-    if config.restart:
-        logger.warning(
-            "restart=true: removing earlier outputs in %s (%s)", output, "; ".join([*differences, *inputs])
-        )
-        for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE, INPUTS_FILE):
-            (output / name).unlink(missing_ok=True)
-        return
-    raise ConfigError(
-        [
-            f"{item} differs from the run already in {str(output)!r}; use a new output directory, "
-            "set the old value to resume, or pass restart=true to start over"
-            for item in differences
-        ]
-        + [
-            f"{item}; pass restart=true to label every question again (calls whose prompts did not change are "
-            "answered from the teacher cache), or use a new output directory"
-            for item in inputs
-        ]
-    )
-
-
-def setting_differences(old: dict[str, Any], new: dict[str, Any], keys: Sequence[str]) -> list[str]:
-    differences = []
-    for key in keys:
-        before, now = _get(old, key), _get(new, key)
-        if key in ("corpus", "queries") and before is not None and now is not None:
-            same = Path(before).resolve() == Path(now).resolve()
-        else:
-            same = before == now
-        if not same:
-            differences.append(f"{key}={now!r} (was {before!r})")
-    return differences
-
-
-def _get(data: dict[str, Any], dotted: str) -> Any:
-    node: Any = data
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+def start_over(output: Path) -> None:
+    """Delete what an earlier teacher run wrote into ``output`` (only its own files; a teacher cache there stays)."""
+    for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE, INPUTS_FILE, FINGERPRINT_FILE):
+        (output / name).unlink(missing_ok=True)
 
 
 def summarize(stats: dict[str, Any], output: Path) -> str:

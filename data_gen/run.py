@@ -19,23 +19,23 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from tqdm.auto import tqdm
 
-from selfrag.config import to_dict, write_resolved
+from selfrag.config import write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
-from selfrag.data_gen.fingerprints import INPUTS_FILE, input_changes, passages_digest, write_inputs
+from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import check_output_path, claim_output, is_url, write_json
-from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
+from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
@@ -120,7 +120,9 @@ def run(config: GenerateConfig) -> GenerateResult:
     if config.restart and (output / CONFIG_FILE).exists():
         for name in (*CRITIC_OF, *CRITIC_OF.values()):
             (output / name).unlink(missing_ok=True)
-    check_resumable(config, output)  # before any slow work: resuming needs the same content settings
+    # before any slow work: resuming needs the same content settings (and the same queries, cheap to digest)
+    early = {"queries": file_digest(config.queries)} if Path(config.queries).is_file() else {}
+    check_output(config, output, CONTENT_SETTINGS, early, start_over, partial=True)
 
     # --- Open the prebuilt retriever (its errors before any slow work), load corpus and queries -------
     prebuilt = open_retriever(config.retriever)
@@ -130,7 +132,7 @@ def run(config: GenerateConfig) -> GenerateResult:
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     # the splitter too: answers' and erased passages' sentences split another way are other records
     digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
-    check_inputs(config, output, digests)  # the same paths may hold new content
+    check_output(config, output, CONTENT_SETTINGS, digests, start_over)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
     selected = select_queries(queries, config.split, config.shard, config.queries)
@@ -141,7 +143,6 @@ def run(config: GenerateConfig) -> GenerateResult:
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
     write_resolved(config, output, CONFIG_FILE)
-    write_inputs(output, digests)
     if done:
         logger.info("resuming: %d records already in %s", len(done), records_path)
 
@@ -254,51 +255,9 @@ def _is_generate_run(output: Path) -> bool:
     return isinstance(settings, dict) and "labeler" in settings
 
 
-def check_resumable(config: GenerateConfig, output: Path) -> None:
-    """Refuse to resume into a directory whose records were made with other content settings."""
-    old_path = output / CONFIG_FILE
-    if not (output / RECORDS_FILE).exists() or not old_path.exists():
-        return
-    old = yaml.safe_load(old_path.read_text(encoding="utf-8")) or {}
-    new = to_dict(config)
-    # a setting added after the old run wrote its config.yaml had its default there
-    defaults = {f.name: f.default for f in fields(GenerateConfig) if f.default is not MISSING}
-    defaults["retriever"] = to_dict(RetrieverConfig())
-    problems = []
-    for key in CONTENT_SETTINGS:
-        before, now = old.get(key, defaults.get(key)), new[key]
-        if key in ("corpus", "queries") and before is not None:
-            same = Path(before).resolve() == Path(now).resolve()
-        else:
-            same = before == now
-        if not same:
-            problems.append(
-                f"{key}={now!r} differs from {before!r} used for the records already in {str(output)!r}; "
-                "use a new output directory, set the old value to resume, or pass restart=true to start over"
-            )
-    if problems and config.restart:
-        logger.warning("restart=true: removing the earlier records in %s (%s)", output, "; ".join(problems))
-        start_over(output)
-    elif problems:
-        raise ConfigError(problems)
-
-
-def check_inputs(config: GenerateConfig, output: Path, digests: Mapping[str, str]) -> None:
-    """Refuse records made from other content under the same paths (an edited corpus or query file)."""
-    changes = input_changes(output, digests) if (output / RECORDS_FILE).exists() else []
-    if changes and config.restart:
-        logger.warning("restart=true: removing the earlier records in %s (%s)", output, "; ".join(changes))
-        start_over(output)
-    elif changes:
-        raise ConfigError(
-            [f"{change}; pass restart=true to label again from the start, or use a new output directory" for change in
-             changes]
-        )
-
-
 def start_over(output: Path) -> None:
     """Delete what an earlier gold run wrote into ``output`` (only its own files)."""
-    for name in (RECORDS_FILE, HELDOUT_FILE, *CRITIC_OF.values(), STATS_FILE, INPUTS_FILE):
+    for name in (RECORDS_FILE, HELDOUT_FILE, *CRITIC_OF.values(), STATS_FILE, INPUTS_FILE, FINGERPRINT_FILE):
         (output / name).unlink(missing_ok=True)
 
 

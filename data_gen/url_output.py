@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import OWNER_FILE, foreign_output, write_owner
 
 logger = logging.getLogger(__name__)
@@ -280,14 +280,19 @@ def run_at_url(config: Any, run_in: Callable[[Any], Any]) -> Any:
     claim_url(output.fs, output.root, url)
     output.pull()
     output.start()
+    local = str(output.staging)
     try:
-        result = run_in(replace(config, output=str(output.staging)))
-    except BaseException:
+        result = run_in(replace(config, output=local))
+    except BaseException as failure:
         try:  # keep what was journaled; the run's own error is the one to show
             output.finish(False, config.ray.shard_records)
         except Exception as error:  # noqa: BLE001
             logger.warning("%s: the journal could not be uploaded (%s); a rerun repeats its questions from the "
                            "teacher cache", url, error)
+        if isinstance(failure, ConfigError):  # a refusal names the URL the user gave, not the staging folder
+            raise ConfigError([problem.replace(local, url) for problem in failure.problems]) from None
+        if isinstance(failure, InputError):
+            raise InputError(str(failure).replace(local, url)) from None
         raise
     try:
         output.finish(True, config.ray.shard_records)
@@ -297,7 +302,6 @@ def run_at_url(config: Any, run_in: Callable[[Any], Any]) -> Any:
             f"{str(output.staging)!r}; run the same command again to upload (the questions come from the URL's "
             "journal or the teacher cache)"
         ) from None
-    local = str(output.staging)
     return replace(
         result,
         message=result.message.replace(local, url),

@@ -1,23 +1,24 @@
 """Resume and honest reruns for ``selfrag eval``: each mode's answers are kept per batch under ``<output>/resume/``.
 
     store = AnswerStore(output_dir)
-    done = store.start(mode, mode_fingerprint(config, mode, model_identity))   # rows answered by an earlier run
+    done = store.start(mode, mode_fingerprint(settings, mode, model_identity(model), digests, output_dir), ids)
     ... answer examples[len(done):] in batches, store.append(mode, rows) after each ...
     store.finish(mode)
 
-A mode's fingerprint covers everything that decides its answers: the data and corpus (by content), the model it
-runs on (the trained model for ``single_pass``, the base model for the other modes: a directory by its files'
-names, sizes and modification times and by its ``selfrag.json``, which holds the calibrated threshold), and every
-setting but the output paths, the judge, the printed examples and the plots (the judge runs again over the kept
-answers each time: it is cheap next to decoding, and a changed judge must not reuse old verdicts).
+A mode's fingerprint (:mod:`selfrag.runs`, kept in ``resume/state.json``) covers everything that decides its answers:
+the data and corpus (by content), the model it runs on (the trained model for ``single_pass``, the base model for
+the other modes: a directory by its files' contents, which includes ``selfrag.json`` and its calibrated threshold),
+and every setting but the output paths, the judge, the printed examples and the plots (the judge runs again over
+the kept answers each time: it is cheap next to decoding, and a changed judge must not reuse old verdicts).
 
 * the same fingerprint keeps the mode's answered rows and answers only the rest (a killed run loses at most the
-  batch in flight; a finished mode is not decoded again);
-* a different fingerprint discards that mode's rows and answers it again, with a log line naming the mode;
+  batch in flight; a finished mode is not decoded again), also in a copy of the output folder made elsewhere;
+* a different fingerprint discards that mode's rows and answers it again, with a log line naming what changed;
 * rows are appended and fsynced one batch at a time (``JsonlAppender``); a line cut by a kill is dropped.
 
 So retraining a model re-runs ``single_pass`` only, and a changed calibration does too, while the base-model modes
-(the prompted critic is the slowest) are kept.
+(the prompted critic is the slowest) are kept. Folders of older versions (a hash per mode, with absolute paths and
+the model's file times) are still accepted where they are: :func:`legacy_mode_fingerprint` recomputes that hash.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, truncate_partial_line
-from selfrag.runs import file_digest
+from selfrag.runs import Ledger, directory_digest, run_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +42,38 @@ NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model
 
 
 def model_identity(name: str) -> str:
-    """A cheap identity of a model: a directory by its files' names, sizes and mtimes plus ``selfrag.json``'s bytes.
-
-    Hashing the weights themselves would take seconds to minutes for a 7-8B model; a retrained or re-exported
-    model always rewrites its weight files (new mtime), and a calibration rewrites ``selfrag.json``. A name that
-    is not a directory (a hub id or a built-in alias) is its own identity.
-    """
+    """A model's identity: a directory by its files' contents (:func:`selfrag.runs.directory_digest`: weight shards
+    over 256 MiB by size and time), which a retraining, re-export or calibration (``selfrag.json``) changes. A name
+    that is not a directory (a hub id or a built-in alias) is its own identity."""
     path = Path(name).expanduser()
     if not path.is_dir():
         return f"name:{name}"  # a built-in alias or a hub id: the name says which weights
+    return directory_digest(path, skip=("checkpoints", RESUME_DIR))
+
+
+def mode_fingerprint(
+    settings: Mapping[str, Any], mode: str, model: str, digests: Mapping[str, str | None], root: Path
+) -> dict[str, Any]:
+    """The fingerprint of one mode's answers (see the module docstring); ``digests``: the data and corpus."""
+    return run_fingerprint(mode, settings, ignore=NOT_ANSWERS, root=root, digests={**digests, "model": model})
+
+
+def legacy_mode_fingerprint(
+    settings: Mapping[str, Any], mode: str, model_name: str, digests: Mapping[str, str | None]
+) -> str:
+    """The hash the versions before portable fingerprints stored for a mode (absolute paths, the model's times)."""
+    kept = {key: value for key, value in settings.items() if key not in NOT_ANSWERS}
+    model = legacy_model_identity(model_name)
+    blob = json.dumps({"mode": mode, "model": model, "settings": kept, "inputs": dict(digests)}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def legacy_model_identity(name: str) -> str:
+    """The model identity of the versions before portable fingerprints: file names, sizes and times."""
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        return f"name:{name}"
     digest = hashlib.sha256()
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path)
@@ -63,38 +86,27 @@ def model_identity(name: str) -> str:
     return f"dir:{digest.hexdigest()}"
 
 
-def mode_fingerprint(settings: Mapping[str, Any], mode: str, model: str, inputs: Mapping[str, Path | None]) -> str:
-    """The fingerprint of one mode's answers (see the module docstring)."""
-    kept = {key: value for key, value in settings.items() if key not in NOT_ANSWERS}
-    hashes = {name: (file_digest(path) if path is not None else None) for name, path in inputs.items()}
-    blob = json.dumps({"mode": mode, "model": model, "settings": kept, "inputs": hashes}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 class AnswerStore:
-    """Each mode's answered rows in ``<output>/resume/<mode>.jsonl``, keyed by the mode's fingerprint."""
+    """Each mode's answered rows in ``<output>/resume/<mode>.jsonl``, its fingerprint in ``resume/state.json``."""
 
     def __init__(self, output_dir: Path) -> None:
         self.dir = Path(output_dir) / RESUME_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
-        state_path = self.dir / STATE_FILE
-        try:
-            self.state: dict[str, Any] = json.loads(state_path.read_text("utf-8")) if state_path.is_file() else {}
-        except (OSError, ValueError):
-            logger.warning("%s is unreadable; every mode is answered again", state_path)
-            self.state = {}
+        self.ledger = Ledger(self.dir / STATE_FILE)
 
     def _path(self, mode: str) -> Path:
         return self.dir / f"{mode}.jsonl"
 
-    def _save(self) -> None:
-        write_json(self.dir / STATE_FILE, self.state)
+    def start(
+        self, mode: str, fingerprint: Mapping[str, Any], example_ids: Sequence[str],
+        legacy: Callable[[], str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over.
 
-    def start(self, mode: str, fingerprint: str, example_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over."""
-        entry = self.state.get(mode)
+        ``legacy()``: this mode's hash as an older version computed it (see :func:`legacy_mode_fingerprint`)."""
+        verdict = self.ledger.check(mode, fingerprint, legacy)
         path = self._path(mode)
-        if entry is not None and entry.get("fingerprint") == fingerprint and path.is_file():
+        if verdict.state == "same" and path.is_file():
             truncate_partial_line(path)  # a line cut by a kill is answered again
             rows = _read_rows(path)
             ids = [row.get("id") for row in rows] if rows is not None else None
@@ -104,11 +116,10 @@ class AnswerStore:
                                 mode, len(rows), len(example_ids))
                 return rows
             logger.warning("%s: the kept answers do not match the examples; answering again", mode)
-        elif entry is not None:
-            logger.info("%s: settings, data or model changed since the last run; answering again", mode)
+        elif verdict.state == "changed":
+            logger.info("%s: answering again, changed since the last run: %s", mode, "; ".join(verdict.changes))
         path.unlink(missing_ok=True)
-        self.state[mode] = {"fingerprint": fingerprint, "finished": False}
-        self._save()
+        self.ledger.finish(mode, False)
         return []
 
     def append(self, mode: str, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -117,17 +128,15 @@ class AnswerStore:
             appender.write(rows)
 
     def finish(self, mode: str) -> None:
-        self.state.setdefault(mode, {})["finished"] = True
-        self._save()
+        self.ledger.finish(mode)
 
     def forget_others(self, modes: Sequence[str]) -> list[str]:
         """Drop kept answers of modes this run does not evaluate; return their names."""
-        dropped = [mode for mode in list(self.state) if mode not in modes]
+        dropped = [mode for mode in self.ledger if mode not in modes]
         for mode in dropped:
             self._path(mode).unlink(missing_ok=True)
-            del self.state[mode]
         if dropped:
-            self._save()
+            self.ledger.forget(dropped)
         return dropped
 
 

@@ -23,6 +23,7 @@ from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.runs import file_digest
 from selfrag.sentences import split_sentences
 
 from . import metrics, report
@@ -31,7 +32,7 @@ from .data import check_passages, load_examples, load_reflection_labels, passage
 from .engines import CountingEngine, base_model_of, load_plain, load_trained
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import RESUME_DIR, AnswerStore, mode_fingerprint, model_identity
+from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +110,17 @@ def run(config: EvalConfig) -> EvalResult:
     logger.info("%s", estimate(config, len(examples)))
     settings = to_dict(config)
     inputs = {"data": config.data, "corpus": config.corpus}
+    digests = {name: None if path is None else file_digest(path) for name, path in inputs.items()}
     ids = [example.id for example in examples]
+    identity = functools.cache(model_identity)  # the base model serves several modes: read its files once
     for mode in config.modes:
         model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
         # single-pass and prompted answers are the runtimes': a runtime that decides differently answers again
         version = RUNTIME_VERSIONS.get(mode)
         mode_settings = settings if version is None else {**settings, "runtime_version": version}
-        done = store.start(mode, mode_fingerprint(mode_settings, mode, model_identity(model), inputs), ids)
+        legacy = functools.partial(legacy_mode_fingerprint, mode_settings, mode, model, digests)
+        fingerprint = mode_fingerprint(mode_settings, mode, identity(model), digests, out)
+        done = store.start(mode, fingerprint, ids, legacy)
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)

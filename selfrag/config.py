@@ -112,7 +112,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
             data = read_yaml(path)
         except ConfigError as error:
             problems += error.problems
-    data = _deep_merge(data, base)
+    data = deep_merge(data, base)
     try:
         data = apply_overrides(data, overrides)
     except ConfigError as error:
@@ -136,15 +136,16 @@ def nested_problems(cls: type, data: Any, prefix: str, /, **base: Any) -> list[s
     if not isinstance(data, Mapping):
         return [f"{prefix.rstrip('.')} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE"]
     problems: list[str] = []
-    _build(cls, _deep_merge(dict(base), data), prefix, problems)
+    _build(cls, deep_merge(dict(base), data), prefix, problems)
     return problems
 
 
-def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` laid over it, mapping into mapping (the one deep merge: config layers, recipes)."""
     merged = dict(base)
     for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -1,41 +1,70 @@
-"""Honest reruns: what a stage's output directory was made from, and refusing to mix two different runs.
+"""Honest reruns, one mechanism for every stage: what an output was made from, and what a rerun does with it.
 
-    fingerprint = run_fingerprint("train", settings=to_dict(config), inputs={"records": config.records},
+    fingerprint = run_fingerprint("train", to_dict(config), {"records": config.records}, root=config.output_dir,
                                   ignore=("output_dir", "restart"))
     state = check_rerun(config.output_dir, fingerprint, restart=config.restart)   # "fresh" or "resume"
 
-A stage writes ``run.json`` (its settings and the SHA-256 of each input file's content) into its output
-directory before it starts. A later run into the same directory:
+    ledger = Ledger(output / "stages.json")             # named pieces of work, each redone when its fingerprint changes
+    verdict = ledger.check("train", fingerprint)        # verdict.state: "new" | "same" | "changed"; verdict.changes
 
-* with the same fingerprint resumes (a training run continues from its last checkpoint);
-* with different settings or different input content is refused with a message listing exactly what
-  differs, unless ``restart=true``, which deletes the old run's outputs and starts over;
-* over a previous run that stopped before writing anything but ``run.json`` starts over quietly;
-* into a non-empty directory that holds no ``run.json`` is refused: it is not a selfrag run of this stage, and
-  nothing in it is deleted, even with ``restart=true``.
+A fingerprint is the stage, its settings (flattened to dotted keys) and the SHA-256 of each input's content:
+
+* an input is compared by content, never by where it is: a moved or renamed file with the same bytes is the same
+  run, an edited file in place is not (its path setting is left out of the settings);
+* a path inside the output folder is written relative to it (``$OUTPUT/data/records.jsonl``), so a folder copied
+  or moved elsewhere resumes instead of recomputing;
+* a setting the older run did not record (one added to the toolkit since) counts as its default, given in
+  ``defaults``; an input it did not record is not compared.
+
+Three things a stage does with it, all here:
+
+* :func:`check_rerun` (train, generate): one fingerprint file per output folder. The same fingerprint resumes; a
+  different one is refused with one line naming each changed setting or input and the fix, unless ``restart``,
+  which deletes the old outputs and starts over; a folder holding nothing but bookkeeping starts over quietly; a
+  non-empty folder with no fingerprint (and no ``legacy`` one) is refused, and nothing in it is deleted.
+* :class:`Ledger` (quickstart stages, eval modes): named entries, each with its fingerprint and whether it
+  finished; a changed entry is redone (the caller clears its outputs), an unchanged finished one is kept.
+* per-item resume (generate's questions, eval's answers) keys each item by :func:`content_digest` of what made it.
+
+Folders written before this format (absolute paths; quickstart and eval stored only a hash) are still accepted:
+the caller passes what the older version computed (``legacy``), and a match is kept and rewritten in this format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from selfrag.errors import SelfragError
+from selfrag.config import to_dict
+from selfrag.errors import ConfigError
+from selfrag.fsutil import OWNER_FILE, write_json
 
 logger = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
-RUN_VERSION = 1
+RUN_VERSION = 2
+#: How a path inside the output folder is written in a fingerprint.
+OUTPUT = "$OUTPUT"
+#: Files larger than this are identified by size and modification time, not read (a model's weight shards).
+LARGE_FILE = 256 << 20
 _CHUNK = 1 << 20
 
 
-class RunMismatchError(SelfragError, ValueError):
-    """An output directory holds a different run; the message lists the differences and the fix."""
+class RunMismatchError(ConfigError):
+    """An output directory holds a different run; the one-line message names the differences and the fix."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([message])
+
+
+# ---- digests -------------------------------------------------------------------------------------------------
 
 
 def file_digest(path: str | Path) -> str:
@@ -47,103 +76,296 @@ def file_digest(path: str | Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def run_fingerprint(
-    stage: str, settings: Mapping[str, Any], inputs: Mapping[str, str | Path], ignore: Iterable[str] = ()
-) -> dict[str, Any]:
-    """What makes a run what it is: the stage, its settings (minus ``ignore``d dotted keys) and its inputs' hashes.
+def content_digest(data: Any) -> str:
+    """SHA-256 of JSON-able data (keys sorted), as ``sha256:<hex>``: a corpus as read, one question, a fingerprint."""
+    payload = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
-    ``settings`` is a nested dict (e.g. ``selfrag.config.to_dict(config)``); input files are hashed by content,
-    so a moved or renamed file with the same bytes is the same run, and an edited file in place is not.
+
+def directory_digest(path: str | Path, skip: Iterable[str] = ()) -> str:
+    """A directory by its files' relative names and contents (``skip``: top-level entries left out).
+
+    Files over :data:`LARGE_FILE` (weight shards of a 7-8B model) count by size and modification time: reading
+    them would take minutes, and a retrained or re-exported model rewrites them. A copy that keeps times
+    (``cp -a``, ``shutil.copytree``) is the same directory; a small model or adapter is the same after any copy.
     """
-    flat = {key: value for key, value in _flatten(settings).items() if not _ignored(key, ignore)}
-    hashes = {name: file_digest(path) for name, path in inputs.items()}
+    root = Path(path)
+    skipped = set(skip)
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*")):
+        relative = file.relative_to(root)
+        if not file.is_file() or relative.parts[0] in skipped:
+            continue
+        stat = file.stat()
+        identity = f"{stat.st_size}:{stat.st_mtime_ns}" if stat.st_size > LARGE_FILE else file_digest(file)
+        digest.update(f"{relative.as_posix()}\0{identity}\n".encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+# ---- fingerprints --------------------------------------------------------------------------------------------
+
+
+def run_fingerprint(
+    stage: str,
+    settings: Mapping[str, Any],
+    inputs: Mapping[str, str | Path | None] = {},  # noqa: B006 (read only)
+    ignore: Iterable[str] = (),
+    *,
+    root: str | Path | None = None,
+    keep: Iterable[str] | None = None,
+    digests: Mapping[str, str | None] = {},  # noqa: B006 (read only)
+) -> dict[str, Any]:
+    """What makes a run what it is: the stage, its settings and its inputs' content digests.
+
+    ``settings``: nested (``selfrag.config.to_dict(config)``), flattened to dotted keys; ``keep`` (dotted keys or
+    prefixes) selects the ones that change the output, ``ignore`` drops some. ``inputs``: files hashed by content
+    (their same-named settings are dropped); ``digests``: inputs already digested (a corpus as read, an upstream
+    stage). ``root``: the output folder, paths inside it are written relative to it.
+    """
+    flat = _flatten(settings)
+    if keep is not None:
+        kept = tuple(keep)
+        flat = {key: value for key, value in flat.items() if _under(key, kept)}
+    dropped = (*ignore, *inputs, *digests)
+    flat = {key: portable(value, root) for key, value in flat.items() if not _under(key, dropped)}
+    hashes: dict[str, str | None] = {
+        name: None if path is None else file_digest(path) for name, path in inputs.items()
+    }
+    hashes.update(digests)
     return {"version": RUN_VERSION, "stage": stage, "settings": flat, "inputs": hashes}
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Human-readable differences between two fingerprints, e.g. ``training.learning_rate: 0.001 -> 0.01``."""
+def portable(value: Any, root: str | Path | None) -> Any:
+    """``value`` with a path inside ``root`` written as ``$OUTPUT/relative``; anything else unchanged."""
+    if root is None or not isinstance(value, str | Path) or (isinstance(value, str) and "/" not in value):
+        return str(value) if isinstance(value, Path) else value
+    try:
+        relative = Path(value).expanduser().resolve().relative_to(Path(root).expanduser().resolve())
+    except (ValueError, OSError):
+        return str(value)
+    return OUTPUT if relative == Path(".") else f"{OUTPUT}/{relative.as_posix()}"
+
+
+def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
+    """A short stable name of a fingerprint, for chaining stages (a later stage's input) and for logs."""
+    return content_digest(dict(fingerprint)).split(":", 1)[1][:16]
+
+
+def differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] = {}  # noqa: B006 (read only)
+) -> list[str]:
+    """Each difference as a fix-shaped phrase: ``training.learning_rate=0.02 (was 0.01)``, ``records: content changed
+    (3f2a91c0e1b2 -> 77b0e1d4aa90)``. A setting ``old`` lacks counts as ``defaults[key]``; inputs are compared where
+    both recorded them."""
     lines = []
     if old.get("stage") != new.get("stage"):
-        lines.append(f"stage: {old.get('stage')!r} -> {new.get('stage')!r}")
-    old_inputs, new_inputs = old.get("inputs", {}), new.get("inputs", {})
-    for name in sorted(set(old_inputs) | set(new_inputs)):
-        before, after = old_inputs.get(name), new_inputs.get(name)
+        lines.append(f"stage={new.get('stage')!r} (was {old.get('stage')!r})")
+    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    for name in sorted(set(old_inputs) & set(new_inputs)):
+        before, after = old_inputs[name], new_inputs[name]
         if before != after:
-            lines.append(f"{name}: content differs ({_short(before)} -> {_short(after)})")
-    old_settings, new_settings = old.get("settings", {}), new.get("settings", {})
+            lines.append(f"{name}: content changed ({_short(before)} -> {_short(after)})")
+    old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
+    missing = object()
     for key in sorted(set(old_settings) | set(new_settings)):
-        before, after = old_settings.get(key, "<unset>"), new_settings.get(key, "<unset>")
+        before = old_settings.get(key, defaults.get(key, missing))
+        after = new_settings.get(key, missing)
         if before != after:
-            lines.append(f"{key}: {json.dumps(before, default=str)} -> {json.dumps(after, default=str)}")
+            lines.append(f"{key}={_show(after, missing)} (was {_show(before, missing)})")
     return lines
 
 
-def check_rerun(
-    output_dir: str | Path, fingerprint: Mapping[str, Any], restart: bool, key: str = "restart"
-) -> Literal["fresh", "resume"]:
-    """Decide whether ``output_dir`` starts fresh or resumes; refuse a different run; write ``run.json``.
+def setting_defaults(cls: type) -> dict[str, Any]:
+    """A config dataclass's defaults as dotted keys: what a run made before a setting existed used."""
+    defaults: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):
+        if spec.default is not dataclasses.MISSING:
+            value = spec.default
+        elif spec.default_factory is not dataclasses.MISSING:
+            value = spec.default_factory()
+        else:
+            continue
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            defaults.update(_flatten(to_dict(value), f"{spec.name}."))
+        else:
+            defaults[spec.name] = str(value) if isinstance(value, Path) else value
+    return defaults
 
-    ``key`` is the config key that says "start over", named in the refusal message.
+
+# ---- one fingerprint per output folder: resume, or refuse ------------------------------------------------------
+
+
+def check_rerun(
+    output_dir: str | Path,
+    fingerprint: Mapping[str, Any],
+    restart: bool,
+    key: str = "restart",
+    *,
+    file: str = RUN_FILE,
+    what: str = "output_dir",
+    legacy: Callable[[Path], Mapping[str, Any] | None] | None = None,
+    defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    bookkeeping: Iterable[str] = (),
+    owned: bool = False,
+    clear: Callable[[Path], None] | None = None,
+    fix: str | None = None,
+    partial: bool = False,
+) -> Literal["fresh", "resume"]:
+    """Decide whether ``output_dir`` starts fresh or resumes; refuse a different run; write the fingerprint ``file``.
+
+    ``key``: the setting that says "start over", named in the refusal; ``what``: how the user spells the folder's
+    setting. ``legacy(dir)``: the fingerprint of a folder an older version wrote (without ``file``), or None.
+    ``bookkeeping``: files that are not work (a resolved config); a folder holding only those starts over quietly.
+    ``owned``: the caller has claimed the folder (:func:`selfrag.fsutil.claim_output`), so a folder without a
+    fingerprint is its own and starts fresh. ``clear``: deletes the old outputs for ``restart`` (default: every
+    entry but the owner file). ``fix``: the advice in the refusal. ``partial``: an early check before the slow
+    inputs are digested: compares what ``fingerprint`` has, writes and deletes nothing.
     """
     output_dir = Path(output_dir)
-    previous = read_fingerprint(output_dir)
+    previous: Mapping[str, Any] | None = read_fingerprint(output_dir, file)
+    if previous is None and legacy is not None:
+        previous = legacy(output_dir)
+    quiet = {file, OWNER_FILE, *bookkeeping}
+    entries = [entry.name for entry in output_dir.iterdir()] if output_dir.is_dir() else []
+    work = [name for name in entries if name not in quiet and not is_temporary(name)]
     if previous is None:
-        if output_dir.is_dir() and any(output_dir.iterdir()):
+        if work and not owned:
             raise RunMismatchError(
-                f"output_dir {str(output_dir)!r} is not empty and holds no {RUN_FILE} (it is not a selfrag "
-                f"{fingerprint['stage']} run, or one from an older version); choose an empty or new output_dir"
+                f"{what} {str(output_dir)!r} is not empty and holds no {file} (it is not a selfrag "
+                f"{fingerprint['stage']} run, or one from an older version); choose an empty or new {what}"
             )
-        _write(output_dir, fingerprint)
+        _finish(output_dir, file, fingerprint, partial)
         return "fresh"
-    changed = differences(previous, fingerprint)
-    if changed and [entry.name for entry in output_dir.iterdir()] == [RUN_FILE]:
-        # The previous run stopped before it wrote anything (a wrong model name, a bad record): nothing to lose.
-        logger.info("%s holds only the run.json of a run that produced nothing; starting over", output_dir)
-        _write(output_dir, fingerprint)
-        return "fresh"
+    changed = differences(previous, fingerprint, defaults)
     if not changed:
-        logger.info("%s holds a run with the same settings and inputs; resuming it", output_dir)
+        if previous.get("version") != RUN_VERSION:
+            logger.info("%s: a run of an older version with the same settings and inputs; resuming it", output_dir)
+        _finish(output_dir, file, fingerprint, partial)
         return "resume"
-    listing = "\n  - ".join(changed)
+    if not work:  # the previous run stopped before it wrote anything (a wrong model name, a bad record)
+        logger.info("%s holds no work of the run recorded in %s; starting over", output_dir, file)
+        _finish(output_dir, file, fingerprint, partial)
+        return "fresh"
+    listing = "; ".join(changed)
     if not restart:
+        advice = fix or f"set {key}=true to delete it and start over, or choose another {what}"
         raise RunMismatchError(
-            f"output_dir {str(output_dir)!r} holds a different {previous.get('stage')} run:\n  - {listing}\n"
-            f"set {key}=true to delete it and start over, or choose another output_dir"
+            f"{what} {str(output_dir)!r} holds a {previous.get('stage')} run made differently ({listing}); {advice}"
         )
-    logger.warning("%s=true: deleting the previous run in %s, which differed:\n  - %s", key, output_dir, listing)
-    _clear(output_dir)
-    _write(output_dir, fingerprint)
+    if partial:
+        return "fresh"
+    logger.warning("%s=true: deleting the previous run in %s, which differed: %s", key, output_dir, listing)
+    (clear or _clear)(output_dir)
+    _finish(output_dir, file, fingerprint, partial)
     return "fresh"
 
 
-def read_fingerprint(output_dir: str | Path) -> dict[str, Any] | None:
-    """The ``run.json`` of ``output_dir``, or None where there is none."""
-    path = Path(output_dir) / RUN_FILE
+def read_fingerprint(output_dir: str | Path, file: str = RUN_FILE) -> dict[str, Any] | None:
+    """The fingerprint ``file`` of ``output_dir``, or None where there is none."""
+    path = Path(output_dir) / file
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise RunMismatchError(f"{path} is malformed ({error}); delete it or choose another output_dir") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RunMismatchError(f"{path} is malformed ({error}); delete it or choose another output folder") from None
     if not isinstance(data, dict):
-        raise RunMismatchError(f"{path} is malformed (not an object); delete it or choose another output_dir")
+        raise RunMismatchError(f"{path} is malformed (not an object); delete it or choose another output folder")
     return data
 
 
-def _write(output_dir: Path, fingerprint: Mapping[str, Any]) -> None:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    temporary = output_dir / f".{RUN_FILE}.tmp"
-    temporary.write_text(json.dumps(fingerprint, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    temporary.replace(output_dir / RUN_FILE)
+def _finish(output_dir: Path, file: str, fingerprint: Mapping[str, Any], partial: bool) -> None:
+    if not partial:
+        write_json(output_dir / file, dict(fingerprint))
 
 
 def _clear(output_dir: Path) -> None:
-    """Delete everything in a directory known (by its run.json) to be a selfrag run's output."""
+    """Delete everything in a directory known (by its fingerprint) to be a selfrag run's output, but its owner file."""
     for entry in output_dir.iterdir():
+        if entry.name == OWNER_FILE:
+            continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+
+
+# ---- named pieces of work: keep, or redo --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :meth:`Ledger.check` found: ``new`` (no entry), ``same`` (kept) or ``changed`` (to redo, and why)."""
+
+    state: Literal["new", "same", "changed"]
+    changes: list[str] = field(default_factory=list)
+    finished: bool = False
+
+
+class Ledger:
+    """A JSON file of named entries (``{name: {"fingerprint", "settings", "inputs", "finished"}}``): each piece of
+    work's fingerprint and whether it finished. Entries of older versions hold only ``fingerprint`` (a hash)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
+        except (OSError, ValueError):
+            logger.warning("%s is unreadable; everything it recorded is done again", self.path)
+            data = {}
+        pairs = data.items() if isinstance(data, dict) else ()
+        self.entries: dict[str, dict[str, Any]] = {str(name): entry for name, entry in pairs if isinstance(entry, dict)}
+
+    def check(
+        self,
+        name: str,
+        fingerprint: Mapping[str, Any],
+        legacy: Callable[[], str] | None = None,
+        defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    ) -> Verdict:
+        """Compare ``name``'s entry with ``fingerprint`` and record the new one (unfinished unless it is the same).
+
+        ``legacy()``: the hash an older version stored for this very work (asked only for an entry of that version);
+        a match is the same. Anything else that differs is ``changed``, with what differs. ``defaults``: see
+        :func:`differences`.
+        """
+        entry = self.entries.get(name)
+        if entry is None:
+            verdict = Verdict("new")
+        elif "settings" in entry:
+            changes = differences(entry, fingerprint, defaults)
+            verdict = Verdict("changed", changes) if changes else Verdict("same", finished=bool(entry.get("finished")))
+        elif legacy is not None and entry.get("fingerprint") == legacy():
+            verdict = Verdict("same", finished=bool(entry.get("finished")))
+        else:
+            verdict = Verdict("changed", ["made by an older version with other settings or inputs"])
+        self.entries[name] = {
+            **{key: value for key, value in fingerprint.items() if key != "finished"},
+            "fingerprint": fingerprint_digest(fingerprint), "finished": verdict.finished,
+        }
+        self._save()
+        return verdict
+
+    def finished(self, name: str) -> bool:
+        return bool(self.entries.get(name, {}).get("finished"))
+
+    def finish(self, name: str, finished: bool = True) -> None:
+        self.entries.setdefault(name, {})["finished"] = finished
+        self._save()
+
+    def forget(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.entries.pop(name, None)
+        self._save()
+
+    def __iter__(self) -> Any:
+        return iter(list(self.entries))
+
+    def _save(self) -> None:
+        write_json(self.path, self.entries)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
 
 
 def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -157,11 +379,20 @@ def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _ignored(key: str, ignore: Iterable[str]) -> bool:
-    return any(key == prefix or key.startswith(f"{prefix}.") for prefix in ignore)
+def _under(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key == prefix or key.startswith(f"{prefix}.") for prefix in prefixes)
 
 
 def _short(digest: str | None) -> str:
     if digest is None:
         return "none"
-    return digest.split(":", 1)[-1][:12]
+    return digest.split(":", 1)[-1][:12] if digest.startswith("sha256:") else digest  # a version, not a digest
+
+
+def _show(value: Any, missing: object) -> str:
+    return "unset" if value is missing else repr(value)
+
+
+def is_temporary(name: str) -> bool:
+    """An atomic writer's temp sibling (``.NAME.tmp-PID``), left by a kill: never work of a run."""
+    return name.startswith(".") and ".tmp" in name

@@ -4,7 +4,10 @@ what a changed setting affects."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,7 +36,13 @@ def _config(tiny_base_dir: Path, out: Path, max_steps: int) -> QuickstartConfig:
     )
 
 
-def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) -> None:
+def _recomputed(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a stage was recomputed")
+
+
+def test_quickstart_end_to_end_and_rerun(
+    tiny_base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "qs"
     report = run(_config(tiny_base_dir, out, max_steps=2))
 
@@ -66,6 +75,22 @@ def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) ->
     assert (out / "eval" / "records" / "single_pass.jsonl").read_text() == records
     assert json.loads((out / "stages.json").read_text()) == stages
 
+    # the finished folder copied elsewhere (file times not kept, like `cp -r`), the original gone: kept as it is,
+    # nothing trained, calibrated, answered or labelled again
+    copy = tmp_path / "elsewhere" / "qs"
+    shutil.copytree(out, copy, copy_function=shutil.copyfile)
+    shutil.move(out, tmp_path / "gone")
+    capsys.readouterr()
+    with monkeypatch.context() as patched:
+        for module in ("selfrag.training.run", "selfrag.evaluation.calibrate", "selfrag.evaluation.run"):
+            patched.setattr(f"{module}.run", _recomputed)
+        run(_config(tiny_base_dir, copy, max_steps=2))
+    printed = capsys.readouterr().out
+    assert "wrote 0 records now" in printed and "already trained" in printed and "redoing" not in printed
+    assert json.loads((copy / "stages.json").read_text()) == stages
+    assert (copy / "eval" / "records" / "single_pass.jsonl").read_text() == records
+    shutil.move(tmp_path / "gone", out)
+
     # an unmet format target ends the run with one line naming the setting that lengthens it: the recipe sets
     # max_steps, so `epochs=2` (the old advice) would change nothing; the check recomputes nothing either
     share = report["well_formed"]["share"]
@@ -87,28 +112,69 @@ def test_quickstart_end_to_end_and_rerun(tiny_base_dir: Path, tmp_path: Path) ->
 
 
 
+@dataclass
+class _Data:
+    split: str = "train"
+
+
+@dataclass
+class _Train:
+    records: Path
+    epochs: int = 1
+
+
 def test_changed_settings_redo_their_stage_and_later_ones(tmp_path: Path) -> None:
     """What a rerun with epochs=2 does: the train fingerprint changes, its outputs are cleared, and calibration
     and evaluation (whose fingerprints include it) are redone too; the data stage is kept."""
-    from selfrag.app.quickstart import Stages, fingerprint
+    from selfrag.app.quickstart import Stages
 
     model, data = tmp_path / "model", tmp_path / "data"
-    stages = Stages(tmp_path / "stages.json")
-    data_fp = stages.check("data", [{"split": "train"}], [data])
+    stages = Stages(tmp_path)
+    data_fp = stages.check("data", _Data(), {}, [data])
     data.mkdir()
-    train_fp = stages.check("train", [data_fp, {"epochs": 1}], [model])
+    train_fp = stages.check("train", _Train(data / "records.jsonl"), {}, [model], after="data")
+    calibrate_fp = stages.check("calibrate", _Data("dev"), {}, [], after="train")
     model.mkdir()  # the stage ran
     stages.done("train")
-    assert stages.finished("train") and train_fp == fingerprint([data_fp, {"epochs": 1}])
+    assert stages.finished("train")
 
-    again = Stages(tmp_path / "stages.json")
-    assert again.check("train", [data_fp, {"epochs": 1}], [model]) == train_fp
+    again = Stages(tmp_path)
+    assert again.check("data", _Data(), {}, [data]) == data_fp
+    assert again.check("train", _Train(data / "records.jsonl"), {}, [model], after="data") == train_fp
     assert again.finished("train") and model.exists()  # unchanged: kept
 
-    changed = again.check("train", [data_fp, {"epochs": 2}], [model])
+    changed = again.check("train", _Train(data / "records.jsonl", epochs=2), {}, [model], after="data")
     assert changed != train_fp and not again.finished("train") and not model.exists()  # cleared, to be redone
-    assert again.check("data", [{"split": "train"}], [data]) == data_fp and data.exists()
-    assert fingerprint([changed, {"k": 3}]) != fingerprint([train_fp, {"k": 3}])  # later stages change with it
+    assert again.check("data", _Data(), {}, [data]) == data_fp and data.exists()
+    assert again.check("calibrate", _Data("dev"), {}, [], after="train") != calibrate_fp  # later stages change with it
+    entry = json.loads((tmp_path / "stages.json").read_text())["train"]
+    assert entry["settings"]["epochs"] == 2 and entry["settings"]["records"] == "$OUTPUT/data/records.jsonl"
+
+
+def test_a_stage_of_the_older_format_is_kept_where_it_matches(tmp_path: Path) -> None:
+    """stages.json of the versions before portable fingerprints held a hash per stage (over absolute paths)."""
+    from selfrag.app.quickstart import Stages, legacy_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    records = tmp_path / "data" / "records.jsonl"
+    # what those versions stored: sha256 of [the data stage's hash, the settings with absolute paths], 16 hex digits
+    old_data = legacy_fingerprint([{"split": "train"}])
+    old_train = hashlib.sha256(json.dumps([old_data, {"records": str(records), "epochs": 1}], sort_keys=True)
+                               .encode()).hexdigest()[:16]
+    (tmp_path / "stages.json").write_text(json.dumps({
+        "data": {"fingerprint": old_data, "finished": True}, "train": {"fingerprint": old_train, "finished": True},
+    }))
+    stages = Stages(tmp_path)
+    stages.check("data", _Data(), {}, [])
+    stages.check("train", _Train(records), {}, [model], after="data")
+    assert stages.finished("train") and model.exists()  # accepted: kept, not retrained
+    assert "settings" in json.loads((tmp_path / "stages.json").read_text())["train"]  # rewritten in the new format
+    (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "0" * 16, "finished": True}}))
+    other = Stages(tmp_path)
+    other.check("data", _Data(), {}, [])
+    other.check("train", _Train(records), {}, [model], after="data")
+    assert not other.finished("train") and not model.exists()  # an old hash that does not match: redone
 
 
 def test_nested_extras_are_checked_when_the_config_loads(tmp_path: Path) -> None:
@@ -146,7 +212,8 @@ def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None
     """A quickstart folder made before ``erased_negatives`` existed fingerprinted its data without it: at its default
     (0, the same records) the data fingerprint is unchanged, so the folder keeps its data and its 10-minute training;
     set to 1 it changes, and the data and everything after are redone."""
-    from selfrag.app.quickstart import DATA_SETTINGS_ADDED, REPO, data_fingerprint_settings, data_settings, fingerprint
+    from selfrag.app.quickstart import DATA_SETTINGS_ADDED, REPO, data_fingerprint_settings, data_settings
+    from selfrag.app.quickstart import legacy_fingerprint as fingerprint
     from selfrag.config import to_dict
     from selfrag.data_gen.config import GenerateConfig
 

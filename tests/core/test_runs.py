@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from selfrag.runs import RUN_FILE, RunMismatchError, check_rerun, differences, file_digest, run_fingerprint
+from selfrag.fsutil import OWNER_FILE, write_owner
+from selfrag.runs import (
+    RUN_FILE,
+    Ledger,
+    RunMismatchError,
+    Verdict,
+    check_rerun,
+    differences,
+    directory_digest,
+    file_digest,
+    run_fingerprint,
+)
 
 
 def make(tmp_path: Path, records: str = "a\n", **settings: object) -> dict:
@@ -29,8 +41,8 @@ def test_differences_name_each_changed_setting_and_input(tmp_path: Path) -> None
     old = make(tmp_path)
     new = make(tmp_path, records="b\n", learning_rate=0.01)
     lines = differences(old, new)
-    assert lines[0].startswith("records: content differs (")
-    assert lines[1] == "training.learning_rate: 0.001 -> 0.01"
+    assert lines[0].startswith("records: content changed (")
+    assert lines[1] == "training.learning_rate=0.01 (was 0.001)"
     assert differences(old, make(tmp_path)) == []
 
 
@@ -45,7 +57,8 @@ def test_same_run_resumes_and_different_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RunMismatchError) as error:
         check_rerun(out, make(tmp_path, seed=1), restart=False)
     message = str(error.value)
-    assert "training.seed: 0 -> 1" in message and "set restart=true" in message
+    assert "training.seed=1 (was 0)" in message and "set restart=true" in message
+    assert "\n" not in message  # one line
     assert (out / "checkpoints").is_dir()  # refused: nothing deleted
 
 
@@ -75,3 +88,82 @@ def test_custom_key_is_named_in_the_refusal(tmp_path: Path) -> None:
     (out / "checkpoints").mkdir()
     with pytest.raises(RunMismatchError, match="set --restart=true"):
         check_rerun(out, make(tmp_path, seed=2), restart=False, key="--restart")
+
+
+def test_paths_inside_the_output_are_relative_and_inputs_count_by_content(tmp_path: Path) -> None:
+    out, elsewhere = tmp_path / "a" / "out", tmp_path / "b" / "out"
+    for folder in (out, elsewhere):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "records.jsonl").write_text("same\n")
+
+    def fingerprint(folder: Path) -> dict:  # type: ignore[type-arg]
+        records = folder / "data" / "records.jsonl"
+        settings = {"records": str(records), "model": "/models/base", "output_dir": str(folder)}
+        return run_fingerprint("train", settings, {"records": records}, ignore=("output_dir",), root=folder)
+
+    assert fingerprint(out) == fingerprint(elsewhere)  # a moved or copied folder is the same run
+    assert fingerprint(out)["settings"] == {"model": "/models/base"}  # the input's path is not compared
+    assert run_fingerprint("s", {"file": str(out / "x.txt")}, root=out)["settings"] == {"file": "$OUTPUT/x.txt"}
+    (elsewhere / "data" / "records.jsonl").write_text("edited\n")
+    assert differences(fingerprint(out), fingerprint(elsewhere))[0].startswith("records: content changed (")
+
+
+def test_a_setting_the_older_run_did_not_record_counts_as_its_default() -> None:
+    old = run_fingerprint("generate", {"distractors": 2})
+    new = run_fingerprint("generate", {"distractors": 2, "erased_negatives": 0})
+    assert differences(old, new, {"erased_negatives": 0}) == []
+    assert differences(old, {**new, "settings": {"distractors": 2, "erased_negatives": 1}}, {"erased_negatives": 0}) \
+        == ["erased_negatives=1 (was 0)"]
+    assert differences(old, new) == ["erased_negatives=0 (was unset)"]
+
+
+def test_the_owner_file_is_not_work_and_survives_a_restart(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_owner(out, "train")
+    assert check_rerun(out, make(tmp_path), restart=False) == "fresh"  # claimed, but empty of work
+    assert check_rerun(out, make(tmp_path, seed=3), restart=False) == "fresh"  # only bookkeeping: starts over
+    (out / "adapter.bin").write_text("work")
+    assert check_rerun(out, make(tmp_path, seed=4), restart=True) == "fresh"
+    assert sorted(path.name for path in out.iterdir()) == [OWNER_FILE, RUN_FILE]
+
+
+def test_a_legacy_fingerprint_is_read_when_the_file_is_absent(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.jsonl").write_text("done\n")
+    old = {**make(tmp_path), "version": 1}
+    assert check_rerun(out, make(tmp_path), restart=False, legacy=lambda folder: old) == "resume"
+    assert json.loads((out / RUN_FILE).read_text())["version"] == 2  # rewritten in the new format
+    (out / RUN_FILE).unlink()
+    with pytest.raises(RunMismatchError, match=r"training.seed=7 \(was 0\)"):
+        check_rerun(out, make(tmp_path, seed=7), restart=False, legacy=lambda folder: old, partial=True)
+    assert not (out / RUN_FILE).exists()  # a partial check writes nothing
+
+
+def test_ledger_keeps_same_redoes_changed_and_accepts_a_matching_older_hash(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "stages.json")
+    first = run_fingerprint("train", {"epochs": 1})
+    assert ledger.check("train", first).state == "new"
+    ledger.finish("train")
+    again = Ledger(tmp_path / "stages.json")
+    assert again.check("train", first) == Verdict("same", finished=True)
+    changed = again.check("train", run_fingerprint("train", {"epochs": 2}))
+    assert changed.state == "changed" and changed.changes == ["epochs=2 (was 1)"] and not again.finished("train")
+    (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "abc", "finished": True}}))
+    older = Ledger(tmp_path / "stages.json")
+    assert older.check("train", first, legacy=lambda: "abc") == Verdict("same", finished=True)
+    (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "abc", "finished": True}}))
+    assert Ledger(tmp_path / "stages.json").check("train", first, legacy=lambda: "def").state == "changed"
+
+
+def test_directory_digest_follows_content_not_file_times(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    (model / "checkpoints").mkdir(parents=True)
+    (model / "adapter.safetensors").write_bytes(b"weights")
+    (model / "checkpoints" / "step-1").write_text("skipped")
+    before = directory_digest(model, skip=("checkpoints",))
+    os.utime(model / "adapter.safetensors", (1, 1))
+    (model / "checkpoints" / "step-2").write_text("skipped too")
+    assert directory_digest(model, skip=("checkpoints",)) == before
+    (model / "adapter.safetensors").write_bytes(b"retrained")
+    assert directory_digest(model, skip=("checkpoints",)) != before

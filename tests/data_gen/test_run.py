@@ -12,6 +12,7 @@ from selfrag.config import load_config
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.fingerprints import FINGERPRINT_FILE
 from selfrag.data_gen.merge import MergeConfig, merge
 from selfrag.data_gen.run import run, select_queries
 from selfrag.errors import ConfigError, InputError
@@ -120,13 +121,51 @@ def test_resume_reads_a_setting_added_later_as_its_default(tmp_path: Path) -> No
     """A folder written before ``article_negatives`` existed resumes at 0 and refuses another value."""
     out = tmp_path / "out"
     run(make_config(out, limit=5))
+    fingerprint_file = out / FINGERPRINT_FILE
+    fingerprint = json.loads(fingerprint_file.read_text())
+    del fingerprint["settings"]["article_negatives"]
+    fingerprint_file.write_text(json.dumps(fingerprint))
+    run(make_config(out, limit=10))
+    with pytest.raises(ConfigError, match=r"article_negatives=1 \(was 0\)"):
+        run(make_config(out, limit=10, article_negatives=1))
+
+
+def test_a_folder_in_the_older_format_resumes_and_refuses_what_changed(tmp_path: Path) -> None:
+    """Folders written before fingerprint.json (settings in config.yaml, absolute paths; digests in inputs.json)."""
+    out = tmp_path / "out"
+    run(make_config(out, limit=5))
     config_file = out / "config.yaml"
     config_file.write_text(
         "".join(line for line in config_file.read_text().splitlines(True) if not line.startswith("article_negatives")))
-    assert "article_negatives" not in config_file.read_text()
-    run(make_config(out, limit=10))
-    with pytest.raises(ConfigError, match=r"article_negatives=1 differs from 0"):
-        run(make_config(out, limit=10, article_negatives=1))
+    (out / "inputs.json").write_text(json.dumps(json.loads((out / FINGERPRINT_FILE).read_text())["inputs"]))
+    (out / FINGERPRINT_FILE).unlink()
+    assert str(out) in config_file.read_text()  # today's format: absolute paths
+    records = (out / "records.jsonl").read_text()
+    again = run(make_config(out, limit=5))
+    assert again.records_written == 0 and (out / "records.jsonl").read_text() == records
+    assert (out / FINGERPRINT_FILE).is_file()  # now in the new format
+    (out / FINGERPRINT_FILE).unlink()
+    with pytest.raises(ConfigError, match=r"article_negatives=1 \(was 0\)"):
+        run(make_config(out, limit=5, article_negatives=1))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(DEMO_QUERIES.read_text().replace("?", "??", 1))
+    with pytest.raises(ConfigError, match=r"queries: content changed"):
+        run(make_config(out, queries=queries, limit=5))
+
+
+def test_a_copied_folder_resumes_with_nothing_written(tmp_path: Path) -> None:
+    """Fingerprints do not name the folder: a finished output copied elsewhere resumes, labelling nothing again."""
+    import shutil
+
+    first = run(make_config(tmp_path / "out", limit=20, heldout=0.2))
+    shutil.copytree(tmp_path / "out", tmp_path / "moved" / "copy")
+    copy = tmp_path / "moved" / "copy"
+    again = run(make_config(copy, limit=20, heldout=0.2))
+    assert first.records_written > 0 and again.records_written == 0
+    assert again.stats["run"]["queries_already_done"] == 20
+    assert {name: (copy / name).read_bytes() for name in GOLD_FILES} == {
+        name: (tmp_path / "out" / name).read_bytes() for name in GOLD_FILES
+    }
 
 
 def records_by_query(path: Path) -> dict[str, dict[str, Record]]:
@@ -163,7 +202,7 @@ def test_erased_negatives_records(tmp_path: Path) -> None:
         assert len(passage.text) < len(gold.text) and kinds["gold"].segments[0].text not in passage.text
         assert all(sentence in gold.text for sentence in passage.text.split(". "))  # nothing new, only less
         assert kinds["erased"].segments[0].relevance.value == rf.IRRELEVANT  # type: ignore[union-attr]
-    with pytest.raises(ConfigError, match=r"erased_negatives=0 differs from 1"):
+    with pytest.raises(ConfigError, match=r"erased_negatives=0 \(was 1\)"):
         run(make_config(out, distractors=0, limit=60))
 
 

@@ -209,15 +209,17 @@ def test_an_edited_corpus_is_refused_and_an_edited_question_is_labelled_again(
         generate(server.url, data, out)
         corpus = data[0].read_text().replace("It lies on the Seine.", "It lies on the Loire.")
         data[0].write_text(corpus)
-        with pytest.raises(ConfigError, match=r"corpus: content changed since the run in .*restart=true"):
+        with pytest.raises(ConfigError, match=r"corpus: content changed \(.*restart=true"):
             generate(server.url, data, out)
         restarted = generate(server.url, data, out, "restart=true")
         assert restarted.stats["run"]["questions_already_done"] == 0
         assert "Loire" in (out / "records.jsonl").read_text()
         # a run from before selfrag.sentences (no splitter recorded) split the teacher's answers another way
-        corpus_digest = json.loads((out / "inputs.json").read_text())["corpus"]
+        # (today's fingerprint.json gone: config.yaml and an inputs.json that names no splitter, as such a run left)
+        corpus_digest = json.loads((out / "fingerprint.json").read_text())["inputs"]["corpus"]
+        (out / "fingerprint.json").unlink()
         (out / "inputs.json").write_text(json.dumps({"corpus": corpus_digest}))
-        with pytest.raises(ConfigError, match=r"sentences: regex in the run in .*restart=true"):
+        with pytest.raises(ConfigError, match=r"sentences: content changed \(regex -> blingfire.*restart=true"):
             generate(server.url, data, out)
         generate(server.url, data, out, "restart=true")
         edited = [dict(PLAIN[0], question="What is the capital city of France?"), *PLAIN[1:]]

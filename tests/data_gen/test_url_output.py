@@ -96,7 +96,8 @@ def test_url_resume_refuses_other_settings_and_restart_replaces_the_journal(tmp_
     with TeacherServer() as server:
         generate(server.url, data, memory_url)
         before = fs.ls(f"{root}/journal", detail=False)
-        with pytest.raises(ConfigError, match=r"top_k=2 \(was 3\) differs from the run already in"):
+        made_differently = r"output 'memory://.*' holds a generate run made differently \(top_k=2 \(was 3\)\)"
+        with pytest.raises(ConfigError, match=made_differently):  # the URL named, not the staging folder
             generate(server.url, data, memory_url, "top_k=2")
         assert fs.ls(f"{root}/journal", detail=False) == before  # the refusal changed nothing at the URL
         generate(server.url, data, memory_url, "top_k=2", "restart=true")

@@ -153,12 +153,12 @@ def test_rerun_with_other_settings_or_records_is_refused_unless_restart(
     out = tmp_path / "adapter"
     run(make_config(tiny_base_dir, records_path, out, max_steps=2))
     adapter = (out / "adapter_model.safetensors").read_bytes()
-    with pytest.raises(RunMismatchError, match=r"training.learning_rate: 0.01 -> 0.02") as error:
+    with pytest.raises(RunMismatchError, match=r"training.learning_rate=0.02 \(was 0.01\)") as error:
         run(make_config(tiny_base_dir, records_path, out, max_steps=2, learning_rate=2e-2))
     assert "restart=true" in str(error.value)
     edited = tmp_path / "edited.jsonl"
     write_jsonl_atomic(edited, [record.to_json() for record in training_records()[:-1]])
-    with pytest.raises(RunMismatchError, match=r"records: content differs"):
+    with pytest.raises(RunMismatchError, match=r"records: content changed"):
         run(make_config(tiny_base_dir, edited, out, max_steps=2))
     assert (out / "adapter_model.safetensors").read_bytes() == adapter  # refused: untouched
     config = make_config(tiny_base_dir, edited, out, max_steps=2)
