@@ -4,10 +4,10 @@ oracle of the hf engine's decode (tests/inference/test_hf_engine.py).
     engine = ReferenceDecode(HFEngine("runs/model", batch_size=8))   # the same model, the first decode loop
     [generation] = engine.generate([GenerationRequest(prompt_ids, max_tokens=8, score_token_ids=ids)])
 
-Straightforward on purpose: left-padded batches in request order, the logits of every prompt position, a full
-``log_softmax`` over the vocabulary at each step, finished rows decoding on until the whole batch is done. The
-engine's own decode (last-position logits, rows leaving the batch, kept prompt KV) must give the same greedy ids and
-the same log-probs.
+Greedy only, and straightforward on purpose: left-padded batches in request order, the logits of every prompt
+position, a full ``log_softmax`` over the vocabulary at each step, finished rows decoding on until the whole batch
+is done. The engine's own decode (last-position logits, rows leaving the batch, kept prompt KV) must give the same
+greedy ids and the same log-probs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ class ReferenceDecode:
 
     def __init__(self, engine: Any) -> None:
         self.inner = engine
-        self.generator = torch.Generator(device="cpu").manual_seed(0)
 
     def __getattr__(self, name: str) -> Any:  # tokenizer, token_ids, prompt_template, calibration, name, ...
         return getattr(self.inner, name)
@@ -68,7 +67,7 @@ class ReferenceDecode:
             cache = output.past_key_values
             logits = output.logits[:, -1, :].float()  # (batch, vocab), fp32 so close scores do not tie
             full = torch.log_softmax(logits, dim=-1)
-            next_ids = self._choose(self._constrain(logits, settings, step), settings.temperature)
+            next_ids = self._next_ids(logits, settings, step)
             vocabulary = full.shape[-1]
             ids = [token_id for token_id in settings.score_token_ids if 0 <= token_id < vocabulary]
             for row, token_id in enumerate(next_ids.tolist()):
@@ -92,19 +91,14 @@ class ReferenceDecode:
             for ids_, scores_, reason, request in zip(tokens, scores, finish, batch, strict=True)
         ]
 
-    def _constrain(self, logits: torch.Tensor, settings: GenerationRequest, step: int) -> torch.Tensor:
-        """Banned ids always, stop and end-of-sequence ids before ``min_tokens``, at -inf (scores unconstrained)."""
-        forbidden = list(settings.banned_token_ids)
+    def _next_ids(self, logits: torch.Tensor, settings: GenerationRequest, step: int) -> torch.Tensor:
+        """Greedy: the best id that the request allows at this step (banned ids never; stop and end-of-sequence ids
+        not before ``min_tokens``). The reported scores are read from the logits before this."""
+        if settings.temperature != 0:
+            raise ValueError(f"the reference decode is greedy: temperature must be 0, got {settings.temperature}")
+        held_back = set(settings.banned_token_ids)
         if step < settings.min_tokens:
-            forbidden += [*settings.stop_token_ids, *self.inner.eos_ids]
-        if not forbidden:
-            return logits
-        constrained = logits.clone()
-        constrained[:, forbidden] = float("-inf")
-        return constrained
-
-    def _choose(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
-        if temperature == 0:
-            return logits.argmax(dim=-1)
-        probabilities = torch.softmax(logits / temperature, dim=-1).cpu()
-        return torch.multinomial(probabilities, 1, generator=self.generator).squeeze(-1).to(logits.device)
+            held_back |= {*settings.stop_token_ids, *self.inner.eos_ids}
+        allowed = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        allowed[sorted(held_back)] = False
+        return logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)

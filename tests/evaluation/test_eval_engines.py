@@ -8,7 +8,6 @@ engine=hf gives.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import sys
@@ -19,14 +18,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from selfrag.artifacts import ModelMeta, save_meta  # noqa: E402
 from selfrag.config import from_dict  # noqa: E402
 from selfrag.errors import ConfigError  # noqa: E402
 from selfrag.evaluation import calibrate  # noqa: E402
 from selfrag.evaluation import run as run_module  # noqa: E402
 from selfrag.evaluation.config import CalibrateConfig, EvalConfig  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
-from selfrag.reflection import TOKENS, reflection_ids  # noqa: E402
 
 SERVER = Path(__file__).resolve().parents[1] / "inference" / "openai_scripted_server.py"
 CTXS = [
@@ -45,20 +42,9 @@ def scripted_server() -> Any:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
+def model_dir(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
     """A tiny merged model with the reflection tokens, its weights spread so that it decodes varied tokens."""
-    path = tmp_path_factory.mktemp("eval-engines-model")
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.add_tokens(list(TOKENS), special_tokens=True)
-    model = tiny_model_builder(len(tokenizer), seed=11)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(reflection_ids(tokenizer), "add", "auto", "tiny-base", "merged"))
-    return path
+    return merged_model_dir(11)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
