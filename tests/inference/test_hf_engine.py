@@ -166,6 +166,25 @@ def test_plain_engine_serves_a_base_model_like_transformers(tiny_base_dir: Path)
     assert not engine.prefixes.entries
 
 
+def test_build_plain_engine_gives_the_base_model_on_hf_and_refuses_it_on_a_server_engine(
+    tiny_base_dir: Path, merged_dir: Path
+) -> None:
+    """What `selfrag eval` builds for its base-model modes: hf's plain engine; a trained model as build_engine builds
+    it; engine=openai or vllm cannot load a model without reflection tokens, and says so in one line."""
+    from selfrag.errors import ConfigError
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines import build_plain_engine
+
+    plain = build_plain_engine(InferenceConfig(), tiny_base_dir)
+    assert isinstance(plain, HFEngine) and plain.token_ids is None and plain.name.startswith("hf-plain:")
+    trained = build_plain_engine(InferenceConfig(), merged_dir)
+    assert trained.token_ids is not None and trained.name.startswith("hf:")
+    with pytest.raises(ConfigError) as error:
+        build_plain_engine(InferenceConfig(engine="openai"), tiny_base_dir)
+    [problem] = error.value.problems
+    assert "engine=openai" in problem and "engine=hf" in problem
+
+
 @pytest.mark.parametrize("merge", [True, False], ids=["merged-at-load", "peft-layers"])
 def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflection_tokenizer, token_ids, merge) -> None:  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
