@@ -37,9 +37,6 @@ from selfrag.errors import SelfragError, UsageError
 
 logger = logging.getLogger("selfrag")
 
-PLANNED: dict[str, str] = {}  # commands announced but not built yet
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (what is wrong and where to look), exit code 2."""
 
@@ -125,10 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
-
-    for name, what in PLANNED.items():
-        planned = commands.add_parser(name, help=f"[not available yet] {what}")
-        planned.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -142,16 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     _quiet_libraries()
-    handler = COMMANDS.get(args.command)
-    if handler is None:
-        print(
-            f"selfrag {args.command}: not available yet — {PLANNED[args.command]} is planned but not built in "
-            "this version. Use `selfrag ask` to answer questions with a trained model.",
-            file=sys.stderr,
-        )
-        return 2
     try:
-        return handler(args)
+        return COMMANDS[args.command](args)
     except SelfragError as error:
         # several processes fail alike (training.distributed): the main one says why, unless it is the one lost
         if os.environ.get("RANK", "0") == "0" or getattr(error, "every_process", False):
@@ -324,7 +309,6 @@ def _ask(args: argparse.Namespace) -> int:
             print(json.dumps({"question": question, **answer.to_json()}, ensure_ascii=False))
         else:
             print(f"Q: {question}\n{format_answer(answer)}\n" if len(answers) > 1 else format_answer(answer))
-    return 0
     return 0
 
 

@@ -11,7 +11,7 @@ Two workloads, on the demo corpus and questions:
   ``generate`` call: requests per second;
 * short-form answers: ``SelfRAG.answer`` per question (mode=always, top_k=3, 32 new tokens): mean latency.
 
-``hf-legacy`` is the first HFEngine decode (fp32 logits at every prompt position, ``legacy_decode=True``), the
+``hf-legacy`` is the first HFEngine decode (fp32 logits at every prompt position: ``reference_decode.py``), the
 baseline of every ratio. Every engine must return the same greedy tokens on the relevance workload; the largest
 difference of the reflection log-probs against the baseline is printed. Without ``--model``, a SmolLM2-135M with
 the 15 reflection tokens added (rows at the mean, untrained: speed does not depend on the weights) is built once.
@@ -75,9 +75,11 @@ def relevance_requests(engine: Engine, count: int) -> list[GenerationRequest]:
 
 def build(name: str, model: Path) -> Engine:
     if name == "hf-legacy":
+        from reference_decode import ReferenceDecode
+
         from selfrag.inference.engines.hf import HFEngine
 
-        return HFEngine(model, batch_size=8, legacy_decode=True)  # the first version's default batch size
+        return ReferenceDecode(HFEngine(model, batch_size=8))  # type: ignore[return-value]  # first default batch size
     if name == "hf":
         from selfrag.inference.engines.hf import HFEngine
 

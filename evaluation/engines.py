@@ -1,14 +1,14 @@
-"""Engines for evaluation: the trained model (reflection tokens) and its base model (no reflection tokens).
+"""Engines for evaluation: the trained model's base, and :class:`CountingEngine`, which counts calls and tokens.
 
-The baselines run on the base model with the same decode loop (``HFEngine``'s), so every mode differs only in
-what it asks the model, not in how the model is run. :class:`CountingEngine` counts calls and tokens.
+The engines themselves are inference's: ``build_engine`` (the trained model, on ``engine`` hf, vllm or openai) and
+``build_plain_engine`` (the base model, no reflection tokens, behind the same decode loop), so every mode differs
+only in what it asks the model, not in how the model is run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from selfrag.artifacts import load_meta
@@ -17,28 +17,12 @@ from selfrag.inference.engines.base import Engine, Generation, GenerationRequest
 from selfrag.models import resolve_model
 
 
-def load_trained(model: str) -> Engine:
-    from selfrag.inference.engines.hf import HFEngine
-
-    return HFEngine(resolve_model(model))
-
-
 def base_model_of(model: str) -> str:
     """The base model named in a trained model's ``selfrag.json``."""
     meta = load_meta(resolve_model(model))
     if meta is None:
         raise ModelNotFoundError(f"{model!r} has no selfrag.json; give base_model=... explicitly")
     return meta.base_model
-
-
-def load_plain(model: str) -> Engine:
-    """A model without reflection tokens (a base model) behind the same decode loop as :class:`HFEngine`."""
-    from selfrag.inference.engines import hf
-
-    directory = Path(resolve_model(model))
-    if load_meta(directory) is not None:
-        return hf.HFEngine(directory)  # a trained model asked plainly still decodes with its own tokens
-    return hf.HFEngine.plain(directory)
 
 
 @dataclass

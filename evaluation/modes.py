@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from selfrag import reflection as rf
-from selfrag.errors import SelfragError
 from selfrag.inference.answer import Candidate
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.prompting import encode_prompt
@@ -35,10 +34,6 @@ PLAIN_RAG_PROMPT = (
 )
 ABSTAIN_PHRASES = ("the sources do not say", "i don't know", "i do not know", "not mentioned", "does not say",
                    "do not contain", "no information", "cannot answer", "can't answer", "not provided")
-
-
-class ModeUnavailable(SelfragError, ValueError):
-    """A mode cannot run in this installation (e.g. the prompted critic is not built)."""
 
 
 class ExampleRetriever(PrecomputedRetriever):
@@ -150,14 +145,9 @@ def _p_retrieve(trace: Sequence[dict[str, Any]]) -> float | None:
 
 
 def prompted_runtime(engine: Any, retriever: Retriever | None, config: Any) -> Any:
-    """The runtime branch's prompted-critic mode; :class:`ModeUnavailable` where this installation lacks it."""
-    try:
-        from selfrag.inference.critic import PromptedSelfRAG  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise ModeUnavailable(
-            "prompted-critic Self-RAG (selfrag.inference.critic.PromptedSelfRAG) is not in this installation; "
-            "drop 'prompted' from modes"
-        ) from None
+    """The runtime's prompted-critic mode (one critic call per decision) over a model without reflection tokens."""
+    from selfrag.inference.critic import PromptedSelfRAG
+
     return PromptedSelfRAG(engine, retriever, config)
 
 

@@ -38,9 +38,7 @@ def fmt(value: Any, percent: bool) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def markdown_table(
-    summaries: Mapping[str, Mapping[str, Any]], unavailable: Mapping[str, str], judge: str | None = None
-) -> str:
+def markdown_table(summaries: Mapping[str, Mapping[str, Any]], judge: str | None = None) -> str:
     """The modes side by side; ``judge`` (the judge kind) is named in the unsupported-claims row."""
     modes = list(summaries)
     any_summary = next(iter(summaries.values()), {})
@@ -53,8 +51,6 @@ def markdown_table(
         if key == "unsupported_claim_rate" and judge:
             title = f"unsupported claims (judge: {judge}; lower is better)"
         lines.append(f"| {title} | " + " | ".join(fmt(summaries[m].get(key), percent) for m in modes) + " |")
-    for mode, reason in unavailable.items():
-        lines.append(f"\n*{MODE_TITLES[mode]}: not run — {reason}*")
     return "\n".join(lines) + "\n"
 
 

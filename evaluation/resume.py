@@ -38,7 +38,10 @@ logger = logging.getLogger(__name__)
 RESUME_DIR = "resume"
 STATE_FILE = "state.json"
 #: settings that do not change what a mode answers
-NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model")
+NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model",
+               # how a remote engine is reached, not what it answers
+               "engine_options.concurrency", "engine_options.timeout", "engine_options.max_retries",
+               "engine_options.backoff", "engine_options.api_key_env")
 
 
 def model_identity(name: str) -> str:

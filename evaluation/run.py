@@ -21,6 +21,7 @@ from typing import Any
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
+from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.runs import file_digest
@@ -29,9 +30,9 @@ from selfrag.sentences import split_sentences
 from . import metrics, report
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
 from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched
-from .engines import CountingEngine, base_model_of, load_plain, load_trained
+from .engines import CountingEngine, base_model_of
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
-from .modes import ExampleRetriever, ModeUnavailable, answer_all, plain_runner, prompted_runtime, selfrag_runner
+from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
 from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ class EvalResult:
     output_dir: Path
     summaries: dict[str, dict[str, Any]]
     reflection: dict[str, Any]
-    unavailable: dict[str, str]
     table: str
     answers: str
     plots: list[Path] = field(default_factory=list)
@@ -60,7 +60,7 @@ class EvalResult:
 
 
 class _Engines:
-    """Loads each model once, on first use."""
+    """Builds each model's engine once, on first use (``config.engine`` with ``config.engine_options``)."""
 
     def __init__(self, config: EvalConfig) -> None:
         self.config = config
@@ -69,13 +69,13 @@ class _Engines:
 
     def trained(self) -> CountingEngine:
         if self._trained is None:
-            self._trained = CountingEngine(load_trained(self.config.model))
+            self._trained = CountingEngine(build_engine(self.config, self.config.model))
         return self._trained
 
     def plain(self, model: str | None = None) -> CountingEngine:
         name = model or self.config.base_model or base_model_of(self.config.model)
         if name not in self._plain:
-            self._plain[name] = CountingEngine(load_plain(name))
+            self._plain[name] = CountingEngine(build_plain_engine(self.config, name))
         return self._plain[name]
 
 
@@ -102,7 +102,6 @@ def run(config: EvalConfig) -> EvalResult:
     nli = _judge(config, engines) if config.judge.kind == "nli" else None
 
     records: dict[str, list[dict[str, Any]]] = {}
-    unavailable: dict[str, str] = {}
     store = AnswerStore(out)
     for dropped in store.forget_others(config.modes):
         (out / "records" / f"{dropped}.jsonl").unlink(missing_ok=True)  # not this run's: never left to mix in
@@ -125,12 +124,7 @@ def run(config: EvalConfig) -> EvalResult:
             records[mode] = done
             store.finish(mode)
             continue
-        try:
-            engine, runner = _mode(mode, engines, retriever, inference, config)
-        except ModeUnavailable as error:
-            logger.warning("%s: %s", mode, error)
-            unavailable[mode] = str(error)
-            continue
+        engine, runner = _mode(mode, engines, retriever, inference, config)
         with tqdm(total=len(examples), initial=len(done), desc=MODE_TITLES[mode]) as bar:
             rest = answer_all(runner, engine, examples[len(done):], config.batch_size, bar,
                               on_batch=functools.partial(store.append, mode))
@@ -153,7 +147,7 @@ def run(config: EvalConfig) -> EvalResult:
         reflection = agreement(predictions, inference.resolved(calibration).relevance_threshold)
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
-    table = report.markdown_table(summaries, unavailable, config.judge.kind) if summaries else "(no mode ran)\n"
+    table = report.markdown_table(summaries, config.judge.kind) if summaries else "(no mode ran)\n"
     plots = report.write_plots(summaries, out) if config.plots and summaries else []
     (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
     results = {
@@ -162,14 +156,13 @@ def run(config: EvalConfig) -> EvalResult:
         "base_model": config.base_model or (base_model_of(config.model) if _needs_base(config) else None),
         "judge": config.judge.kind,
         "modes": summaries,
-        "unavailable": unavailable,
         "reflection": reflection,
         "hardware": _hardware(),
         "seconds": round(time.monotonic() - started, 1),
     }
     write_json(out / "results.json", results)
     answers = report.show_answers(records, config.show)
-    return EvalResult(out, summaries, reflection, unavailable, table, answers, plots)
+    return EvalResult(out, summaries, reflection, table, answers, plots)
 
 
 def _is_eval_run(output_dir: Path) -> bool:

@@ -1,8 +1,9 @@
 """Scores read from the model's own reflection-token log-probs (pure functions, no backend).
 
 All scores are ratios of *probabilities* (``exp`` of the reported log-probs), renormalised over one
-token group. The reference implementation compared raw log-probs for the retrieve decision; that is
-a different (and wrong) quantity.
+token group; the formulas are written once, in :mod:`selfrag.scores` (training's judgement uses them too).
+The reference implementation compared raw log-probs for the retrieve decision; that is a different (and
+wrong) quantity.
 
 A score is None when the group's tokens have no reported log-prob (or the model never generated the
 group at all); it then contributes 0 to the combined score and is listed in ``missing``.
@@ -17,6 +18,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.reflection import Group, ReflectionIds
+from selfrag.scores import first_of_two_terms, support_terms, utility_terms
 
 from .engines.base import Generation
 
@@ -37,19 +39,13 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 def retrieve_probability(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
     """``P([Retrieval]) / (P([Retrieval]) + P([No Retrieval]))`` at one position; None if both are absent."""
     probabilities = group_probabilities(logprobs, (token_ids.id(rf.RETRIEVAL), token_ids.id(rf.NO_RETRIEVAL)))
-    if probabilities is None:
-        return None
-    retrieval, no_retrieval = probabilities
-    return _ratio(retrieval, retrieval + no_retrieval)
+    return None if probabilities is None else _ratio(*first_of_two_terms(probabilities))
 
 
 def relevance_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
     """``p(Relevant) / (p(Relevant) + p(Irrelevant))`` at one position (the first generated one)."""
     probabilities = group_probabilities(logprobs, token_ids.ids(Group.RELEVANCE))
-    if probabilities is None:
-        return None
-    relevant, irrelevant = probabilities
-    return _ratio(relevant, relevant + irrelevant)
+    return None if probabilities is None else _ratio(*first_of_two_terms(probabilities))
 
 
 @dataclass(frozen=True)
@@ -116,19 +112,13 @@ def relevance_entry(
 def support_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
     """``(p(Full) + 0.5 p(Partial)) / (p(Full) + p(Partial) + p(No support))`` at one position."""
     probabilities = group_probabilities(logprobs, token_ids.ids(Group.SUPPORT))
-    if probabilities is None:
-        return None
-    full, partial, _ = probabilities
-    return _ratio(full + 0.5 * partial, sum(probabilities))
+    return None if probabilities is None else _ratio(*support_terms(probabilities))
 
 
 def utility_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:
     """``sum(w_k p_k) / sum(p_k)`` over ``[Utility:1..5]`` with ``w = (-1, -0.5, 0, 0.5, 1)``."""
     probabilities = group_probabilities(logprobs, token_ids.ids(Group.UTILITY))
-    if probabilities is None:
-        return None
-    weighted = sum(weight * p for weight, p in zip(rf.UTILITY_WEIGHTS, probabilities, strict=True))
-    return _ratio(weighted, sum(probabilities))
+    return None if probabilities is None else _ratio(*utility_terms(probabilities))
 
 
 def first_position(generated: Sequence[int], token_ids: ReflectionIds, group: Group) -> int | None:

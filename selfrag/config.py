@@ -171,8 +171,10 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
         return None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    removed: Mapping[str, str] = getattr(cls, "REMOVED_KEYS", {})  # a key that was a field once: what to do now
+    problems += [f"{prefix}{key} was removed: {removed[key]}" for key in data if key in removed]
     for key in data:
-        if key not in fields:
+        if key not in fields and key not in removed:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
             problems.append(f"unknown config key {_show(f'{prefix}{key}')}{hint}")

@@ -52,8 +52,8 @@ def held_out_examples(model_dir: Path) -> tuple[Any, Any, list[Any]]:
     import yaml
 
     from selfrag.config import from_dict
+    from selfrag.loading import load_model
     from selfrag.training.config import TrainConfig
-    from selfrag.training.export import load_trained
     from selfrag.training.run import judgement_set
 
     if not (model_dir / "config.yaml").is_file():
@@ -62,7 +62,7 @@ def held_out_examples(model_dir: Path) -> tuple[Any, Any, list[Any]]:
     settings.pop("overwrite", None)
     settings["eval_records"] = held_out_records()
     config = from_dict(TrainConfig, settings)
-    model, tokenizer, meta = load_trained(model_dir)
+    model, tokenizer, meta = load_model(model_dir)
     return model, meta, judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template)
 
 
@@ -88,8 +88,8 @@ def score_arm(name: str, items: int) -> Path:
     import yaml
 
     from selfrag.config import from_dict
+    from selfrag.loading import load_model
     from selfrag.training.config import TrainConfig
-    from selfrag.training.export import load_trained
     from selfrag.training.judgement import headline, judge, write_report
     from selfrag.training.run import judgement_set
 
@@ -97,7 +97,7 @@ def score_arm(name: str, items: int) -> Path:
     settings = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     settings.pop("overwrite", None)  # arms trained before `restart` replaced it
     config = from_dict(TrainConfig, settings)
-    model, tokenizer, meta = load_trained(out)
+    model, tokenizer, meta = load_model(out)
     examples = judgement_set(config, tokenizer, meta.token_ids, meta.prompt_template)
     start = time.time()
     report = judge(model, examples, meta.token_ids, items)
@@ -167,8 +167,8 @@ def negatives(name: str, items: int) -> dict[str, Any]:
     import yaml
 
     from selfrag.config import from_dict
+    from selfrag.loading import load_model
     from selfrag.training.config import TrainConfig
-    from selfrag.training.export import load_trained
     from selfrag.training.judgement import auroc, auroc_interval, score_examples
     from selfrag.training.run import judgement_set
 
@@ -177,7 +177,7 @@ def negatives(name: str, items: int) -> dict[str, Any]:
     settings = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
     settings.pop("overwrite", None)
     settings["eval_records"] = held_out_records()
-    model, tokenizer, meta = load_trained(folder)
+    model, tokenizer, meta = load_model(folder)
     examples = judgement_set(from_dict(TrainConfig, settings), tokenizer, meta.token_ids, meta.prompt_template,
                              records=article_records(items))
     random_rows = score_examples(model, examples, meta.token_ids)

@@ -104,9 +104,9 @@ def main() -> None:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
     from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from selfrag.fsutil import write_json
+    from selfrag.loading import load_plain_model
     from selfrag.models import DEFAULT_MODEL, resolve_model
     from selfrag.training.judgement import auroc, auroc_interval
 
@@ -114,9 +114,8 @@ def main() -> None:
     torch.manual_seed(0)
     name = args.model or DEFAULT_MODEL
     path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.device).eval()
+    model, tokenizer = load_plain_model(path, dtype, args.device)
 
     train = records_by_kind(REPO / "runs/data-train/records.jsonl")
     test = records_by_kind(REPO / "runs/data-test/records.jsonl")

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny BPE tokenizer with a chat template and a tiny Llama model, built locally.
+"""Shared fixtures: a tiny BPE tokenizer with a chat template and a tiny Llama model, built locally; the tokenizer
+with the 15 reflection tokens and a saved tiny merged model that holds them.
 
 Nothing here downloads; the tokenizer is trained in a second on tests/assets/tiny_corpus.txt.
 """
@@ -80,3 +81,45 @@ def tiny_base_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer) -> P
 def tiny_model_builder():  # type: ignore[no-untyped-def]
     """``build_tiny_model(vocab_size, seed=0)``, for tests that add tokens before building the model."""
     return build_tiny_model
+
+
+@pytest.fixture(scope="session")
+def reflection_tokenizer(tiny_tokenizer):  # type: ignore[no-untyped-def]
+    """A copy of the tiny tokenizer holding each reflection string as one special token."""
+    import copy
+
+    from selfrag.reflection import TOKENS
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.add_tokens(list(TOKENS), special_tokens=True)
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def token_ids(reflection_tokenizer):  # type: ignore[no-untyped-def]
+    from selfrag.reflection import reflection_ids
+
+    return reflection_ids(reflection_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def merged_model_dir(tmp_path_factory, reflection_tokenizer, token_ids, tiny_model_builder):  # type: ignore[no-untyped-def]
+    """``merged_model_dir(seed)``: a saved tiny merged model with the reflection tokens and its selfrag.json, its
+    weights spread (the default init, std 0.02, decodes one token forever)."""
+    import torch
+
+    from selfrag.artifacts import ModelMeta, save_meta
+
+    def make(seed: int) -> Path:
+        path = tmp_path_factory.mktemp(f"tiny-selfrag-{seed}")
+        model = tiny_model_builder(len(reflection_tokenizer), seed=seed)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() == 2:
+                    parameter.normal_(0.0, 0.3)
+        model.save_pretrained(str(path))
+        reflection_tokenizer.save_pretrained(str(path))
+        save_meta(path, ModelMeta(token_ids, "add", "auto", "tiny-base", "merged"))
+        return path
+
+    return make

@@ -2,8 +2,8 @@
 
     selfrag export runs/smollm2 runs/smollm2-merged
 
-The base is loaded (fp32), grown to the saved tokenizer's size (strategy ``add``), the adapter applied and
-merged, and the result written with the tokenizer and ``selfrag.json`` (``kind: merged``). An output that
+The adapter is loaded by the one loader (:func:`selfrag.loading.load_model`: its base in fp32, grown as training
+grew it), merged, and the result written with the tokenizer and ``selfrag.json`` (``kind: merged``). An output that
 is the adapter itself, lies inside it, is an existing file or a non-empty directory is refused before
 anything is loaded; the model is written into a temporary sibling and renamed into place, so a crash never
 leaves a half-written model behind.
@@ -25,8 +25,7 @@ import torch
 
 from selfrag.artifacts import ModelMeta, load_meta, save_meta
 from selfrag.errors import InputError
-from selfrag.models import resolve_model
-from selfrag.reflection import check_ids_match
+from selfrag.loading import load_model
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ def export(adapter_dir: str | Path, out_dir: str | Path) -> Path:
     if meta.kind != "adapter":
         raise InputError(f"{adapter_dir} holds a {meta.kind} model, not an adapter; it needs no export")
     check_output(adapter_dir, out_dir)
-    model, tokenizer, _ = load_trained(adapter_dir)
+    model, tokenizer, _ = load_model(adapter_dir)  # fp32, the adapter unmerged (merged below)
     if meta.strategy == "reserved" and _is_tied(model):
         _untie_head(model)
     merged = model.merge_and_unload()
@@ -87,35 +86,6 @@ def _untie_head(model: Any) -> None:
     base.weight = torch.nn.Parameter(base.weight.detach().clone(), requires_grad=False)
     for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
         config.tie_word_embeddings = False
-
-
-def load_trained(model_dir: str | Path) -> tuple[Any, Any, ModelMeta]:
-    """Load a selfrag adapter or merged directory as ``(model, tokenizer, meta)``, in fp32, in eval mode.
-
-    An adapter is applied to a fresh copy of its base (``selfrag.json`` ``base_model``), grown to the
-    saved tokenizer's vocabulary first. The tokenizer's reflection ids are checked against ``selfrag.json``.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model_dir = Path(model_dir)
-    meta = _require_meta(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    check_ids_match(tokenizer, meta.token_ids)
-    model: Any
-    if meta.kind == "merged":
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    else:
-        from peft import PeftModel
-
-        base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(meta.base_model), dtype=torch.float32)
-        rows = base.get_input_embeddings().weight.shape[0]
-        needed = max(len(tokenizer), max(meta.token_ids.all_ids) + 1)
-        if needed > rows:
-            # The new rows' values come from the adapter's trainable-token deltas (copied over them).
-            base.resize_token_embeddings(needed, mean_resizing=False)
-        model = PeftModel.from_pretrained(base, str(model_dir))
-    model.eval()
-    return model, tokenizer, meta
 
 
 def _require_meta(directory: Path) -> ModelMeta:

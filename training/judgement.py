@@ -8,7 +8,7 @@ support negatives), teacher-forced in one forward pass each, in fp32. Per record
 
 - ``s_rel = p([Relevant]) / (p([Relevant]) + p([Irrelevant]))`` at its IsREL position;
 - ``s_sup = (p(Full) + 0.5 p(Partial)) / (p(Full) + p(Partial) + p(No support))`` at its IsSUP position
-  (the runtime's formulas).
+  (the runtime's formulas: :mod:`selfrag.scores`, applied here to tensors).
 
 Relevance AUROC: gold passages (``meta.kind == "gold"``) against each negative kind -- ``easy`` (another
 article), ``hard`` (same article, no answer), ``distractor`` (BM25 top-k), ``own-passage`` (an unanswerable
@@ -34,6 +34,7 @@ import torch
 from selfrag import reflection as rf
 from selfrag.fsutil import write_json
 from selfrag.reflection import Group, ReflectionIds
+from selfrag.scores import first_of_two_terms, support_terms
 from selfrag.splits import stable_hash
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
 from selfrag.training.logits import logits_at
@@ -116,10 +117,8 @@ def score_examples(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    rel = torch.tensor([token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)], device=device)
-    sup_ids = token_ids.ids(Group.SUPPORT)  # Full, Partial, No support
-    sup = torch.tensor(sup_ids, device=device)
-    full, partial = sup_ids.index(token_ids.id(rf.FULLY_SUPPORTED)), sup_ids.index(token_ids.id(rf.PARTIALLY_SUPPORTED))
+    rel = torch.tensor(token_ids.ids(Group.RELEVANCE), device=device)  # Relevant, Irrelevant
+    sup = torch.tensor(token_ids.ids(Group.SUPPORT), device=device)  # Full, Partial, No support
     group_ids = {group: torch.tensor(token_ids.ids(group), device=device) for group in SCORED_GROUPS}
     order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
     rows: list[dict[str, Any] | None] = [None] * len(examples)
@@ -149,11 +148,9 @@ def score_examples(
                 row: dict[str, Any] = {"id": example.get("id"), "kind": example.get("kind"), "s_rel": None}
                 row["s_sup"] = None
                 if example_positions[Group.RELEVANCE]:
-                    p = torch.softmax(logits_before(example_positions[Group.RELEVANCE][0])[rel], dim=-1)
-                    row["s_rel"] = float(p[0])
+                    row["s_rel"] = _score(first_of_two_terms, logits_before(example_positions[Group.RELEVANCE][0]), rel)
                 if example_positions[Group.SUPPORT]:
-                    p = torch.softmax(logits_before(example_positions[Group.SUPPORT][0])[sup], dim=-1)
-                    row["s_sup"] = float(p[full] + 0.5 * p[partial])
+                    row["s_sup"] = _score(support_terms, logits_before(example_positions[Group.SUPPORT][0]), sup)
                 row["pairs"] = {
                     group.value: [
                         (int(example["labels"][position]), int(ids_t[logits_before(position)[ids_t].argmax()]))
@@ -166,6 +163,13 @@ def score_examples(
     finally:
         model.train(was_training)
     return [row for row in rows if row is not None]
+
+
+def _score(terms: Any, logits: torch.Tensor, group: torch.Tensor) -> float:
+    """One formula of :mod:`selfrag.scores` on the group's probabilities (a softmax over its logits: the same ratio
+    as over the whole vocabulary's, without the vocabulary)."""
+    numerator, denominator = terms(torch.softmax(logits[group].float(), dim=-1))
+    return float(numerator / denominator)
 
 
 def _binary(positive: list[float], negative: list[float], seed: int) -> dict[str, Any]:

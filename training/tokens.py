@@ -31,6 +31,7 @@ from typing import Any, Literal
 import torch
 
 from selfrag.errors import ConfigError, TokenizerError
+from selfrag.loading import embedding_rows, grow_embeddings
 from selfrag.reflection import TOKENS, ReflectionIds, reflection_ids
 
 logger = logging.getLogger(__name__)
@@ -111,12 +112,7 @@ def add_reflection_tokens(model: Any, tokenizer: Any, init: str = "mean") -> Ref
     except TokenizerError as error:
         raise TokenizerError(f"after adding the reflection tokens: {error}") from None
     new_ids = sorted(i for i in token_ids.all_ids if i >= known_rows) if added else []
-    rows = model.get_input_embeddings().weight.shape[0]
-    needed = max(len(tokenizer), max(token_ids.all_ids) + 1)
-    if needed > rows:
-        # mean_resizing=False: its sampled rows are replaced by the exact mean below anyway, and its
-        # covariance over a large vocabulary is slow.
-        model.resize_token_embeddings(needed, mean_resizing=False)
+    grow_embeddings(model, embedding_rows(tokenizer, token_ids))  # as the loader grows a base for the adapter
     if new_ids:
         set_rows_to_mean(model, new_ids, known_rows)
         if init == "words":

@@ -61,7 +61,6 @@ def engine_arguments(name: str, options: EngineOptions) -> dict[str, Any]:
             "device": options.device,
             "batch_size": options.batch_size,
             "seed": options.seed,
-            "legacy_decode": options.legacy_decode,
         }
     if name == "vllm":
         return {
@@ -105,6 +104,31 @@ def build_engine(config: _EngineSettings, model: str | Path) -> Engine:
     return ENGINES[config.engine](model_dir=model, **arguments)
 
 
+def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
+    """A model without reflection tokens (a base model) behind ``config.engine``'s decode loop: the baselines' engine.
+
+    A model with ``selfrag.json`` is built as :func:`build_engine` builds it (asked plainly, a trained model still
+    decodes with its own tokens). Only ``hf`` loads a model without reflection tokens; the others are refused with
+    the fix (``EvalConfig.validate`` says it before anything loads).
+    """
+    from selfrag.artifacts import load_meta
+    from selfrag.models import resolve_model
+
+    directory = Path(resolve_model(str(model)))
+    if load_meta(directory) is not None:
+        return build_engine(config, directory)
+    if config.engine != "hf":
+        raise ConfigError([f"engine={config.engine} serves models with reflection tokens only; {str(model)!r} has "
+                           "none: run the base-model modes with engine=hf"])
+    problems = config.engine_options.validate("engine_options.")
+    if problems:
+        raise ConfigError(problems)
+    from .hf import HFEngine
+
+    options = config.engine_options
+    return HFEngine.plain(directory, dtype=options.dtype, device=options.device, seed=options.seed)
+
+
 __all__ = [
     "ENGINES",
     "ENGINE_NAMES",
@@ -116,5 +140,6 @@ __all__ = [
     "Script",
     "ScriptedEngine",
     "build_engine",
+    "build_plain_engine",
     "engine_arguments",
 ]

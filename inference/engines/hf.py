@@ -24,12 +24,11 @@ from typing import Any, cast
 
 import torch
 
-from selfrag.models import resolve_model
+from selfrag.loading import describe_model, load_plain_model, load_weights
 from selfrag.reflection import ReflectionIds
 
 from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
 from .cancel import abandoned
-from .loading import describe_model
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +48,8 @@ class HFEngine:
     """Decode with a transformers causal LM trained by selfrag (merged directory, LoRA adapter, released checkpoint).
 
     ``dtype`` ``auto`` is float32 on CPU, bfloat16 on CUDA; in bfloat16/float16 the output head runs in float32
-    (its own fp32 weight copy), so reflection log-probs do not tie. ``legacy_decode`` keeps the first
-    implementation (fp32 logits at every prompt position) reachable for ``benchmarks/engines.py``.
+    (its own fp32 weight copy), so reflection log-probs do not tie. The model loads through
+    :func:`selfrag.loading.load_weights`, the one loader.
     """
 
     calibration: Mapping[str, Any] | None
@@ -63,26 +62,23 @@ class HFEngine:
         batch_size: int = 16,
         seed: int = 0,
         merge: bool = True,
-        legacy_decode: bool = False,
         prefix_cache_mb: float = 512,
     ) -> None:
-        dtype = ("bfloat16" if str(device).startswith("cuda") else "float32") if dtype == "auto" else dtype
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {['auto', *DTYPES]}, got {dtype!r}")
+        dtype = _dtype_name(dtype, device)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         served = describe_model(model_dir)
         meta = served.meta
-        model = _load(served.directory, meta.kind, meta.base_model, DTYPES[dtype], device, merge, served.tokenizer)
+        model = load_weights(served, DTYPES[dtype], device, merge)
         self._setup(served.tokenizer, model, meta.token_ids, meta.prompt_template, f"hf:{served.directory.name}",
-                    device, batch_size, seed, legacy_decode, prefix_cache_mb)
+                    device, batch_size, seed, prefix_cache_mb)
         self.calibration = meta.calibration
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
     def _setup(
         self, tokenizer: Any, model: Any, token_ids: ReflectionIds, prompt_template: str, name: str, device: str,
-        batch_size: int, seed: int, legacy_decode: bool, prefix_cache_mb: float,
+        batch_size: int, seed: int, prefix_cache_mb: float,
     ) -> None:
         """Every attribute the decode loop reads, for :meth:`__init__` and :meth:`plain` alike."""
         self.tokenizer = tokenizer
@@ -93,24 +89,26 @@ class HFEngine:
         self.name = name
         self.device = device
         self.batch_size = batch_size
-        self.legacy_decode = legacy_decode
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
 
     @classmethod
-    def plain(cls, model_dir: str | Path, batch_size: int = 8, seed: int = 0) -> HFEngine:
-        """A model without reflection tokens (a base instruct model, float32 on CPU) behind the same decode loop:
-        the baselines' engine. It requests no reflection scores (``token_ids`` is None) and keeps no prompt KV
-        (the baselines make no one-token-then-continue calls)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    def plain(
+        cls, model_dir: str | Path, dtype: str = "auto", device: str = "cpu", batch_size: int = 8, seed: int = 0
+    ) -> HFEngine:
+        """A model without reflection tokens (a base instruct model) behind the same decode loop: the baselines'
+        engine. It requests no reflection scores (``token_ids`` is None) and keeps no prompt KV (the baselines make
+        no one-token-then-continue calls)."""
+        dtype = _dtype_name(dtype, device)
         directory = Path(model_dir)
         engine = cls.__new__(cls)
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
-        engine._setup(AutoTokenizer.from_pretrained(str(directory)), model, cast(ReflectionIds, None), "auto",
-                      f"hf-plain:{directory.name}", "cpu", batch_size, seed, False, 0)
+        model, tokenizer = load_plain_model(directory, DTYPES[dtype], device)
+        engine._setup(tokenizer, model, cast(ReflectionIds, None), "auto", f"hf-plain:{directory.name}", device,
+                      batch_size, seed, 0)
+        if DTYPES[dtype] != torch.float32:
+            _upcast_output_head(engine.model)
         return engine
 
     @property
@@ -127,15 +125,14 @@ class HFEngine:
             if request.adapter is not None:
                 raise ValueError(f"HFEngine serves one model; request.adapter must be None, got {request.adapter!r}")
             groups.setdefault(request.decode_key, []).append(index)
-        decode = self._decode_legacy if self.legacy_decode else self._decode
         for indices in groups.values():
-            if not self.legacy_decode:  # similar lengths share a batch: less padding to prefill; prompts that can
-                # resume from kept KV (PrefixCache) batch together, as a batch resumes only when all of it can
-                indices = sorted(indices, key=lambda i: (not self.prefixes.has(requests[i].prompt_ids),
-                                                         len(requests[i].prompt_ids)))
+            # similar lengths share a batch: less padding to prefill; prompts that can resume from kept KV
+            # (PrefixCache) batch together, as a batch resumes only when all of it can
+            indices = sorted(indices, key=lambda i: (not self.prefixes.has(requests[i].prompt_ids),
+                                                     len(requests[i].prompt_ids)))
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start : start + self.batch_size]
-                for index, generation in zip(chunk, decode([requests[i] for i in chunk]), strict=True):
+                for index, generation in zip(chunk, self._decode([requests[i] for i in chunk]), strict=True):
                     results[index] = generation
         return [generation for generation in results if generation is not None]
 
@@ -190,36 +187,6 @@ class HFEngine:
                 live = [live[position] for position in going]
             input_ids = next_ids.unsqueeze(-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), 1))], dim=-1)
-            position_ids = position_ids[:, -1:] + 1
-        seconds = time.monotonic() - started
-        return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]
-
-    @torch.inference_mode()
-    def _decode_legacy(self, batch: Sequence[GenerationRequest]) -> list[Generation]:
-        """The first implementation, kept for the benchmark: logits at every prompt position, full log_softmax."""
-        started = time.monotonic()
-        settings = batch[0]
-        input_ids, attention_mask = self._left_pad([request.prompt_ids for request in batch])
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
-        rows = [_Row() for _ in batch]
-        cache = None
-        for step in range(settings.max_tokens):
-            output = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache = output.past_key_values
-            logits = output.logits[:, -1, :].float()  # (batch, vocab), fp32 so close scores do not tie
-            next_ids = self._choose(self._constrain(logits, settings, step), settings.temperature)
-            full = torch.log_softmax(logits, dim=-1)
-            self._record(rows, next_ids.tolist(), _pick(full, settings.score_token_ids), settings)
-            if all(row.finish is not None for row in rows):
-                break
-            input_ids = next_ids.unsqueeze(-1)  # finished rows keep decoding; their tokens are ignored
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(batch), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
         seconds = time.monotonic() - started
         return [self._generation(row, request, seconds) for row, request in zip(rows, batch, strict=True)]
@@ -404,32 +371,12 @@ class PrefixCache:
         self.bytes = 0
 
 
-def _load(
-    directory: Path, kind: str, base_model: str, dtype: torch.dtype, device: str, merge: bool, tokenizer: Any
-) -> Any:
-    """The model of a merged directory or of an adapter on its base (folded in when ``merge``)."""
-    from transformers import AutoModelForCausalLM
-
-    is_adapter = (directory / "adapter_config.json").is_file()
-    if is_adapter != (kind == "adapter"):
-        logger.warning("selfrag.json says kind=%s but %s %s adapter_config.json", kind, directory,
-                       "has" if is_adapter else "has no")
-    if not is_adapter:
-        merged: Any = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
-        return merged.to(device)
-    from peft import PeftModel
-
-    base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(base_model), dtype=dtype)
-    # The adapter was trained on a base resized to its tokenizer; its trained rows for the new ids
-    # (trainable_token_indices) are restored by PeftModel over whatever the resize put there.
-    if base.get_input_embeddings().weight.shape[0] != len(tokenizer):
-        base.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    adapted: Any = PeftModel.from_pretrained(base, str(directory))
-    if merge:
-        # The engine serves one model: folding the LoRA deltas and trained rows into the weights removes
-        # PEFT's per-layer overhead from every decoding step (see benchmarks/short_form.py).
-        adapted = adapted.merge_and_unload()
-    return adapted.to(device)
+def _dtype_name(dtype: str, device: str) -> str:
+    """``auto`` resolved (float32 on CPU, bfloat16 on CUDA), or a :class:`ValueError` naming the choices."""
+    dtype = ("bfloat16" if str(device).startswith("cuda") else "float32") if dtype == "auto" else dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {['auto', *DTYPES]}, got {dtype!r}")
+    return dtype
 
 
 def _score_logprobs(logits: torch.Tensor, score_ids: Sequence[int]) -> list[dict[int, float]]:
@@ -440,13 +387,6 @@ def _score_logprobs(logits: torch.Tensor, score_ids: Sequence[int]) -> list[dict
         return [{} for _ in range(logits.shape[0])]
     normaliser = torch.logsumexp(logits, dim=-1, keepdim=True)  # (batch, 1)
     values = (logits[:, ids] - normaliser).tolist()  # (batch, len(ids))
-    return [dict(zip(ids, row, strict=True)) for row in values]
-
-
-def _pick(logprobs: torch.Tensor, score_ids: Sequence[int]) -> list[dict[int, float]]:
-    vocabulary = logprobs.shape[-1]
-    ids = [token_id for token_id in score_ids if 0 <= token_id < vocabulary]
-    values = logprobs[:, ids].tolist() if ids else [[] for _ in range(logprobs.shape[0])]
     return [dict(zip(ids, row, strict=True)) for row in values]
 
 

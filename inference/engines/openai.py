@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import SelfragError
+from selfrag.loading import describe_model, eos_ids_of
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
-from .loading import describe_model, eos_ids_of
 
 logger = logging.getLogger(__name__)
 

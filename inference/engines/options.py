@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Literal
+from typing import ClassVar, Literal
 
 from selfrag.config import help_field
 from selfrag.errors import ConfigError
@@ -39,6 +39,12 @@ DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 class EngineOptions:
     """Options of the three backends (``hf``: transformers; ``vllm``: offline vLLM; ``openai``: a remote server)."""
 
+    #: keys that were options once: a config that sets one is told what to do instead
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "legacy_decode": "it was the first hf decode, kept as the benchmarks' baseline (benchmarks/reference_decode.py)"
+        "; delete the key: the hf engine decodes the same tokens faster",
+    }
+
     device: str = help_field("hf: torch device (cpu, cuda, cuda:1, mps)", "cpu")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = help_field(
         "weights dtype; auto = float32 for hf on cpu, the checkpoint's dtype for vllm. Reflection log-probs are "
@@ -47,9 +53,6 @@ class EngineOptions:
     )
     batch_size: int = help_field("hf: requests decoded together (prompts sorted by length to cut padding)", 16)
     seed: int = help_field("seed of sampled decoding (temperature > 0)", 0)
-    legacy_decode: bool = help_field(
-        "hf: use the first implementation (full fp32 logits at every prompt position); for benchmarks only", False
-    )
     tensor_parallel_size: int = help_field("vllm: GPUs that split each layer", 1)
     pipeline_parallel_size: int = help_field("vllm: GPUs that split the layers into stages", 1)
     gpu_memory_utilization: float = help_field("vllm: fraction of GPU memory vLLM may take (weights + KV cache)", 0.9)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import ModelNotFoundError
+from selfrag.loading import describe_model, eos_ids_of
 from selfrag.models import resolve_model
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
-from .loading import describe_model, eos_ids_of
 from .options import import_vllm
 
 logger = logging.getLogger(__name__)

@@ -56,11 +56,11 @@ def test_unknown_config_key(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_every_command_has_a_handler() -> None:
-    from selfrag.app.cli import COMMANDS, PLANNED, build_parser
+    from selfrag.app.cli import COMMANDS, build_parser
 
     parser = build_parser()
     commands = next(action for action in parser._actions if action.dest == "command").choices
-    assert set(commands) == set(COMMANDS) | set(PLANNED)
+    assert set(commands) == set(COMMANDS)
     assert {"generate", "train", "export", "ask", "index", "serve", "eval", "calibrate", "quickstart"} <= set(COMMANDS)
 
 

@@ -12,26 +12,8 @@ from selfrag.app.cli import main
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_tokenizer, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    import copy
-
-    import torch
-
-    from selfrag.artifacts import ModelMeta, save_meta
-    from selfrag.reflection import TOKENS, reflection_ids
-
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.add_tokens(list(TOKENS), special_tokens=True)
-    path = tmp_path_factory.mktemp("tiny-ask")
-    model = tiny_model_builder(len(tokenizer), seed=2)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    save_meta(path, ModelMeta(reflection_ids(tokenizer), "add", "auto", "tiny-base", "merged"))
-    return path
+def model_dir(merged_model_dir) -> Path:  # type: ignore[no-untyped-def]
+    return merged_model_dir(2)  # type: ignore[no-any-return]
 
 
 @pytest.fixture()

@@ -88,7 +88,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("selfrag.evaluation.calibrate", "selfrag.evaluation.engines", "selfrag.evaluation.run",
                  "selfrag.training.run", "selfrag.training.export", "selfrag.training.reserved_base",
                  "selfrag.app.quickstart", "selfrag.inference.server.backend", "selfrag.inference.server.run",
-                 "selfrag.inference.engines.loading", "selfrag.inference.engines.hf", "selfrag.data_gen.teachers"):
+                 "selfrag.loading", "selfrag.inference.engines.hf", "selfrag.data_gen.teachers"):
         importlib.import_module(name)
 
     def loaded(*args: object, **kwargs: object) -> None:

@@ -1,9 +1,9 @@
-"""Fixtures for the evaluation tests: the tiny tokenizer with the reflection tokens, and a scripted engine that
-answers every kind of request the evaluation sends (decisions, continuations, plain prompts, judge steps)."""
+"""Fixtures for the evaluation tests: a scripted engine that answers every kind of request the evaluation sends
+(decisions, continuations, plain prompts, judge steps), over the tiny tokenizer with the reflection tokens
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 
@@ -12,19 +12,7 @@ import pytest
 from selfrag import reflection as rf
 from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
 from selfrag.prompting import encode_text
-from selfrag.reflection import TOKENS, ReflectionIds, reflection_ids
-
-
-@pytest.fixture(scope="session")
-def reflection_tokenizer(tiny_tokenizer):  # type: ignore[no-untyped-def]
-    tokenizer = copy.deepcopy(tiny_tokenizer)
-    tokenizer.add_tokens(list(TOKENS), special_tokens=True)
-    return tokenizer
-
-
-@pytest.fixture(scope="session")
-def token_ids(reflection_tokenizer) -> ReflectionIds:  # type: ignore[no-untyped-def]
-    return reflection_ids(reflection_tokenizer)
+from selfrag.reflection import ReflectionIds
 
 
 def logprobs(ids: ReflectionIds, probabilities: Mapping[str, float]) -> dict[int, float]:

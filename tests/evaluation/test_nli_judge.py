@@ -135,8 +135,8 @@ def test_eval_judges_claims_with_the_nli_model_and_fails_early_on_a_bad_one(
     data.write_text(json.dumps({"id": "fr", "question": "What is the capital of France?", "answers": ["Paris"],
                                 "ctxs": ctxs}) + "\n")
     loads: list[str] = []
-    monkeypatch.setattr(run_module, "load_trained", lambda model: loads.append(model) or world_engine)
-    monkeypatch.setattr(run_module, "load_plain", lambda model: loads.append(model) or world_engine)
+    monkeypatch.setattr(run_module, "build_engine", lambda config, model: loads.append(model) or world_engine)
+    monkeypatch.setattr(run_module, "build_plain_engine", lambda config, model: loads.append(model) or world_engine)
     settings = {"data": data, "model": "m", "base_model": "b", "modes": ["plain_rag"]}
 
     bad = from_dict(EvalConfig, {**settings, "output_dir": tmp_path / "bad",

@@ -49,7 +49,7 @@ class Engines:
                 outer.requests[kind] += len(requests)
                 return outer.engine.generate(requests)
 
-        return lambda model: Counted()
+        return lambda config, model: Counted()
 
 
 @pytest.fixture
@@ -64,8 +64,8 @@ def setup(world_engine: ScriptedEngine, tmp_path: Path, monkeypatch: pytest.Monk
     model.mkdir()
     (model / "selfrag.json").write_text('{"calibration": null}')
     engines = Engines(world_engine)
-    monkeypatch.setattr(run_module, "load_trained", engines.loader("trained"))
-    monkeypatch.setattr(run_module, "load_plain", engines.loader("plain"))
+    monkeypatch.setattr(run_module, "build_engine", engines.loader("trained"))
+    monkeypatch.setattr(run_module, "build_plain_engine", engines.loader("plain"))
     settings = {
         "data": data,
         "model": str(model),

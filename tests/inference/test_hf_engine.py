@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,20 @@ from selfrag.inference.engines import ENGINES, GenerationRequest  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.prompting import encode_prompt  # noqa: E402
 from selfrag.reflection import Group  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference_decode(engine: HFEngine) -> Any:
+    """The first hf decode over ``engine``'s model (benchmarks/reference_decode.py): the oracle of the fast one."""
+    module = sys.modules.get("reference_decode")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("reference_decode", ROOT / "benchmarks" / "reference_decode.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["reference_decode"] = module
+        spec.loader.exec_module(module)
+    return module.ReferenceDecode(engine)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +101,7 @@ def test_min_tokens_holds_back_stop_ids_and_eos(engine: HFEngine, merged_dir: Pa
     [held] = engine.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2)])
     assert not set(held.token_ids[:2]) & {*stop, *engine.eos_ids}
     # the same constraints through the first implementation (the benchmark's baseline) give the same ids
-    legacy = HFEngine(merged_dir, batch_size=4, legacy_decode=True)
+    legacy = reference_decode(HFEngine(merged_dir, batch_size=4))
     [old] = legacy.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2,
                                                banned_token_ids=(free[1],))])
     [new] = engine.generate([GenerationRequest(prompt, max_tokens=6, stop_token_ids=stop, min_tokens=2,
@@ -149,6 +166,25 @@ def test_plain_engine_serves_a_base_model_like_transformers(tiny_base_dir: Path)
     assert not engine.prefixes.entries
 
 
+def test_build_plain_engine_gives_the_base_model_on_hf_and_refuses_it_on_a_server_engine(
+    tiny_base_dir: Path, merged_dir: Path
+) -> None:
+    """What `selfrag eval` builds for its base-model modes: hf's plain engine; a trained model as build_engine builds
+    it; engine=openai or vllm cannot load a model without reflection tokens, and says so in one line."""
+    from selfrag.errors import ConfigError
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines import build_plain_engine
+
+    plain = build_plain_engine(InferenceConfig(), tiny_base_dir)
+    assert isinstance(plain, HFEngine) and plain.token_ids is None and plain.name.startswith("hf-plain:")
+    trained = build_plain_engine(InferenceConfig(), merged_dir)
+    assert trained.token_ids is not None and trained.name.startswith("hf:")
+    with pytest.raises(ConfigError) as error:
+        build_plain_engine(InferenceConfig(engine="openai"), tiny_base_dir)
+    [problem] = error.value.problems
+    assert "engine=openai" in problem and "engine=hf" in problem
+
+
 @pytest.mark.parametrize("merge", [True, False], ids=["merged-at-load", "peft-layers"])
 def test_adapter_with_trainable_tokens_reloads(tmp_path, tiny_base_dir, reflection_tokenizer, token_ids, merge) -> None:  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
@@ -210,7 +246,7 @@ def test_runtime_runs_end_to_end_on_the_tiny_model(engine: HFEngine, mode: str) 
 
 def test_fast_decode_equals_legacy_decode(merged_dir) -> None:  # type: ignore[no-untyped-def]
     """Item 3 of issue 7: logits of the last position only, same greedy ids and log-probs as the first version."""
-    fast, legacy = HFEngine(merged_dir, batch_size=3), HFEngine(merged_dir, batch_size=3, legacy_decode=True)
+    fast, legacy = HFEngine(merged_dir, batch_size=3), reference_decode(HFEngine(merged_dir, batch_size=3))
     prompts = _prompts(fast)
     score_ids = fast.token_ids.all_ids
     requests = [GenerationRequest(p, max_tokens=6, score_token_ids=score_ids) for p in prompts]

@@ -64,3 +64,18 @@ def test_the_recipes_leave_the_calibrated_settings_unset() -> None:
         data = yaml.safe_load(path.read_text())
         data = data[section] if section else data
         assert all(data.get(name) is None for name in ("threshold", "relevance_threshold", "support_bound")), path
+
+
+def test_a_removed_option_is_named_with_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """engine_options.legacy_decode (the first hf decode, a benchmark's baseline) is no user option any more: a config
+    that sets it is told so in one line, not 'unknown key'."""
+    with pytest.raises(ConfigError) as error:
+        load_config(InferenceConfig, None, ["engine_options.legacy_decode=true"])
+    [problem] = error.value.problems
+    assert problem.startswith("engine_options.legacy_decode was removed: ") and "delete the key" in problem
+    from selfrag.app.cli import main
+
+    argv = ["ask", "--model", str(tmp_path), "--corpus", str(tmp_path), "q", "engine_options.legacy_decode=1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "engine_options.legacy_decode was removed" in err[0]

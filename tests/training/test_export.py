@@ -23,7 +23,7 @@ def adapter_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def must_not_load(*args: object, **kwargs: object) -> None:
         raise AssertionError("the output must be checked before any model is loaded")
 
-    monkeypatch.setattr(export_module, "load_trained", must_not_load)
+    monkeypatch.setattr(export_module, "load_model", must_not_load)
     return path
 
 

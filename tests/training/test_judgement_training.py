@@ -20,16 +20,23 @@ from selfrag.reflection import Group
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import IGNORE, encode_record, reflection_positions
 from selfrag.training.judgement import auroc, auroc_interval, judge
-from selfrag.training.run import (
-    answer_start,
-    loss_weight_table,
-    masked_loss,
-    rank_loss,
-    relevance_rank,
-    weighted_loss,
-)
+from selfrag.training.loss import answer_start, loss_weight_table, masked_loss, rank_loss, relevance_rank
 from selfrag.training.tokens import MEANING, prepare_tokens
 from selfrag.trajectory import Label, Passage, Record, Segment
+
+
+def weighted_loss(logits: torch.Tensor, labels: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The oracle of :func:`masked_loss`: weighted mean next-token cross-entropy, sum(w * ce) / sum(w) over the
+    labelled positions, from the logits of every position (``batch x length x vocab``)."""
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:]
+    mask = shift_labels != -100
+    safe = shift_labels.masked_fill(~mask, 0)
+    ce = torch.nn.functional.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.shape[-1]), safe.reshape(-1), reduction="none"
+    ).view_as(safe)
+    weights = table.to(logits.device)[safe] * mask
+    return (ce * weights).sum() / weights.sum().clamp_min(1e-8)
 
 
 def gold(value: str) -> Label:
@@ -174,7 +181,7 @@ def test_rank_loss_ranks_each_relevant_position_above_each_irrelevant_one(prepar
 
 
 def test_masked_loss_adds_the_weighted_rank_term(prepared, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    import selfrag.training.run as train_run
+    import selfrag.training.loss as train_loss
 
     model, tokenizer, token_ids, _ = prepared
     rel, irr = token_ids.id(rf.RELEVANT), token_ids.id(rf.IRRELEVANT)
@@ -189,7 +196,7 @@ def test_masked_loss_adds_the_weighted_rank_term(prepared, monkeypatch: pytest.M
         seen["targets"], seen["rank"] = targets.tolist(), given
         return torch.tensor(0.25)
 
-    monkeypatch.setattr(train_run, "rank_loss", term)
+    monkeypatch.setattr(train_loss, "rank_loss", term)
     with torch.no_grad():
         plain, _ = masked_loss(model, inputs, None)
         ranked, _ = masked_loss(model, inputs, None, None, rank)
@@ -303,10 +310,10 @@ RANKS: list[Any] = []
 def loss_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """Each batch's labels and the loss-weight table as they reach the loss (a spy on ``masked_loss``); the
     ranking term each batch got is in ``loss_batches_rank``."""
-    import selfrag.training.run as train_run
+    import selfrag.training.trainer as train_trainer
 
     captured: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-    real = train_run.masked_loss
+    real = train_trainer.masked_loss
 
     def spy(model: Any, inputs: Any, table: Any, start: Any = None, rank: Any = None) -> Any:
         captured.append((inputs["labels"].detach().clone(), None if table is None else table.clone()))
@@ -315,7 +322,7 @@ def loss_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, to
 
     RANKS.clear()
 
-    monkeypatch.setattr(train_run, "masked_loss", spy)
+    monkeypatch.setattr(train_trainer, "masked_loss", spy)
     return captured
 
 

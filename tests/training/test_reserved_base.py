@@ -48,8 +48,8 @@ def test_smollm2_reserved_copy_trains_a_plain_lora(tmp_path: Path) -> None:
 
     from selfrag.config import load_config
     from selfrag.jsonl import write_jsonl_atomic
+    from selfrag.loading import load_model
     from selfrag.training.config import TrainConfig
-    from selfrag.training.export import load_trained
     from selfrag.training.run import run
 
     base = make_reserved_base("smollm2-135m-instruct", tmp_path / "smollm2-reserved")
@@ -58,7 +58,7 @@ def test_smollm2_reserved_copy_trains_a_plain_lora(tmp_path: Path) -> None:
     config = load_config(TrainConfig, model=str(base), records=str(records), output_dir=str(tmp_path / "adapter"),
                          training={"max_steps": 3, "batch_size": 2, "eval_fraction": 0.0, "logging_steps": 1})
     result = run(config)
-    assert load_trained(config.output_dir)[2].strategy == "reserved"
+    assert load_model(config.output_dir)[2].strategy == "reserved"
     with safe_open(str(tmp_path / "adapter" / "adapter_model.safetensors"), framework="pt") as handle:
         keys = list(handle.keys())
     assert all(key.endswith((".lora_A.weight", ".lora_B.weight", ".lora_embedding_A", ".lora_embedding_B"))

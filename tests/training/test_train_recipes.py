@@ -20,9 +20,10 @@ import yaml
 
 from selfrag.config import load_config, write_resolved
 from selfrag.training.config import TrainConfig
+from selfrag.training.model import lora_config, model_load_options
 from selfrag.training.reserved_base import add_reserved_tokens
-from selfrag.training.run import lora_config, model_load_options, sft_options
 from selfrag.training.tokens import prepare_tokens, resolve_strategy
+from selfrag.training.trainer import sft_options
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_RECIPES = {

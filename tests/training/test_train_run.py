@@ -13,9 +13,11 @@ from training_records import training_records
 from selfrag.artifacts import load_meta
 from selfrag.config import load_config
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
-from selfrag.training.export import export, load_trained
-from selfrag.training.run import TrainResult, prepare_model, run
+from selfrag.training.export import export
+from selfrag.training.model import prepare_model
+from selfrag.training.run import TrainResult, run
 
 
 def make_config(base: Path, records: Path, out: Path, **training: Any) -> TrainConfig:
@@ -82,14 +84,14 @@ def test_outputs_and_metrics_are_written(trained) -> None:  # type: ignore[no-un
 
 def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config, _, result = trained
-    model, tokenizer, meta = load_trained(config.output_dir)
+    model, tokenizer, meta = load_model(config.output_dir)
     ids = sample_ids(tokenizer)
     result.model.eval()
     with torch.no_grad():
         expected = result.model(input_ids=ids).logits
         torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=0, atol=1e-6)
         merged_dir = export(config.output_dir, tmp_path / "merged")
-        merged, _, merged_meta = load_trained(merged_dir)
+        merged, _, merged_meta = load_model(merged_dir)
         torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=0, atol=1e-4)
     assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids
     head, embed = merged.get_output_embeddings().weight, merged.get_input_embeddings().weight
@@ -203,7 +205,7 @@ def test_reserved_strategy_trains_and_reloads(tiny_tokenizer, records_path: Path
     train_config = make_config(base, records_path, tmp_path / "adapter", max_steps=3)
     train_config.tokens.strategy = "reserved"
     result = run(train_config)
-    model, reloaded, meta = load_trained(train_config.output_dir)
+    model, reloaded, meta = load_model(train_config.output_dir)
     assert meta.strategy == "reserved" and len(reloaded) == len(tokenizer)
     assert min(meta.token_ids.all_ids) >= len(tiny_tokenizer)  # the reserved ids, nothing appended
     ids = sample_ids(reloaded)
@@ -257,7 +259,7 @@ def test_full_fine_tuning_trains_every_weight_and_writes_a_whole_model(
     meta = load_meta(out)
     assert meta is not None and meta.kind == "merged" and meta.strategy == "add"
     assert "fine-tuned model written to" in result.summary()
-    model, tokenizer, _ = load_trained(out)  # loads as it stands, no base, no adapter
+    model, tokenizer, _ = load_model(out)  # loads as it stands, no base, no adapter
     ids = sample_ids(tokenizer)
     result.model.eval()
     with torch.no_grad():
@@ -307,7 +309,7 @@ def test_full_fine_tuning_with_reserved_tokens_starts_the_rows_at_the_mean(
     result = run(train_config)
     meta = load_meta(train_config.output_dir)
     assert meta is not None and meta.kind == "merged" and meta.strategy == "reserved"
-    model, reloaded, _ = load_trained(train_config.output_dir)
+    model, reloaded, _ = load_model(train_config.output_dir)
     assert len(reloaded) == len(tokenizer)
     ids = sample_ids(reloaded)
     result.model.eval()
@@ -321,7 +323,7 @@ def test_sharded_launches_refuse_what_shards_break(sharded: bool, tiny_base_dir:
     from types import SimpleNamespace
 
     from selfrag.errors import ConfigError
-    from selfrag.training.run import check_sharding
+    from selfrag.training.trainer import check_sharding
 
     trainer = SimpleNamespace(is_fsdp_enabled=sharded, is_deepspeed_enabled=False)
     full = make_full_config(tiny_base_dir, records_path, tmp_path / "f", row_lr_multiplier=10.0)

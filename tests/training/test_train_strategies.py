@@ -22,10 +22,12 @@ from training_records import training_records
 from selfrag.artifacts import load_meta
 from selfrag.config import load_config
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
-from selfrag.training.export import export, load_trained
+from selfrag.training.export import export
+from selfrag.training.model import prepare_model
 from selfrag.training.reserved_base import add_reserved_tokens
-from selfrag.training.run import prepare_model, run
+from selfrag.training.run import run
 from selfrag.training.tokens import reserved_row_deltas
 
 
@@ -130,9 +132,9 @@ def test_reserved_adapter_is_plain_lora_and_starts_at_the_mean(trained) -> None:
 
 def test_adapter_and_merged_export_give_the_same_greedy_tokens_and_logits(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     strategy, config, _, _, result = trained
-    adapter, tokenizer, meta = load_trained(config.output_dir)
+    adapter, tokenizer, meta = load_model(config.output_dir)
     merged_dir = export(config.output_dir, tmp_path / "merged")
-    merged, _, merged_meta = load_trained(merged_dir)
+    merged, _, merged_meta = load_model(merged_dir)
     assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids and merged_meta.strategy == strategy
     prompt = torch.tensor([tokenizer.encode("Where did the Normans live? [Retrieval]<paragraph>x</paragraph>")])
     with torch.no_grad():

@@ -1,0 +1,286 @@
+"""The TRL trainer a run uses and its callbacks: the plain-forward loss, held-out evaluation during training,
+method full's scaled reflection-row steps, the ``SFTConfig`` options, checkpoints and saving.
+
+    trainer = plain_loss_trainer(model=model, args=SFTConfig(**sft_options(config, checkpoints)), ...)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from selfrag.errors import ConfigError
+from selfrag.reflection import ReflectionIds
+from selfrag.training.config import TrainConfig
+from selfrag.training.distributed import use_cpu_backend
+from selfrag.training.evaluate import reflection_accuracy
+from selfrag.training.judgement import headline, judge
+from selfrag.training.loss import AnswerStart, RelevanceRank, masked_loss
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def lora_head_allowed(model: Any) -> Iterator[None]:
+    """Let TRL's SFTTrainer take a model with LoRA on ``lm_head`` (strategy ``reserved``).
+
+    TRL 1.16 refuses it in ``__init__`` because its fused loss reads ``lm_head.weight`` directly and would
+    never train the adapter. This recipe's loss is the model's own forward (``plain_loss_trainer``), which
+    goes through the LoRA head, so the check does not apply; it is hidden only while the trainer is built.
+    """
+    model.get_output_embeddings = lambda: None  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        del model.get_output_embeddings
+
+
+def check_sharding(trainer: Any, strategy: str, config: TrainConfig | None = None) -> None:
+    """Refuse what sharded parameters break: strategy ``reserved``'s gradient masks (LoRA), and method full's
+    scaled row steps, which index the embedding matrix that FSDP / ZeRO-3 hold in shards."""
+    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+    full = config is not None and config.method == "full"
+    if sharded and full and config is not None and config.training.row_lr_multiplier != 1.0:
+        raise ConfigError([
+            f"training.row_lr_multiplier={config.training.row_lr_multiplier} with method=full scales the "
+            "reflection rows' steps inside the embedding matrix, which FSDP and DeepSpeed ZeRO-3 shard; set "
+            "training.row_lr_multiplier=1 or launch with configs/accelerate/ddp.yaml or single_gpu.yaml"
+        ])
+    if strategy == "reserved" and sharded and not full:
+        raise ConfigError([
+            "tokens.strategy=reserved keeps the other rows of its embed_tokens/lm_head LoRA at zero with gradient "
+            "masks, which FSDP and DeepSpeed ZeRO-3 bypass; launch with configs/accelerate/ddp.yaml or "
+            "single_gpu.yaml (an 8B LoRA fits one GPU), or use tokens.strategy=add"
+        ])
+
+
+def save_adapter(trainer: Any, model: Any, output_dir: Path, kind: str = "adapter") -> None:
+    """Write the adapter (or, ``kind`` merged, the whole model) once: gathered from the shards under
+    FSDP/DeepSpeed, else from the main process.
+
+    Strategy ``add``: the base is resized before the adapter loads and the new rows live in the
+    trainable-token deltas; ``reserved``: the base is unchanged. Either way the full embedding matrix need
+    not be saved with the adapter (and vLLM's loader skips it). method full: the model with its grown
+    embedding, as ``from_pretrained`` reads it.
+    """
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        trainer.save_model(str(output_dir))  # gathers the sharded weights; writes on the main process only
+    elif trainer.is_world_process_zero():
+        if kind == "merged":
+            model.save_pretrained(str(output_dir))
+        else:
+            model.save_pretrained(str(output_dir), save_embedding_layers=False)
+
+
+
+def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
+    """``trl.SFTConfig`` keyword arguments: the recipe's settings, then the ``trl`` pass-through."""
+    training = config.training
+    options: dict[str, Any] = {
+        "output_dir": str(checkpoints),
+        "learning_rate": training.learning_rate,
+        "num_train_epochs": training.epochs,
+        "max_steps": training.max_steps,
+        "per_device_train_batch_size": training.batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "seed": training.seed,
+        "logging_steps": training.logging_steps,
+        "save_steps": training.save_steps,
+        # Pre-tokenized with our own labels: TRL must neither re-tokenize, rebuild labels nor truncate.
+        "dataset_kwargs": {"skip_prepare_dataset": True},
+        "max_length": None,
+        "packing": False,
+        # Batches of similar length: padding was ~30% of the tokens with random batches of demo records. With
+        # order=question the examples are already arranged (order_by_question) and are read as they stand.
+        "train_sampling_strategy": "group_by_length" if training.order == "length" else "sequential",
+        # TRL defaults these for GPUs; on CPU bf16 is slow and checkpointing costs time for no gain.
+        "gradient_checkpointing": False,
+        "bf16": False,
+        "report_to": "none",
+        "dataloader_pin_memory": torch.cuda.is_available(),
+        "save_total_limit": 2,
+    }
+    if use_cpu_backend():  # several processes, no GPU: one gloo group, not N independent single-process runs
+        options.update(use_cpu=True, ddp_backend="gloo")
+    options.update(config.trl)
+    given = options.get("lr_scheduler_kwargs")
+    scheduler = dict(json.loads(given) if isinstance(given, str) else given or {})  # JSON text: checked by validate
+    decay = scheduler.get("num_decay_steps")
+    if isinstance(decay, float) and 0 < decay < 1 and training.max_steps > 0:
+        # a ratio of the run, as transformers reads a float warmup_steps: the recipe's decay stays its last fifth
+        # whether the run is the quickstart's 150 steps, a 300-step rerun or CI's 4-step smoke run
+        scheduler["num_decay_steps"] = max(1, round(decay * training.max_steps))
+        options["lr_scheduler_kwargs"] = scheduler
+    return options
+
+
+
+def plain_loss_trainer(
+    loss_weights: Any = None,
+    row_lr_multiplier: float = 1.0,
+    start: AnswerStart | None = None,
+    batches: list[list[int]] | None = None,
+    rank: RelevanceRank | None = None,
+    **kwargs: Any,
+) -> Any:
+    """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
+
+    TRL 1.16 always patches a fused LM head (``loss_type="nll"`` *is* the fused loss; ``chunked_nll`` is
+    an alias) that reads ``lm_head.weight``/``.bias`` directly. Around PEFT's trainable-token wrapper of
+    a tied head that fails (``'TrainableTokensWrapper' object has no attribute 'bias'``), and even where
+    it ran it would read the base weight without the trained reflection rows. The plain forward goes
+    through the wrapper.
+
+    ``loss_weights``: a per-id weight vector (:func:`loss_weight_table`) for a weighted mean loss, or None.
+    ``batches``: the training batches as lists of example indices (``training.order=question_batch``), or None
+    for the trainer's own sampler.
+    ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this multiple of the
+    learning rate, in their own optimizer parameter group.
+    """
+    from trl import SFTTrainer
+
+    class PlainLossSFTTrainer(SFTTrainer):
+        # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
+        loss_is_scaled_for_ga = False  # type: ignore[assignment]  # TRL declares it None; transformers bool | None
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+            loss, outputs = masked_loss(model, inputs, loss_weights, start, rank)
+            return (loss, outputs) if return_outputs else loss
+
+        def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
+            from transformers.trainer_pt_utils import LengthGroupedSampler
+
+            sampler = super()._get_train_sampler(train_dataset)
+            if not isinstance(sampler, LengthGroupedSampler):
+                return sampler
+            # training.order=length: transformers groups by the examples of one process's step (batch x accumulation),
+            # so 2 processes x batch B and 1 process x B with 2 accumulation steps would read different batches. Grouped
+            # by the examples of one optimizer step over every process, each step reads the same examples either way.
+            args = self.args
+            step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            return LengthGroupedSampler(step, lengths=sampler.lengths)
+
+        def get_train_dataloader(self):  # type: ignore[no-untyped-def]
+            if batches is None:
+                return super().get_train_dataloader()
+            from torch.utils.data import DataLoader
+
+            # training.order=question_batch: the batches are given (whole questions, variable size). The dataset
+            # holds only input_ids and labels, so no columns to remove; accelerate's prepare shards batches across
+            # processes and its skip_first_batches resumes mid-epoch from the same list.
+            loader = DataLoader(
+                self.train_dataset,  # type: ignore[arg-type]
+                batch_sampler=batches,
+                collate_fn=self.data_collator,
+                num_workers=self.args.dataloader_num_workers,
+                pin_memory=self.args.dataloader_pin_memory,
+            )
+            return self.accelerator.prepare(loader)
+
+        def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]
+            if row_lr_multiplier == 1.0 or self.optimizer is not None:
+                return super().create_optimizer(model)
+            named = [(n, p) for n, p in (model or self.model).named_parameters() if p.requires_grad]  # type: ignore[union-attr]
+            rows = [p for n, p in named if "trainable_tokens_delta" in n]
+            others = [p for n, p in named if "trainable_tokens_delta" not in n]
+            args = self.args
+            groups = [
+                {"params": others, "lr": args.learning_rate, "weight_decay": args.weight_decay},
+                {"params": rows, "lr": args.learning_rate * row_lr_multiplier, "weight_decay": 0.0},
+            ]
+            self.optimizer = torch.optim.AdamW(
+                [g for g in groups if g["params"]],
+                lr=args.learning_rate,
+                betas=(args.adam_beta1, args.adam_beta2),
+                eps=args.adam_epsilon,
+            )
+            return self.optimizer
+
+    return PlainLossSFTTrainer(**kwargs)
+
+
+def accuracy_callback(
+    examples: list[dict[str, Any]],
+    token_ids: ReflectionIds,
+    judgement_examples: list[dict[str, Any]] | None = None,
+    judgement_items: int = 100,
+    training: Any = None,
+) -> Any:
+    """A trainer callback that scores held-out reflection accuracy and the judgement, and logs them.
+
+    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0.
+    """
+    from transformers import TrainerCallback
+
+    every = int(getattr(training, "eval_steps", 0) or 0)
+
+    def evaluate(state: Any, model: Any) -> None:
+        entry: dict[str, Any] = {"step": state.global_step}
+        if examples:
+            entry["reflection_accuracy"] = reflection_accuracy(model, examples, token_ids)
+        if judgement_examples:
+            report = judge(model, judgement_examples, token_ids, judgement_items)
+            entry["judgement"] = headline(report)
+        logger.info("step %d: %s", state.global_step, {k: v for k, v in entry.items() if k != "step"})
+        state.log_history.append(entry)
+
+    class ReflectionAccuracyCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+            if every and model is not None and state.global_step % every == 0:
+                evaluate(state, model)
+
+        def on_save(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+            if not every and model is not None:
+                evaluate(state, model)
+
+    return ReflectionAccuracyCallback()
+
+
+def row_step_callback(model: Any, token_ids: ReflectionIds, multiplier: float) -> Any:
+    """method=full: each optimizer step of the reflection rows (input embeddings, and an untied head) is scaled
+    by ``multiplier``, their ``row_lr_multiplier``.
+
+    The rows share one parameter with every other row, so no optimizer group can give them their own rate;
+    for Adam(W) a step scaled after the fact is the step of a ``multiplier`` times larger learning rate (the
+    moments do not depend on the rate).
+    """
+    from transformers import TrainerCallback
+
+    ids = sorted(token_ids.all_ids)
+
+    def matrices() -> list[Any]:
+        embedding = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+        untied = head is not None and head.weight.data_ptr() != embedding.data_ptr()
+        return [embedding, head.weight] if untied else [embedding]
+
+    class RowStepCallback(TrainerCallback):
+        before: list[Any] = []
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.before = [weight[ids].detach().clone() for weight in matrices()]
+
+        def on_optimizer_step(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            with torch.no_grad():
+                for weight, old in zip(matrices(), self.before, strict=True):
+                    weight[ids] = old + multiplier * (weight[ids] - old)
+            self.before = []
+
+    return RowStepCallback()
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    """The newest ``checkpoint-N`` of a previous (killed) run, or None."""
+    if not checkpoints.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints))
+
+
