@@ -163,14 +163,14 @@ def bm25_parts(count: int, work: Path) -> str:
 
     from selfrag.corpus import load_corpus
     from selfrag.passages import PassageList
-    from selfrag.retrieval import _make_stemmer, tokenize_corpus
+    from selfrag.retrieval import make_stemmer, tokenize_corpus
 
     corpus = work / f"parts_{count}.tsv"
     write_tsv(corpus, count)
     passages = PassageList(load_corpus(corpus))  # in memory, outside the traced part
     corpus.unlink()
     tracemalloc.start()
-    tokens = tokenize_corpus(passages, _make_stemmer("english"))
+    tokens = tokenize_corpus(passages, make_stemmer("english"))
     held, tokenizing_peak = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
     index = bm25s.BM25()

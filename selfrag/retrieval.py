@@ -82,7 +82,7 @@ class BM25Retriever:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = as_source(passages)
         self.stemmer_language = stemmer_language
-        self._stemmer = _make_stemmer(stemmer_language)
+        self._stemmer = make_stemmer(stemmer_language)
         self._index: Any
         if index is not None:  # loaded from disk: the corpus was tokenized when the index was built
             self._index = index
@@ -168,7 +168,7 @@ class _PackedTokens(Sequence[list[int]]):
             start = end
 
 
-def _make_stemmer(language: str | None) -> object | None:
+def make_stemmer(language: str | None) -> object | None:
     if language is None:
         return None
     try:

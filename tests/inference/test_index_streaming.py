@@ -111,7 +111,7 @@ def test_bm25s_own_tokenize_and_the_streamed_tokens_score_alike() -> None:
     import bm25s
 
     passages = load_corpus_like(40)
-    stemmer = retrieval._make_stemmer("english")
+    stemmer = retrieval.make_stemmer("english")
     theirs = bm25s.BM25()
     theirs.index(bm25s.tokenize([p.render() for p in passages], stopwords="en", stemmer=stemmer,
                                 show_progress=False), show_progress=False)
