@@ -170,7 +170,7 @@ class OpenAIEngine:
                 f"{self.base_url}/models lists no model ({str(data)[:200]}); set engine_options.served_model"
             )
         name = served_model or str(cards[0]["id"])
-        card = next((card for card in cards if str(card["id"]) == name), {})
+        card: dict[str, Any] = next((card for card in cards if str(card["id"]) == name), {})
         limit = card.get("max_model_len")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             return name, limit
