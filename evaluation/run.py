@@ -138,7 +138,7 @@ def run(config: EvalConfig) -> EvalResult:
 
     reflection: dict[str, Any] = {}
     if labels:
-        from .reflection import agreement, predict
+        from .token_agreement import agreement, predict
 
         predictions = predict(engines.trained(), labels)
         write_jsonl_atomic(out / "reflection.jsonl", predictions)

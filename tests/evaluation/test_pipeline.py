@@ -13,8 +13,8 @@ from selfrag.evaluation import run as run_module
 from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.data import LabelExample
 from selfrag.evaluation.judge import Claim, CriticJudge, OverlapJudge
-from selfrag.evaluation.reflection import agreement, predict
 from selfrag.evaluation.report import reflection_table
+from selfrag.evaluation.token_agreement import agreement, predict
 from selfrag.inference.engines import ScriptedEngine
 from selfrag.trajectory import Passage
 
