@@ -14,11 +14,10 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from tqdm.auto import tqdm
 
 from selfrag.config import write_resolved
@@ -27,16 +26,16 @@ from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
-from selfrag.data_gen.queries import select_queries
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
-from selfrag.errors import ConfigError, InputError
-from selfrag.fsutil import check_output_path, claim_output, is_url, write_json
+from selfrag.data_gen.queries import select_queries
+from selfrag.errors import ConfigError
+from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
 from selfrag.sentences import SPLITTER
-from selfrag.splits import in_fraction, shard_of
+from selfrag.splits import in_fraction
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)

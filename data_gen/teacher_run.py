@@ -32,14 +32,14 @@ from selfrag.data_gen.cache import CallCache, default_cache_path
 from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest, query_digest
 from selfrag.data_gen.labelers import LLMLabeler
-from selfrag.data_gen.queries import fallback_retriever, select_queries
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
+from selfrag.data_gen.queries import fallback_retriever, select_queries
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
+from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.sentences import SPLITTER
 from selfrag.trajectory import Passage
 
