@@ -22,8 +22,8 @@ from selfrag.prompting import encode_prompt
 from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
+from .counting import CountingEngine
 from .data import Example
-from .engines import CountingEngine
 from .metrics import normalize
 
 logger = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ from selfrag.sentences import split_sentences
 
 from . import metrics, report
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
+from .counting import CountingEngine, base_model_of
 from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched
-from .engines import CountingEngine, base_model_of
 from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
 from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
