@@ -20,7 +20,7 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.fsutil import claim_output, write_json
-from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
+from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
