@@ -1,4 +1,4 @@
-"""The first hf decode, kept outside the product as a reference: the baseline of benchmarks/engines.py and the test
+"""The first hf decode, kept outside the product as a reference: the baseline of benchmarks/engine_speed.py and the test
 oracle of the hf engine's decode (tests/inference/test_hf_engine.py).
 
     engine = ReferenceDecode(HFEngine("runs/model", batch_size=8))   # the same model, the first decode loop

@@ -26,9 +26,9 @@ from typing import Any
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 from selfrag.inference.config import InferenceConfig
-from selfrag.inference.critic import PromptedSelfRAG
 from selfrag.inference.engines.base import Generation, GenerationRequest
 from selfrag.inference.engines.hf import HFEngine
+from selfrag.inference.prompted import PromptedSelfRAG
 from selfrag.inference.retrievers import build_bm25
 from selfrag.inference.runtime import SelfRAG
 from selfrag.prompting import encode_prompt

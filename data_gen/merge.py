@@ -154,7 +154,7 @@ def _merge_caches(paths: list[Path], target: Path) -> None:
 
 def _merge_gold(shards: list[Path], output: Path) -> dict[str, Any]:
     from selfrag.data_gen.gold_outputs import HELDOUT_FILE, write_critic
-    from selfrag.data_gen.run import RECORDS_FILE, STATS_FILE, record_stats
+    from selfrag.data_gen.gold_run import RECORDS_FILE, STATS_FILE, record_stats
 
     seen: set[str] = set()
     for name in (RECORDS_FILE, HELDOUT_FILE):

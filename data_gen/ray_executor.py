@@ -72,7 +72,7 @@ class Labeller:
     def _build(self) -> Any:
         from selfrag.data_gen.assembly import Assembler
         from selfrag.data_gen.labelers import LLMLabeler
-        from selfrag.data_gen.pipeline import fallback_retriever
+        from selfrag.data_gen.queries import fallback_retriever
         from selfrag.data_gen.teachers import CachedTeacher, build_teacher
         from selfrag.inference.retrievers.spec import open_retriever
         from selfrag.retrieval import PrecomputedRetriever

@@ -2,7 +2,7 @@
 
 * ``no_retrieval``: the base model, the question alone, one decode;
 * ``plain_rag``: the base model, one decode over the same top-k passages with a plain prompt;
-* ``prompted``: prompted-critic Self-RAG on the base model (``selfrag.inference.critic.PromptedSelfRAG``);
+* ``prompted``: prompted-critic Self-RAG on the base model (``selfrag.inference.prompted.PromptedSelfRAG``);
 * ``single_pass``: the trained model's own reflection tokens (``selfrag.inference.runtime.SelfRAG``).
 
 Every record holds the answer, its decisions and its cost: engine calls, prompt and generated tokens, seconds.
@@ -22,8 +22,8 @@ from selfrag.prompting import encode_prompt
 from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
+from .counting import CountingEngine
 from .data import Example
-from .engines import CountingEngine
 from .metrics import normalize
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _p_retrieve(trace: Sequence[dict[str, Any]]) -> float | None:
 
 def prompted_runtime(engine: Any, retriever: Retriever | None, config: Any) -> Any:
     """The runtime's prompted-critic mode (one critic call per decision) over a model without reflection tokens."""
-    from selfrag.inference.critic import PromptedSelfRAG
+    from selfrag.inference.prompted import PromptedSelfRAG
 
     return PromptedSelfRAG(engine, retriever, config)
 

@@ -20,18 +20,18 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
 from selfrag.fsutil import claim_output, write_json
-from selfrag.inference.critic import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.engines import build_engine, build_plain_engine
+from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.runs import file_digest
 from selfrag.sentences import split_sentences
 
 from . import metrics, report
+from .claims import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
+from .counting import CountingEngine, base_model_of
 from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched
-from .engines import CountingEngine, base_model_of
-from .judge import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
 from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
 
@@ -138,7 +138,7 @@ def run(config: EvalConfig) -> EvalResult:
 
     reflection: dict[str, Any] = {}
     if labels:
-        from .reflection import agreement, predict
+        from .token_agreement import agreement, predict
 
         predictions = predict(engines.trained(), labels)
         write_jsonl_atomic(out / "reflection.jsonl", predictions)

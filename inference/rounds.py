@@ -7,7 +7,7 @@
         def alone_candidate(self, work): ... # work.alone as a Candidate
 
 The single-pass runtime (:class:`~selfrag.inference.runtime.SelfRAG`, reflection tokens) and the prompted critic
-(:class:`~selfrag.inference.critic.PromptedSelfRAG`, one critic call per decision) differ only in those four
+(:class:`~selfrag.inference.prompted.PromptedSelfRAG`, one critic call per decision) differ only in those four
 steps; the loop and its trace entries are this module's, the answer it ships is :mod:`.finish`'s. A round:
 
 1. **retrieve** the query's top-k passages not tried yet. None at the first round: answer without passages; none at

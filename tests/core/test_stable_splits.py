@@ -17,7 +17,7 @@ import pytest
 
 from selfrag.corpus import Query
 from selfrag.data_gen.converters import split_of
-from selfrag.data_gen.run import select_queries
+from selfrag.data_gen.queries import select_queries
 from selfrag.splits import SplitError, in_fraction, shard_of, stable_hash
 from selfrag.training.dataset import split_records
 from selfrag.training.judgement import select_items

@@ -14,7 +14,8 @@ from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE
 from selfrag.data_gen.merge import MergeConfig, merge
-from selfrag.data_gen.run import run, select_queries
+from selfrag.data_gen.queries import select_queries
+from selfrag.data_gen.run import run
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import OWNER_FILE
 from selfrag.trajectory import Record, parse_trajectory

@@ -18,8 +18,8 @@ import torch
 from selfrag.config import from_dict
 from selfrag.errors import ConfigError, InputError
 from selfrag.evaluation import run as run_module
+from selfrag.evaluation.claims import Claim, NLIJudge
 from selfrag.evaluation.config import EvalConfig
-from selfrag.evaluation.judge import Claim, NLIJudge
 from selfrag.trajectory import Passage
 
 WORDS = ["paris", "is", "the", "capital", "of", "france", "lyon", "has", "silk", "a", "city", ".", ","]

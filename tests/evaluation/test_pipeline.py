@@ -10,11 +10,11 @@ import pytest
 from selfrag import reflection as rf
 from selfrag.config import from_dict
 from selfrag.evaluation import run as run_module
+from selfrag.evaluation.claims import Claim, CriticJudge, OverlapJudge
 from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.data import LabelExample
-from selfrag.evaluation.judge import Claim, CriticJudge, OverlapJudge
-from selfrag.evaluation.reflection import agreement, predict
 from selfrag.evaluation.report import reflection_table
+from selfrag.evaluation.token_agreement import agreement, predict
 from selfrag.inference.engines import ScriptedEngine
 from selfrag.trajectory import Passage
 

@@ -9,8 +9,8 @@ from runtime_scripts import FixedRetriever
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig
-from selfrag.inference.critic import PromptedSelfRAG, parse_verdict
 from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
+from selfrag.inference.prompted import PromptedSelfRAG, parse_verdict
 from selfrag.prompting import encode_text
 from selfrag.trajectory import Passage
 

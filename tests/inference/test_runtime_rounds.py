@@ -13,8 +13,8 @@ from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
-from selfrag.inference.critic import PromptedSelfRAG
 from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
+from selfrag.inference.prompted import PromptedSelfRAG
 from selfrag.inference.runtime import SelfRAG
 from selfrag.prompting import encode_prompt, encode_text
 from selfrag.trajectory import Passage
@@ -169,7 +169,7 @@ def test_long_form_does_not_import_the_runtime_that_calls_it() -> None:
     """runtime -> longform only: the long form gets its engine, retriever and settings, not the SelfRAG object."""
     inference = Path(__file__).resolve().parents[2] / "inference"
     assert not {".runtime", "selfrag.inference.runtime"} & _imports(inference / "longform.py")
-    assert not {".runtime", "selfrag.inference.runtime"} & _imports(inference / "critic.py")
+    assert not {".runtime", "selfrag.inference.runtime"} & _imports(inference / "prompted.py")
 
 
 def test_every_module_of_the_runtime_stays_small() -> None:

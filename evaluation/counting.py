@@ -1,4 +1,4 @@
-"""Engines for evaluation: the trained model's base, and :class:`CountingEngine`, which counts calls and tokens.
+"""Evaluation's engine helpers: :func:`base_model_of` (a trained model's base), :class:`CountingEngine` (usage).
 
 The engines themselves are inference's: ``build_engine`` (the trained model, on ``engine`` hf, vllm or openai) and
 ``build_plain_engine`` (the base model, no reflection tokens, behind the same decode loop), so every mode differs

@@ -33,12 +33,13 @@ from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest, query_digest
 from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
+from selfrag.data_gen.queries import fallback_retriever, select_queries
 from selfrag.data_gen.teachers import CachedTeacher, TeacherError, build_teacher
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
+from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.sentences import SPLITTER
 from selfrag.trajectory import Passage
 
@@ -247,13 +248,6 @@ async def _label_all(
         await assembler.teacher.aclose()
 
 
-def fallback_retriever(prebuilt: Retriever | None, passages: list[Passage]) -> Retriever | None:
-    """Where questions without ctxs search: the prebuilt index, else BM25 built here (small corpora), else none."""
-    if prebuilt is not None:
-        return prebuilt
-    return BM25Retriever(passages) if passages else None
-
-
 def write_config(config: GenerateConfig, output: Path) -> None:
     """The resolved config, written atomically: a kill mid-write must not leave a config that refuses to resume."""
     output.mkdir(parents=True, exist_ok=True)
@@ -275,7 +269,6 @@ def load_passages(config: GenerateConfig) -> tuple[list[Passage], list[Chunk] | 
 
 def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tuple[Query, str | None]]:
     """(query, seed passage id) pairs of this shard: given queries, or sampled passages to write questions from."""
-    from selfrag.data_gen.run import select_queries
     from selfrag.splits import shard_of
 
     if config.queries is not None:
