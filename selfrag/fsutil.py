@@ -194,8 +194,11 @@ def check_config_outputs(config: Any) -> None:
     if isinstance(model, str) and model and Path(model).expanduser().exists():
         inputs.append(Path(model))
     for name in OUTPUT_FIELDS:
-        if isinstance(values.get(name), Path):
-            check_output_path(values[name], key=name, inputs=inputs)
+        value = values.get(name)
+        if isinstance(value, str) and value and not is_url(value):  # a str field that may hold a URL (generate)
+            value = Path(value).expanduser()
+        if isinstance(value, Path):
+            check_output_path(value, key=name, inputs=inputs)
 
 
 # ---- output ownership ----------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_each_problem_is_one_line_once(capsys: pytest.CaptureFixture[str], asked
     ("command", "first"),
     [
         ("ask", "form (Literal, 'short'):"),
-        ("generate", "output (Path, required):"),
+        ("generate", "output (str, required):"),  # a directory or an fsspec URL
         ("train", "model (str, required):"),
         ("quickstart", "output_dir (Path, PosixPath('selfrag-quickstart')):"),
     ],

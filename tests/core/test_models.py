@@ -56,15 +56,17 @@ def test_interrupted_conversion_is_never_loaded(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.slow
 def test_default_model_converts_once_and_reloads_fast(tmp_path: Path) -> None:
-    import time
-
+    """The GGUF is converted once into a safetensors folder that transformers loads directly; a second call reuses
+    it untouched (its speed is measured in benchmarks, not asserted here: a loaded machine made that flaky)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = models.convert_alias("smollm2-135m-instruct", cache=tmp_path)
-    started = time.monotonic()
+    weights = sorted(Path(target).glob("*.safetensors"))
+    assert weights, f"no safetensors in {target}"
+    stamps = {path: path.stat().st_mtime_ns for path in Path(target).iterdir()}
+    assert models.convert_alias("smollm2-135m-instruct", cache=tmp_path) == target
+    assert {path: path.stat().st_mtime_ns for path in Path(target).iterdir()} == stamps  # not converted again
     model = AutoModelForCausalLM.from_pretrained(str(target))
     tokenizer = AutoTokenizer.from_pretrained(str(target))
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.5, f"reload took {elapsed:.2f} s"
     assert model.config.tie_word_embeddings and len(tokenizer) == 49152
     assert tokenizer.chat_template
