@@ -1,12 +1,14 @@
-"""pgvector HNSW at 100k / 300k passages: load+build time, client open time and RSS, server RSS, query latency.
+"""pgvector HNSW at 100k / 300k / 1M passages: load+build time, client open time and RSS, server RSS, query latency.
 
     .venv/bin/python benchmarks/pgvector_scale.py                      # 100k; a throwaway server from pgserver
     .venv/bin/python benchmarks/pgvector_scale.py --sizes 100000,300000
+    .venv/bin/python benchmarks/pgvector_scale.py --sizes 100000,300000,1000000 --maintenance-work-mem 3GB
 
 The companion of ``retrieval_scale.py`` for ``retriever.kind=pgvector``, on the same synthetic data: the same
 seeded passages (40 Zipf words, title ``Topic i % 50000``) and the same random 384-dimensional unit vectors,
 loaded with ``pgvector_build.load`` (COPY in batches of 512, then HNSW m=16, ef_construction=64, and the GIN
-full-text index; ``maintenance_work_mem`` 1GB) into a :class:`LocalPostgres` on 127.0.0.1 started for the run,
+full-text index; ``maintenance_work_mem`` 1GB, or ``--maintenance-work-mem``) into a :class:`LocalPostgres`
+on 127.0.0.1 started for the run,
 stopped and deleted after. The client is measured in a fresh process, as the other kinds: the time and RSS of
 opening :class:`PgVectorRetriever` (mode ``lexical``, which loads no encoder: the vectors are given, as for the
 FAISS kinds), then 200 single queries (k=10, ``search_vectors``, ``ef_search`` 100, passages returned by the
@@ -153,6 +155,9 @@ def report(results: dict[int, dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000")
+    parser.add_argument("--maintenance-work-mem", default="1GB",
+                        help="PostgreSQL's maintenance_work_mem for the HNSW build; the graph must fit "
+                             "(~passages x (4 d + 8 m) bytes: 3GB for 1M passages at d=384)")
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -169,7 +174,8 @@ def main() -> None:
             rows, matrix = passages(count), vectors(count)
             url = server.url(table=f"scale{count}")
             started = time.perf_counter()
-            load(PgBuild(url, "synthetic", batch_size=BATCH), rows, rows_of(matrix), DIMENSION)
+            spec = PgBuild(url, "synthetic", batch_size=BATCH, maintenance_work_mem=args.maintenance_work_mem)
+            load(spec, rows, rows_of(matrix), DIMENSION)
             build_seconds = time.perf_counter() - started
             print(f"{count:,} passages: loaded and indexed in {build_seconds:.0f} s", flush=True)
             del rows, matrix
