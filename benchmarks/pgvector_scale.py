@@ -7,8 +7,8 @@
 The companion of ``retrieval_scale.py`` for ``retriever.kind=pgvector``, on the same synthetic data: the same
 seeded passages (40 Zipf words, title ``Topic i % 50000``) and the same random 384-dimensional unit vectors,
 loaded with ``pgvector_build.load`` (COPY in batches of 512, then HNSW m=16, ef_construction=64, and the GIN
-full-text index; ``maintenance_work_mem`` 1GB, or ``--maintenance-work-mem``) into a :class:`LocalPostgres`
-on 127.0.0.1 started for the run,
+full-text index; ``maintenance_work_mem`` sized to the graph, or ``--maintenance-work-mem``) into a
+:class:`LocalPostgres` on 127.0.0.1 started for the run,
 stopped and deleted after. The client is measured in a fresh process, as the other kinds: the time and RSS of
 opening :class:`PgVectorRetriever` (mode ``lexical``, which loads no encoder: the vectors are given, as for the
 FAISS kinds), then 200 single queries (k=10, ``search_vectors``, ``ef_search`` 100, passages returned by the
@@ -155,9 +155,9 @@ def report(results: dict[int, dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000")
-    parser.add_argument("--maintenance-work-mem", default="1GB",
-                        help="PostgreSQL's maintenance_work_mem for the HNSW build; the graph must fit "
-                             "(~passages x (4 d + 8 m) bytes: 3GB for 1M passages at d=384)")
+    parser.add_argument("--maintenance-work-mem", default=None,
+                        help="PostgreSQL's maintenance_work_mem for the HNSW build (e.g. 3GB); unset: sized to the "
+                             "graph (pgvector_build.graph_memory)")
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:

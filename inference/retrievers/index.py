@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,9 @@ class IndexConfig:
 
     hnsw_m: int = help_field("pgvector: HNSW links per node (pgvector's m)", 16)
     hnsw_ef_construction: int = help_field("pgvector: HNSW candidate list while building (ef_construction)", 64)
+    maintenance_work_mem: str | None = help_field(
+        "pgvector: PostgreSQL's maintenance_work_mem for the HNSW build, e.g. 8GB (the graph must fit, or the build "
+        "slows many times); null: sized to the graph, passages x (4 dim + 16 m) bytes x 1.5, at least 1GB", None)
     chunk_words: int = help_field("corpus folder: words per passage cut from a .txt/.md/.pdf file", 200)
     chunk_overlap: int = help_field("corpus folder: words shared by consecutive passages of a file", 40)
 
@@ -115,6 +119,10 @@ class IndexConfig:
         if self.chunk_words < 1 or not 0 <= self.chunk_overlap < self.chunk_words:
             problems.append(f"chunk_overlap must be in [0, chunk_words), got chunk_words={self.chunk_words}, "
                             f"chunk_overlap={self.chunk_overlap}; e.g. chunk_words=80 chunk_overlap=20")
+        if self.maintenance_work_mem is not None and not re.fullmatch(r"[1-9][0-9]*(kB|MB|GB|TB)",
+                                                                      self.maintenance_work_mem):
+            problems.append(f"maintenance_work_mem must be a PostgreSQL size such as 512MB or 8GB, got "
+                            f"{self.maintenance_work_mem!r}; or leave it unset to size it to the graph")
         if not 2 <= self.hnsw_m <= 100 or not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:
             problems.append(f"hnsw_m must be in [2, 100] and hnsw_ef_construction in [2*hnsw_m, 1000] (pgvector's "
                             f"limits), got {self.hnsw_m} and {self.hnsw_ef_construction}; e.g. 16 and 64")
@@ -148,7 +156,7 @@ def _run_pgvector(config: IndexConfig) -> IndexResult:
                    "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
     spec = PgBuild(
         config.output, config.embedding_model, config.batch_size, config.device, config.hnsw_m,
-        config.hnsw_ef_construction, fingerprint,
+        config.hnsw_ef_construction, fingerprint, config.maintenance_work_mem,
     )
     build(spec, passages)
     target = parse_url(config.output, field="output")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +46,17 @@ class PgBuild:
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     corpus: dict[str, Any] | None = None  # path, size, sha256 of the source: a resumed load must read the same
-    maintenance_work_mem: str = "1GB"  # HNSW builds far faster while the graph fits (~passages x (4 d + 8 m) B)
+    #: PostgreSQL's ``maintenance_work_mem`` for the HNSW build (e.g. "8GB"); None: :func:`graph_memory`. pgvector
+    #: builds far faster while the graph fits; past it, it goes on on disk many times slower.
+    maintenance_work_mem: str | None = None
+
+
+def graph_memory(passages: int, dimension: int, m: int) -> str:
+    """A ``maintenance_work_mem`` that holds the HNSW graph being built: each node's vector (4 bytes a dimension)
+    and its links (~8 bytes each, 2 m at the base layer), with half again for pgvector's own overhead; at least
+    1GB. 1M passages at 384 dimensions: ~2.5GB (3GB held the graph there); 21M at 768: ~100GB."""
+    megabytes = math.ceil(passages * (4 * dimension + 8 * 2 * m) * 1.5 / (1 << 20))
+    return f"{max(1024, megabytes)}MB"
 
 
 def build(spec: PgBuild, passages: Sequence[Passage] | StreamedCorpus) -> dict[str, Any]:
@@ -86,7 +97,9 @@ def load(
         started = time.monotonic()
         logger.info("building the HNSW index (m=%d, ef_construction=%d)", spec.hnsw_m, spec.hnsw_ef_construction)
         build_table = target.build_table
-        connection.execute(f"SET maintenance_work_mem = '{spec.maintenance_work_mem}'")  # the graph in memory
+        memory = spec.maintenance_work_mem or graph_memory(len(passages), dimension, spec.hnsw_m)
+        logger.info("maintenance_work_mem %s for the HNSW graph", memory)
+        connection.execute(f"SET maintenance_work_mem = '{memory}'")  # the graph in memory
         connection.execute(
             f"CREATE INDEX IF NOT EXISTS {build_table}_hnsw ON {build_table} USING hnsw (embedding vector_ip_ops) "
             f"WITH (m = {int(spec.hnsw_m)}, ef_construction = {int(spec.hnsw_ef_construction)})"

@@ -280,3 +280,32 @@ def test_root_in_an_unreachable_checkout_runs_a_private_copy(monkeypatch: pytest
                 connection.execute("CREATE EXTENSION vector")  # the copy carries pgvector and its libraries
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_hnsw_build_gets_memory_for_its_graph(
+    postgres: LocalPostgres, corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pgvector's HNSW build slows many times once its graph outgrows maintenance_work_mem (1M passages: not done in
+    26 min at 1GB, ~20 min at 3GB on 2 busy cores); the build sizes it to the graph unless the user sets it."""
+    import logging
+
+    import numpy as np
+
+    from selfrag.corpus import load_corpus
+    from selfrag.inference.retrievers.pgvector_build import PgBuild, graph_memory, load
+
+    assert graph_memory(1_000, 384, 16) == "1024MB"  # small corpora: at least 1GB
+    assert graph_memory(1_000_000, 384, 16) == "2564MB"  # holds the ~1.7 GB graph measured at 1M (3GB did)
+    assert int(graph_memory(21_000_000, 768, 16)[:-2]) > 90_000  # the paper's corpus: ~100GB, on a big machine
+    passages = load_corpus(corpus)[:50]
+    vectors = np.eye(8, dtype=np.float32)[[i % 8 for i in range(len(passages))]]
+    caplog.set_level(logging.INFO, logger="selfrag.inference.retrievers.pgvector_build")
+    spec = PgBuild(postgres.url(table="sized"), "synthetic", maintenance_work_mem="64MB")
+    load(spec, passages, lambda chunk: vectors[[passages.index(p) for p in chunk]], 8)
+    assert "maintenance_work_mem 64MB for the HNSW graph" in caplog.text
+    with pytest.raises(ConfigError, match=r"maintenance_work_mem must be a PostgreSQL size such as 512MB or 8GB, "
+                                          r"got '3 gigs'"):
+        from selfrag.config import load_config
+
+        load_config(IndexConfig, None, [f"corpus={corpus}", f"output={postgres.url(table='x')}", "kind=pgvector",
+                                        "maintenance_work_mem=3 gigs"])
