@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def cluster():  # type: ignore[no-untyped-def]
     cluster.shutdown()
 
 
-def labelling_workers() -> list[int]:
+def labelling_workers(name: bytes = b"Labeller") -> list[int]:
     """PIDs of the processes running the labelling actors (Ray names them after the map_batches function)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -45,7 +46,7 @@ def labelling_workers() -> list[int]:
                 command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if b"Labeller" in command and b"ray::" in command:
+            if name in command and b"ray::" in command:
                 found.append(int(entry.name))
     return found
 
@@ -149,3 +150,61 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_
             assert joined == (tmp_path / "local" / name).read_bytes(), name
     finally:
         fs.rm(root, recursive=True)
+
+
+def stage_of_request(body: dict) -> str:  # type: ignore[type-arg]
+    """The stage of ``ray.stages=true`` that answers a teacher request (from its prompt, as the scripted teacher)."""
+    from selfrag.data_gen.labelers import INSTRUCTIONS
+    from selfrag.data_gen.ray_stages import LABEL_STAGE
+
+    user = next(message["content"] for message in body["messages"] if message["role"] == "user")
+    if user.startswith(("Write one question", "Answer the question")):
+        return "write"
+    return LABEL_STAGE[next(kind for kind, text in INSTRUCTIONS.items() if user.startswith(text))]
+
+
+def test_staged_run_matches_the_single_process_run_call_for_call_through_a_killed_stage_worker(  # type: ignore[no-untyped-def]
+    cluster, tmp_path: Path
+) -> None:
+    """ray.stages=true: one Ray Data stage per decision type; the same bytes as the single-process run, each stage's
+    teacher calls those of its decision type in the single-process run, a relevance actor SIGKILLed mid-run."""
+    data = write_inputs(tmp_path, MANY)
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.stages=true", "ray.workers=1",
+                "ray.stage_workers.relevance=2", "ray.batch_size=3", "ray.shard_records=5",
+                "teacher.max_concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+    killed: list[int] = []
+    with TeacherServer(latency=0.02) as server:
+        local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+        per_stage = Counter(stage_of_request(body) for body in server.answered)
+
+        def kill_relevance_worker() -> None:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not killed:
+                if sum(stage_of_request(body) == "relevance" for body in list(server.answered)) > 2:
+                    for pid in labelling_workers(b"relevance_stage")[:1]:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                time.sleep(0.01)
+
+        server.answered.clear()
+        killer = threading.Thread(target=kill_relevance_worker, daemon=True)
+        killer.start()
+        first = generate(server.url, data, tmp_path / "ray", *settings)
+        killer.join()
+        calls = len(server.answered)
+        (tmp_path / "ray" / "journal.jsonl").unlink()  # forget every finished question: only the cache is left
+        again = generate(server.url, data, tmp_path / "ray", *settings)
+    assert killed, "no relevance worker was found to kill"
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert first.stats["questions"] == local.stats["questions"] == len(MANY) and not first.problems
+    stages = first.stats["run"]["stages"]
+    # a killed batch is redone whole (its calls answered by the cache): each stage's calls are its kind's calls
+    assert {name: c["made"] + c["from_cache"] for name, c in stages.items() if name != "retrieve"} == per_stage
+    assert stages["retrieve"] == {"made": 0, "from_cache": 0}  # searches only
+    assert set(per_stage) == {"write", "decide", "relevance", "support", "utility"}
+    assert calls >= sum(per_stage.values()) == local.stats["run"]["teacher_calls_made"]
+    assert again.stats["run"]["teacher_calls_made"] == 0 and len(server.answered) == calls
+    assert {name: c["from_cache"] for name, c in again.stats["run"]["stages"].items() if c["from_cache"]} == per_stage
+    assert (tmp_path / "ray" / "manifest.json").is_file()
