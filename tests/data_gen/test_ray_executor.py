@@ -93,7 +93,8 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     assert joined == (tmp_path / "local" / "records.jsonl").read_bytes()
 
 
-def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("stages", ["false", "true"])
+def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path, stages: str) -> None:  # type: ignore[no-untyped-def]
     from test_teacher_faults import closed_port_url
 
     from selfrag.errors import ConfigError
@@ -103,11 +104,14 @@ def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Pa
     started = time.monotonic()
     with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
         generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
-                 "teacher.backoff_s=0.2")
+                 "teacher.backoff_s=0.2", f"ray.stages={stages}")
     assert time.monotonic() - started < 60
 
 
-def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("stages", ["false", "true"])
+def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(  # type: ignore[no-untyped-def]
+    cluster, tmp_path: Path, monkeypatch, stages: str
+) -> None:
     """The cache lives in one keeper actor on the driver's node, whichever worker asks; the output goes to a
     memory:// URL that only the driver writes (the workers are other processes: they could not reach it)."""
     import fsspec
@@ -130,7 +134,7 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_
     url = f"memory://selfrag-tests/{tmp_path.name}/ray-run"
     fs, root = fsspec.core.url_to_fs(url)
     settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "teacher.max_concurrency=2",
-                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}", f"ray.stages={stages}"]
     with TeacherServer(latency=0.01) as server:
         generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
         server.answered.clear()
@@ -208,3 +212,18 @@ def test_staged_run_matches_the_single_process_run_call_for_call_through_a_kille
     assert again.stats["run"]["teacher_calls_made"] == 0 and len(server.answered) == calls
     assert {name: c["from_cache"] for name, c in again.stats["run"]["stages"].items() if c["from_cache"]} == per_stage
     assert (tmp_path / "ray" / "manifest.json").is_file()
+
+
+def test_staged_run_writes_questions_from_seed_passages_as_the_single_process_run(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No queries: the `write` stage has the teacher write each question and answer from a seed passage."""
+    data = write_inputs(tmp_path, QUERIES)
+    seeds = ["queries=null", "question_count=4", "seed=1"]
+    with TeacherServer(latency=0.01) as server:
+        local = generate(server.url, data, tmp_path / "local", *seeds, f"teacher.cache={tmp_path / 'local.sqlite'}")
+        staged = generate(server.url, data, tmp_path / "ray", *seeds, "executor=ray", f"ray.address={cluster.address}",
+                          "ray.stages=true", "ray.batch_size=2", f"teacher.cache={tmp_path / 'ray.sqlite'}")
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert staged.stats["questions_labelled"] == local.stats["questions_labelled"] == 4
+    assert staged.stats["run"]["stages"]["write"]["made"] == 4  # one question and answer a seed passage
