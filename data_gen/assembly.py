@@ -12,6 +12,10 @@
    as [Irrelevant] with its support label;
 5. utility of the whole answer at the end.
 
+The recipe is a generator of steps (:class:`Recipe`: a search, a teacher call, labels of one kind), answered at once
+by the :class:`Assembler` here, or stage by stage on Ray Data (:mod:`selfrag.data_gen.ray_stages`); for the same
+answers both give the same :class:`Outcome`.
+
 Every label is also a critic row (question, passage, output -> one token). An item whose labels stay
 malformed is dropped with its reason; the question is dropped when a decision it cannot do without is
 (its retrieve decision, a sentence's decision, every candidate passage, its utility).

@@ -11,6 +11,9 @@ each finished question to the same journal as it arrives. The output files are r
 as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
 also written as shards with a manifest (:func:`write_shards`).
 
+``ray.stages=true`` runs the same labelling as one Ray Data stage per decision type instead
+(:mod:`selfrag.data_gen.ray_stages`); the journal, shards, manifest and cache keeper here serve both.
+
 Why actors with the project's teacher, not ``ray.data.llm``'s processors: a question is a chain of dependent calls
 of variable length (the retrieve decision picks the next call; each later sentence gets a decision; relevance for
 the top-k, support only for the relevant ones; a malformed reply gets a correction turn), while a ``ray.data.llm``

@@ -327,7 +327,8 @@ def label_in_stages(
     calls: dict[str, Counter[str]] = {}
     while pending:
         present = {row["stage"] for row in pending}
-        dataset = ray.data.from_items(pending, override_num_blocks=max(1, -(-len(pending) // settings.batch_size)))
+        blocks = max(1, -(-len(pending) // settings.batch_size))
+        dataset: Any = ray.data.from_items(pending, override_num_blocks=blocks)
         for name, function in STAGE_FUNCTIONS.items():
             if name == "write" and "write" not in present:
                 continue  # a later pass (or questions that all have answers): no one to write for
