@@ -147,6 +147,11 @@ class Worker:
         self.retriever: Any = None
         self.searches = False  # the index is open here
 
+    def close(self) -> None:
+        if self.assembler is not None:
+            self.loop.run_until_complete(self.assembler.teacher.aclose())
+        self.loop.close()
+
     def run(self, kinds: tuple[str, ...], batch: dict[str, Any]) -> dict[str, list[Any]]:
         rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
         rows = self.loop.run_until_complete(self._work(kinds, rows))
@@ -235,7 +240,9 @@ _WORKERS: dict[str, Worker] = {}
 def _worker(run: str, config: dict[str, Any], passages: list[Any], keeper: Any) -> Worker:
     worker = _WORKERS.get(run)
     if worker is None:
-        _WORKERS.clear()  # an earlier run's state (its loop, client, index) is done with
+        for earlier in _WORKERS.values():  # an earlier run's state (its loop, client, index) is done with
+            earlier.close()
+        _WORKERS.clear()
         worker = _WORKERS[run] = Worker(config, passages, keeper)
     return worker
 
@@ -318,12 +325,12 @@ def label_in_stages(
         "passages": [ray.put([passage.to_json() for passage in passages])],
         "keeper": keeper,
     }
-    pending = [{**row, "log": "[]", "stage": "decide", "entry": "", "failed": "", "fatal": "", "calls": "{}"}
+    pending = [{**row, "log": "[]", "stage": "", "entry": "", "failed": "", "fatal": "", "calls": "{}"}
                for row in rows]
-    for row in pending:  # a seed (question to write) or a question without an answer starts in `write`
-        query, seed = _row_query(row)
-        if seed is not None or not (query.output or query.answers):
-            row["stage"] = "write"
+    recipe = _recipe(config)
+    for row in pending:  # the first step: `write` for a seed passage or a question without an answer, else `decide`
+        _, step, _ = replay(recipe, *_row_query(row), [])
+        row["stage"] = stage_of(step)
     calls: dict[str, Counter[str]] = {}
     while pending:
         present = {row["stage"] for row in pending}
