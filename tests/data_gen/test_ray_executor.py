@@ -227,3 +227,43 @@ def test_staged_run_writes_questions_from_seed_passages_as_the_single_process_ru
             assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     assert staged.stats["questions_labelled"] == local.stats["questions_labelled"] == 4
     assert staged.stats["run"]["stages"]["write"]["made"] == 4  # one question and answer a seed passage
+
+
+def test_staged_run_killed_mid_run_resumes_without_redoing_or_doubling_a_question(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The driver of a ray.stages=true run (the CLI, joined to the cluster) SIGKILLed once questions are journaled:
+    the rerun labels only the rest, and the files are the single-process run's bytes."""
+    import subprocess
+    import sys
+
+    from test_teacher_run import overrides
+
+    data = write_inputs(tmp_path, MANY)
+    out = tmp_path / "ray"
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.stages=true", "ray.batch_size=2",
+                "teacher.max_concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with TeacherServer(latency=0.05) as server:
+        generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+        total = len(server.answered)
+        server.answered.clear()
+        command = [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(server.url, data, out, *settings)]
+        process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        journal = out / "journal.jsonl"
+        deadline = time.monotonic() + 90
+        while not (journal.is_file() and journal.read_bytes().count(b"\n") >= 3) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        process.kill()
+        process.wait()
+        journaled = journal.read_bytes().count(b"\n")
+        final = subprocess.run(command, env=env, capture_output=True, text=True)
+        assert final.returncode == 0, final.stderr[-2000:]
+        # the calls of the killed run's unfinished questions come from the cache; at most those in flight are re-asked
+        assert len(server.answered) <= total + 2 * 2 * 6
+    assert 3 <= journaled < len(MANY)
+    run = json.loads((out / "run.json").read_text())
+    assert run["questions_already_done"] == journaled and run["questions_labelled_now"] == len(MANY) - journaled
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (out / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    entries = [json.loads(line)["query_id"] for line in journal.read_text().splitlines()]
+    assert len(entries) == len(set(entries)) == len(MANY)
