@@ -267,3 +267,20 @@ def test_staged_run_killed_mid_run_resumes_without_redoing_or_doubling_a_questio
             assert (out / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     entries = [json.loads(line)["query_id"] for line in journal.read_text().splitlines()]
     assert len(entries) == len(set(entries)) == len(MANY)
+
+
+def test_stage_settings_are_checked_naming_the_field(tmp_path: Path) -> None:
+    from selfrag.config import load_config
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.errors import ConfigError
+
+    data = write_inputs(tmp_path, QUERIES)
+    base = ["labeler=llm", "teacher.model=m", "executor=ray", f"output={tmp_path / 'out'}", f"corpus={data[0]}",
+            f"queries={data[1]}", "ray.stages=true"]
+    with pytest.raises(ConfigError, match=r"ray\.stage_workers\.relevance must be >= 1 \(or null: ray\.workers\)"):
+        load_config(GenerateConfig, None, [*base, "ray.stage_workers.relevance=0"])
+    with pytest.raises(ConfigError, match=r"ray\.stage_cpus must be > 0"):
+        load_config(GenerateConfig, None, [*base, "ray.stage_cpus=0"])
+    settings = load_config(GenerateConfig, None, [*base, "ray.workers=3", "ray.stage_workers.relevance=8"]).ray
+    assert settings.stage_workers.of("relevance", settings.workers) == 8
+    assert settings.stage_workers.of("support", settings.workers) == 3
