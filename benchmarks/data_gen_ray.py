@@ -5,10 +5,12 @@
 Starts an OpenAI-compatible chat server on loopback that answers every call after ``--latency`` seconds (a stand-in
 for a remote teacher: the time is the network and the model), then runs ``selfrag generate labeler=llm`` on the same
 synthetic questions into fresh output directories, each with its own empty teacher cache: once in this process
-(``executor=local``, the baseline) and once with ``executor=ray ray.workers=2`` on a local Ray (each worker with the
-same ``teacher.max_concurrency``). Prints questions per second with the ratio to the baseline (Ray's start-up
-included and, separately, the labelling alone), per-question teacher calls and tokens (the server counts a token as
-4 characters), and whether both runs wrote the same bytes. Then both again with their journals deleted: every call
+(``executor=local``, the baseline), once with ``executor=ray ray.workers=2`` on a local Ray (each worker with the
+same ``teacher.max_concurrency``) and once as Ray Data stages (``ray.stages=true``, ``--stage-workers`` tasks a
+stage, each with the same ``teacher.max_concurrency``). Prints questions per second with the ratio to the baseline
+(Ray's start-up included and, separately, the labelling alone), the staged run's ratio to the per-question workers,
+per-question teacher calls and tokens (the server counts a token as 4 characters), and whether all runs wrote the
+same bytes. Then both again with their journals deleted: every call
 answered from the cache (in process vs through the Ray cache keeper), questions and cache lookups per second.
 """
 
@@ -27,7 +29,10 @@ from teacher_concurrency import reply_for, write_data
 
 from selfrag.config import load_config
 from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.ray_stages import STAGE_FUNCTIONS
 from selfrag.data_gen.run import run
+
+STAGE_NAMES = tuple(STAGE_FUNCTIONS)
 
 
 def serve(latency: float) -> ThreadingHTTPServer:
@@ -88,6 +93,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds the teacher takes per call")
     parser.add_argument("--concurrency", type=int, default=4, help="teacher.max_concurrency of each process/worker")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stage-workers", type=int, default=1, help="ray.stage_workers.* of the staged run")
     args = parser.parse_args()
     import ray
 
@@ -104,6 +110,12 @@ def main() -> None:
             url, data, folder / "ray", args.concurrency, "executor=ray", f"ray.workers={args.workers}",
             f"ray.batch_size={max(1, args.questions // (4 * args.workers))}",
         )
+        # The same labelling as Ray Data stages (ray.stages=true): one operator per decision type.
+        staged_seconds, staged = measure(
+            url, data, folder / "staged", args.concurrency, "executor=ray", f"ray.workers={args.workers}",
+            "ray.stages=true", *(f"ray.stage_workers.{name}={args.stage_workers}" for name in STAGE_NAMES),
+            f"ray.batch_size={max(1, args.questions // (4 * args.workers))}",
+        )
         # Reruns answered wholly from the cache (journal deleted): direct SQLite in 1 process vs the Ray workers'
         # lookups through the cache keeper actor on the driver's node.
         rerun_local = rerun(measure, url, data, folder / "local", args.concurrency)
@@ -113,8 +125,9 @@ def main() -> None:
         keeper_rates = cache_rates(folder / "ray.sqlite", in_flight=16)
         ray.shutdown()
         same = all(
-            (folder / "local" / name).read_bytes() == (folder / "ray" / name).read_bytes()
+            (folder / "local" / name).read_bytes() == (folder / run / name).read_bytes()
             for name in ("records.jsonl", "critic.jsonl", "drops.jsonl")
+            for run in ("ray", "staged")
         )
     server.shutdown()
     teacher = local.stats["teacher"]
@@ -131,6 +144,10 @@ def main() -> None:
           f"| {local_seconds / total:.2f}x |")
     print(f"| Ray, {args.workers} workers (generate alone) | {ray_seconds:.2f} | {args.questions / ray_seconds:.2f} "
           f"| {local_seconds / ray_seconds:.2f}x |")
+    print(f"| Ray Data stages, {args.stage_workers} task(s) a stage (generate alone) | {staged_seconds:.2f} "
+          f"| {args.questions / staged_seconds:.2f} | {local_seconds / staged_seconds:.2f}x |")
+    print(f"staged vs per-question workers: {ray_seconds / staged_seconds:.2f}x the questions/s; calls per stage: "
+          + ", ".join(f"{name} {c['made']}" for name, c in staged.stats["run"]["stages"].items()))
     print(
         f"per question: {per_question['calls']:.1f} teacher calls, {per_question['prompt_tokens']:.0f} prompt + "
         f"{per_question['completion_tokens']:.0f} completion tokens; calls made: 1 process "

@@ -12,6 +12,10 @@
    as [Irrelevant] with its support label;
 5. utility of the whole answer at the end.
 
+The recipe is a generator of steps (:class:`Recipe`: a search, a teacher call, labels of one kind), answered at once
+by the :class:`Assembler` here, or stage by stage on Ray Data (:mod:`selfrag.data_gen.ray_stages`); for the same
+answers both give the same :class:`Outcome`.
+
 Every label is also a critic row (question, passage, output -> one token). An item whose labels stay
 malformed is dropped with its reason; the question is dropped when a decision it cannot do without is
 (its retrieve decision, a sentence's decision, every candidate passage, its utility).
@@ -21,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.corpus import Query
 from selfrag.data_gen.labelers import LabelItem, LabelResult, LLMLabeler
-from selfrag.data_gen.teachers import ChatRequest, Teacher
+from selfrag.data_gen.teachers import ChatReply, ChatRequest, Teacher
 from selfrag.inference.retrievers.batched import BatchedSearcher
 from selfrag.retrieval import Retriever
 from selfrag.sentences import split_sentences
@@ -90,27 +95,56 @@ class QuestionDropped(Exception):
         self.reason = reason
 
 
-class Assembler:
-    def __init__(
-        self, teacher: Teacher, labeler: LLMLabeler, retriever: Retriever, top_k: int = 3, seed: int = 0
-    ) -> None:
-        self.teacher = teacher
-        self.labeler = labeler
-        self.retriever = retriever
-        self.searcher = BatchedSearcher(retriever)  # off the event loop, many questions' searches in one batch
+@dataclass(frozen=True)
+class Search:
+    """A step of the recipe: the top ``k`` passages for ``query`` (answered with a list of passages)."""
+
+    query: str
+    k: int
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A step of the recipe: one free-text teacher call (answered with a :class:`ChatReply`)."""
+
+    request: ChatRequest
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A step of the recipe: label these items, all of one kind (answered with a :class:`LabelResult` each)."""
+
+    items: tuple[LabelItem, ...]
+
+
+Step = Search | Chat | Labels
+Steps = Generator[Step, Any, Outcome]
+
+
+class Recipe:
+    """The paper's recipe for one question as a generator of :data:`Step` s: it yields what it needs next (a search, a
+    teacher call, labels) and is sent the answer. It does no I/O itself, so one recipe serves two drivers: the
+    :class:`Assembler` (answers each step at once, in this process) and the Ray Data stages
+    (:mod:`selfrag.data_gen.ray_stages`: each stage answers the steps of its kind, and the next stage replays the
+    recipe from the answers so far). For the same answers both produce the same :class:`Outcome`."""
+
+    def __init__(self, top_k: int = 3, seed: int = 0, retries: int = 2, temperature: float = 0.0) -> None:
         self.top_k = top_k
         self.seed = seed
+        self.retries = retries
+        self.temperature = temperature
 
-    async def assemble(self, query: Query, seed_passage: Passage | None = None) -> Outcome:
+    def steps(self, query: Query, seed_passage: Passage | None = None) -> Steps:
         outcome = Outcome(query.id, str(query.meta.get("source", "")))
         try:
             if seed_passage is not None:
-                query = await self._write_question(query, seed_passage, outcome)
+                query = yield from self._write_question(query, seed_passage, outcome)
             answer = query.output or (query.answers[0] if query.answers else None)
             if answer is None:
-                answer = await self._write_answer(query, outcome)
-            segments, decision = await self._segments(query, answer, outcome)
-            utility = await self._label(outcome, LabelItem("utility", query.question, output=answer), required=True)
+                answer = yield from self._write_answer(query, outcome)
+            segments, decision = yield from self._segments(query, answer, outcome)
+            item = LabelItem("utility", query.question, output=answer)
+            utility = yield from self._label(outcome, item, required=True)
         except QuestionDropped as dropped:
             outcome.drops.append(dropped.reason)
             outcome.record = None
@@ -125,8 +159,10 @@ class Assembler:
 
     # --- the recipe ---------------------------------------------------------------------------------------
 
-    async def _segments(self, query: Query, answer: str, outcome: Outcome) -> tuple[list[Segment], Label | None]:
-        first = await self._label(outcome, LabelItem("retrieve", query.question), required=True)
+    def _segments(
+        self, query: Query, answer: str, outcome: Outcome
+    ) -> Generator[Step, Any, tuple[list[Segment], Label | None]]:
+        first = yield from self._label(outcome, LabelItem("retrieve", query.question), required=True)
         assert first is not None
         if first.value == rf.NO_RETRIEVAL:
             return [Segment(answer, retrieve=first)], first
@@ -139,30 +175,32 @@ class Assembler:
             decision: Label | None = first
             if index > 0:
                 item = LabelItem("retrieve_sentence", query.question, evidence, sentence, preceding)
-                decision = await self._label(outcome, item, required=True)
+                decision = yield from self._label(outcome, item, required=True)
             assert decision is not None
             if decision.value == rf.RETRIEVAL:
                 search = query.question if index == 0 else f"{query.question} {sentence}"
-                passage, relevance, support = await self._choose_passage(query, search, sentence, preceding, outcome)
+                passage, relevance, support = yield from self._choose_passage(
+                    query, search, sentence, preceding, outcome
+                )
                 evidence = passage
                 segments.append(Segment(text, decision, passage, relevance, support))
             elif decision.value == rf.CONTINUE_EVIDENCE:
                 if evidence is None:  # cannot happen after a retrieving first sentence; never write a made-up label
                     raise QuestionDropped("retrieve_sentence: [Continue to Use Evidence] without evidence")
                 item = LabelItem("support", query.question, evidence, sentence, preceding)
-                continued = await self._label(outcome, item, required=True)
+                continued = yield from self._label(outcome, item, required=True)
                 segments.append(Segment(text, decision, support=continued))
             else:
                 segments.append(Segment(text, decision))
         return segments, first
 
-    async def _choose_passage(
+    def _choose_passage(
         self, query: Query, search: str, sentence: str, preceding: str, outcome: Outcome
-    ) -> tuple[Passage, Label, Label]:
+    ) -> Generator[Step, Any, tuple[Passage, Label, Label]]:
         # a question with ctxs of its own answers every search of its sentences from them (by its question)
         search = query.question if query.ctxs else search
-        hits = [hit.passage for hit in await self.searcher.search(search, self.top_k)]
-        relevance = await self._label_many(outcome, [LabelItem("relevance", query.question, p) for p in hits])
+        hits: list[Passage] = yield Search(search, self.top_k)
+        relevance = yield from self._label_many(outcome, [LabelItem("relevance", query.question, p) for p in hits])
         labelled = [(p, r) for p, r in zip(hits, relevance, strict=True) if r is not None]
         if not labelled:
             raise QuestionDropped("relevance: no candidate passage could be labelled")
@@ -172,7 +210,7 @@ class Assembler:
             # the evidence that the teacher never gave.
             raise QuestionDropped("relevance: a candidate's label was dropped and no labelled candidate is relevant")
         relevant = relevant or labelled[:1]
-        supports = await self._label_many(
+        supports = yield from self._label_many(
             outcome, [LabelItem("support", query.question, p, sentence, preceding) for p, _ in relevant]
         )
         scored = [
@@ -187,12 +225,15 @@ class Assembler:
 
     # --- teacher calls ------------------------------------------------------------------------------------
 
-    async def _label(self, outcome: Outcome, item: LabelItem, required: bool = False) -> Label | None:
-        return (await self._label_many(outcome, [item], required))[0]
+    def _label(self, outcome: Outcome, item: LabelItem, required: bool = False) -> Generator[Step, Any, Label | None]:
+        return (yield from self._label_many(outcome, [item], required))[0]
 
-    async def _label_many(self, outcome: Outcome, items: list[LabelItem], required: bool = False) -> list[Label | None]:
-        """Label items concurrently; book the results in the items' order, so output never depends on timing."""
-        results = await asyncio.gather(*(self.labeler.label(item) for item in items))
+    def _label_many(
+        self, outcome: Outcome, items: list[LabelItem], required: bool = False
+    ) -> Generator[Step, Any, list[Label | None]]:
+        """Label items (concurrently, in either driver); book the results in the items' order, so output never
+        depends on timing."""
+        results: list[LabelResult] = (yield Labels(tuple(items))) if items else []
         labels: list[Label | None] = []
         for item, result in zip(items, results, strict=True):
             self._count(outcome, result)
@@ -210,34 +251,36 @@ class Assembler:
         outcome.prompt_tokens += result.prompt_tokens
         outcome.completion_tokens += result.completion_tokens
 
-    async def _ask(self, outcome: Outcome, messages: tuple[tuple[str, str], ...], attempt: int = 0) -> str:
-        request = ChatRequest(messages, 256, self.labeler.temperature, seed=self.seed, attempt=attempt)
-        reply = await self.teacher.chat(request)
+    def _ask(
+        self, outcome: Outcome, messages: tuple[tuple[str, str], ...], attempt: int = 0
+    ) -> Generator[Step, Any, str]:
+        request = ChatRequest(messages, 256, self.temperature, seed=self.seed, attempt=attempt)
+        reply: ChatReply = yield Chat(request)
         outcome.calls += 1
         outcome.prompt_tokens += reply.prompt_tokens
         outcome.completion_tokens += reply.completion_tokens
         return reply.text.strip()
 
-    async def _write_answer(self, query: Query, outcome: Outcome) -> str:
-        hits = await self.searcher.search(query.question, self.top_k)
-        evidence = "\n".join(f"Evidence: {hit.passage.render()}" for hit in hits)
+    def _write_answer(self, query: Query, outcome: Outcome) -> Generator[Step, Any, str]:
+        hits: list[Passage] = yield Search(query.question, self.top_k)
+        evidence = "\n".join(f"Evidence: {passage.render()}" for passage in hits)
         messages: tuple[tuple[str, str], ...] = (
             ("user", ANSWER_PROMPT.format(evidence=evidence, question=query.question)),
         )
-        for attempt in range(self.labeler.retries + 1):
-            text = await self._ask(outcome, messages, attempt)
+        for attempt in range(self.retries + 1):
+            text = yield from self._ask(outcome, messages, attempt)
             if text:
                 return text
             messages = (*messages, ("assistant", text), ("user", ANSWER_CORRECTION))
         raise QuestionDropped("answer: the teacher wrote no answer")
 
-    async def _write_question(self, query: Query, passage: Passage, outcome: Outcome) -> Query:
+    def _write_question(self, query: Query, passage: Passage, outcome: Outcome) -> Generator[Step, Any, Query]:
         messages: tuple[tuple[str, str], ...] = (("user", QUESTION_PROMPT.format(passage=passage.render())),)
         replies: list[str] = []
         reason = "reply is not JSON"
         calls = 0
-        for attempt in range(self.labeler.retries + 1):
-            text = await self._ask(outcome, messages, attempt)
+        for attempt in range(self.retries + 1):
+            text = yield from self._ask(outcome, messages, attempt)
             calls += 1
             try:
                 data = json.loads(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
@@ -254,6 +297,37 @@ class Assembler:
             replies.append(text)
             messages = (*messages, ("assistant", text), ("user", QUESTION_CORRECTION.format(problem=reason)))
         raise QuestionDropped(f"question: {reason} ({calls} {'try' if calls == 1 else 'tries'})")
+
+
+class Assembler:
+    """The recipe driven in this process: every step answered at once (labels of one step concurrently)."""
+
+    def __init__(
+        self, teacher: Teacher, labeler: LLMLabeler, retriever: Retriever, top_k: int = 3, seed: int = 0
+    ) -> None:
+        self.teacher = teacher
+        self.labeler = labeler
+        self.retriever = retriever
+        self.searcher = BatchedSearcher(retriever)  # off the event loop, many questions' searches in one batch
+        self.recipe = Recipe(top_k, seed, labeler.retries, labeler.temperature)
+
+    async def assemble(self, query: Query, seed_passage: Passage | None = None) -> Outcome:
+        steps = self.recipe.steps(query, seed_passage)
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as finished:
+                return finished.value  # type: ignore[no-any-return]
+            answer = await self.answer(step)
+
+    async def answer(self, step: Step) -> Any:
+        """What the recipe asked for: the passages of a search, a teacher's reply, or one result per label item."""
+        if isinstance(step, Search):
+            return [hit.passage for hit in await self.searcher.search(step.query, step.k)]
+        if isinstance(step, Chat):
+            return await self.teacher.chat(step.request)
+        return list(await asyncio.gather(*(self.labeler.label(item) for item in step.items)))
 
 
 def critic_row(outcome: Outcome, item: LabelItem, label: Label) -> dict[str, Any]:

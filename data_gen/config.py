@@ -97,6 +97,22 @@ class TeacherConfig:
 
 
 @dataclass
+class StageWorkers:
+    """``ray.stages=true``: actors per stage (unset: ``ray.workers``); see docs/data-gen-scale.md."""
+
+    write: int | None = help_field("Actors writing questions and answers (seeds, questions without one).", default=None)
+    decide: int | None = help_field("Actors asking the retrieve decisions (one a sentence).", default=None)
+    retrieve: int | None = help_field("Actors searching the top-k passages (a prebuilt index, or BM25).", default=None)
+    relevance: int | None = help_field("Actors asking relevance (top-k calls a retrieval).", default=None)
+    support: int | None = help_field("Actors asking support (one call per relevant passage).", default=None)
+    utility: int | None = help_field("Actors asking utility (one a question).", default=None)
+
+    def of(self, stage: str, default: int) -> int:
+        value = getattr(self, stage)
+        return default if value is None else int(value)
+
+
+@dataclass
 class RayConfig:
     """Where and how wide ``executor=ray`` runs."""
 
@@ -114,6 +130,19 @@ class RayConfig:
     shard_records: int = help_field(
         "Lines per output shard (shards/*.jsonl, listed with counts and SHA-256 in manifest.json).", default=10000
     )
+    stages: bool = help_field(
+        "true: one Ray Data stage per decision type (write, decide, retrieve, relevance, support, utility, "
+        "assemble), each with its own actors (ray.stage_workers.*); false: one pool of actors (ray.workers) labels "
+        "each question whole. The same records either way.",
+        default=False,
+    )
+    stage_workers: StageWorkers = help_field(
+        "ray.stages=true: actors per stage (unset: ray.workers).", default_factory=StageWorkers
+    )
+    stage_cpus: float = help_field(
+        "ray.stages=true: CPUs Ray reserves per stage actor (teacher stages wait on HTTP: a fraction is enough).",
+        default=0.25,
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -122,6 +151,12 @@ class RayConfig:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.cpus_per_worker <= 0:
             problems.append(f"cpus_per_worker must be > 0, got {self.cpus_per_worker}; e.g. 1")
+        if self.stage_cpus <= 0:
+            problems.append(f"stage_cpus must be > 0, got {self.stage_cpus}; e.g. 0.25")
+        for stage in ("write", "decide", "retrieve", "relevance", "support", "utility"):
+            value = getattr(self.stage_workers, stage)
+            if value is not None and value < 1:
+                problems.append(f"stage_workers.{stage} must be >= 1 (or null: ray.workers), got {value}")
         return problems
 
 

@@ -11,6 +11,9 @@ each finished question to the same journal as it arrives. The output files are r
 as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
 also written as shards with a manifest (:func:`write_shards`).
 
+``ray.stages=true`` runs the same labelling as one Ray Data stage per decision type instead
+(:mod:`selfrag.data_gen.ray_stages`); the journal, shards, manifest and cache keeper here serve both.
+
 Why actors with the project's teacher, not ``ray.data.llm``'s processors: a question is a chain of dependent calls
 of variable length (the retrieve decision picks the next call; each later sentence gets a decision; relevance for
 the top-k, support only for the relevant ones; a malformed reply gets a correction turn), while a ``ray.data.llm``
@@ -29,6 +32,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -205,8 +209,9 @@ def label_with_ray(
     digests: dict[str, str],
     cache_path: Path,
     add: Callable[[dict[str, Any]], bool],
-) -> tuple[dict[str, str], int, int]:
-    """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, fresh calls, hits)."""
+) -> tuple[dict[str, str], int, int, dict[str, Any]]:
+    """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, fresh calls, hits,
+    what else run.json says: with ``ray.stages`` the calls of each stage)."""
     try:
         import ray
     except ImportError:
@@ -222,7 +227,7 @@ def label_with_ray(
     if started_here:
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if settings.address is None:
-            options["num_cpus"] = settings.workers
+            options["num_cpus"] = stage_cpus(settings) if settings.stages else settings.workers
         ray.init(address=settings.address, **options)
     failed: dict[str, str] = {}
     fresh = hits = 0
@@ -233,31 +238,47 @@ def label_with_ray(
             for query, seed in todo
         ]
         if not rows:
-            return failed, 0, 0
+            return failed, 0, 0, {}
         keeper = start_keeper(cache_path)
-        dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
-        labelled = dataset.map_batches(
-            Labeller,
-            fn_constructor_kwargs={
-                "config": to_dict(config),
-                "passages": [passage.to_json() for passage in passages],
-                "cache": keeper,
-            },
-            batch_size=settings.batch_size,
-            # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
-            compute=ray.data.ActorPoolStrategy(size=settings.workers),
-            num_cpus=settings.cpus_per_worker,
-        )
+
+        def finish(row: dict[str, Any]) -> None:
+            if row["fatal"]:  # a permanent teacher error (HTTP 401/404, unreachable): stop the run
+                raise TeacherError(str(row["fatal"]), retryable=False)
+            if row["failed"]:
+                failed[str(row["query_id"])] = str(row["failed"])
+            elif row["entry"] and not add(json.loads(str(row["entry"]))):
+                logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
+
         with tqdm(total=len(rows), desc="generate (ray)", unit="question", dynamic_ncols=True) as bar:
+            if settings.stages:
+                from selfrag.data_gen.ray_stages import label_in_stages
+
+                by_id = {passage.id: passage for passage in passages}
+                staged = [  # a stage gets the seed passage itself: only the searching stages hold the corpus
+                    {**row, "query_id": query.id, "seed": json.dumps(by_id[seed].to_json()) if seed else ""}
+                    for row, (query, seed) in zip(rows, todo, strict=True)
+                ]
+                stages = label_in_stages(config, staged, passages, keeper, finish, bar)
+                fresh = sum(counts.get("made", 0) for counts in stages.values())
+                hits = sum(counts.get("from_cache", 0) for counts in stages.values())
+                return failed, fresh, hits, {"stages": stages}
+            dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
+            labelled = dataset.map_batches(
+                Labeller,
+                fn_constructor_kwargs={
+                    "config": to_dict(config),
+                    "passages": [passage.to_json() for passage in passages],
+                    "cache": keeper,
+                },
+                batch_size=settings.batch_size,
+                # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
+                compute=ray.data.ActorPoolStrategy(size=settings.workers),
+                num_cpus=settings.cpus_per_worker,
+            )
             for row in labelled.iter_rows():
                 fresh += int(row["fresh_calls"])
                 hits += int(row["cache_hits"])
-                if row["fatal"]:  # a permanent teacher error (HTTP 401/404, unreachable): stop the run
-                    raise TeacherError(str(row["fatal"]), retryable=False)
-                if row["failed"]:
-                    failed[str(row["query_id"])] = str(row["failed"])
-                elif row["entry"] and not add(json.loads(str(row["entry"]))):
-                    logger.info("question %s came back twice (a retried batch); kept once", row["query_id"])
+                finish(row)
                 bar.update(1)
     finally:
         if keeper is not None:
@@ -265,7 +286,15 @@ def label_with_ray(
             ray.kill(keeper)
         if started_here:
             ray.shutdown()
-    return failed, fresh, hits
+    return failed, fresh, hits, {}
+
+
+def stage_cpus(settings: Any) -> int:
+    """CPUs of a local Ray for ``ray.stages=true``: room for every stage's actors and the assemble tasks."""
+    from selfrag.data_gen.ray_stages import STAGE_FUNCTIONS
+
+    tasks = sum(settings.stage_workers.of(name, settings.workers) for name in STAGE_FUNCTIONS)
+    return max(settings.workers, math.ceil((tasks + 1) * settings.stage_cpus) + 1)
 
 
 def write_shards(output: Path, names: Sequence[str], per_shard: int) -> dict[str, Any]:

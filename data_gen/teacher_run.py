@@ -123,6 +123,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     cache_path = teacher_cache_path(config, output)
     logger.info("teacher cache: %s", cache_path)
     failed: dict[str, str] = {}
+    extra: dict[str, Any] = {}
     try:
         if config.executor == "ray":
             from selfrag.data_gen.ray_executor import label_with_ray
@@ -136,7 +137,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
                 journal.add(entry)
                 return True
 
-            failed, made, hits = label_with_ray(config, todo, passages, digests, cache_path, add)
+            failed, made, hits, extra = label_with_ray(config, todo, passages, digests, cache_path, add)
         else:
             made, hits = _label_locally(config, retriever, passages_by_id, journal, todo, failed, digests, cache_path)
     except TeacherError as error:  # permanent (e.g. HTTP 401/404, unreachable): a setting to fix, not a bug
@@ -162,6 +163,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         "teacher_calls_from_cache": hits,
         "teacher_cache": str(cache_path),
         "seconds": round(time.monotonic() - started, 3),
+        **extra,
     }
     if config.executor == "ray":
         from selfrag.data_gen.ray_executor import write_shards

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def cluster():  # type: ignore[no-untyped-def]
     cluster.shutdown()
 
 
-def labelling_workers() -> list[int]:
+def labelling_workers(name: bytes = b"Labeller") -> list[int]:
     """PIDs of the processes running the labelling actors (Ray names them after the map_batches function)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -45,7 +46,7 @@ def labelling_workers() -> list[int]:
                 command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if b"Labeller" in command and b"ray::" in command:
+            if name in command and b"ray::" in command:
                 found.append(int(entry.name))
     return found
 
@@ -92,7 +93,8 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     assert joined == (tmp_path / "local" / "records.jsonl").read_bytes()
 
 
-def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("stages", ["false", "true"])
+def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Path, stages: str) -> None:  # type: ignore[no-untyped-def]
     from test_teacher_faults import closed_port_url
 
     from selfrag.errors import ConfigError
@@ -102,11 +104,14 @@ def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Pa
     started = time.monotonic()
     with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
         generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
-                 "teacher.backoff_s=0.2")
+                 "teacher.backoff_s=0.2", f"ray.stages={stages}")
     assert time.monotonic() - started < 60
 
 
-def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("stages", ["false", "true"])
+def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(  # type: ignore[no-untyped-def]
+    cluster, tmp_path: Path, monkeypatch, stages: str
+) -> None:
     """The cache lives in one keeper actor on the driver's node, whichever worker asks; the output goes to a
     memory:// URL that only the driver writes (the workers are other processes: they could not reach it)."""
     import fsspec
@@ -129,7 +134,7 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_
     url = f"memory://selfrag-tests/{tmp_path.name}/ray-run"
     fs, root = fsspec.core.url_to_fs(url)
     settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "teacher.max_concurrency=2",
-                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}", f"ray.stages={stages}"]
     with TeacherServer(latency=0.01) as server:
         generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
         server.answered.clear()
@@ -149,3 +154,133 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(cluster, tmp_
             assert joined == (tmp_path / "local" / name).read_bytes(), name
     finally:
         fs.rm(root, recursive=True)
+
+
+def stage_of_request(body: dict) -> str:  # type: ignore[type-arg]
+    """The stage of ``ray.stages=true`` that answers a teacher request (from its prompt, as the scripted teacher)."""
+    from selfrag.data_gen.labelers import INSTRUCTIONS
+    from selfrag.data_gen.ray_stages import LABEL_STAGE
+
+    user = next(message["content"] for message in body["messages"] if message["role"] == "user")
+    if user.startswith(("Write one question", "Answer the question")):
+        return "write"
+    return LABEL_STAGE[next(kind for kind, text in INSTRUCTIONS.items() if user.startswith(text))]
+
+
+def test_staged_run_matches_the_single_process_run_call_for_call_through_a_killed_stage_worker(  # type: ignore[no-untyped-def]
+    cluster, tmp_path: Path
+) -> None:
+    """ray.stages=true: one Ray Data stage per decision type; the same bytes as the single-process run, each stage's
+    teacher calls those of its decision type in the single-process run, a relevance actor SIGKILLed mid-run."""
+    data = write_inputs(tmp_path, MANY)
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.stages=true", "ray.workers=1",
+                "ray.stage_workers.relevance=2", "ray.batch_size=3", "ray.shard_records=5",
+                "teacher.max_concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+    killed: list[int] = []
+    with TeacherServer(latency=0.02) as server:
+        local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+        per_stage = Counter(stage_of_request(body) for body in server.answered)
+
+        def kill_relevance_worker() -> None:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not killed:
+                if sum(stage_of_request(body) == "relevance" for body in list(server.answered)) > 2:
+                    for pid in labelling_workers(b"relevance_stage")[:1]:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                time.sleep(0.01)
+
+        server.answered.clear()
+        killer = threading.Thread(target=kill_relevance_worker, daemon=True)
+        killer.start()
+        first = generate(server.url, data, tmp_path / "ray", *settings)
+        killer.join()
+        calls = len(server.answered)
+        (tmp_path / "ray" / "journal.jsonl").unlink()  # forget every finished question: only the cache is left
+        again = generate(server.url, data, tmp_path / "ray", *settings)
+    assert killed, "no relevance worker was found to kill"
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert first.stats["questions"] == local.stats["questions"] == len(MANY) and not first.problems
+    stages = first.stats["run"]["stages"]
+    # a killed batch is redone whole (its calls answered by the cache): each stage's calls are its kind's calls
+    assert {name: c["made"] + c["from_cache"] for name, c in stages.items() if name != "retrieve"} == per_stage
+    assert stages["retrieve"] == {"made": 0, "from_cache": 0}  # searches only
+    assert set(per_stage) == {"write", "decide", "relevance", "support", "utility"}
+    assert calls >= sum(per_stage.values()) == local.stats["run"]["teacher_calls_made"]
+    assert again.stats["run"]["teacher_calls_made"] == 0 and len(server.answered) == calls
+    assert {name: c["from_cache"] for name, c in again.stats["run"]["stages"].items() if c["from_cache"]} == per_stage
+    assert (tmp_path / "ray" / "manifest.json").is_file()
+
+
+def test_staged_run_writes_questions_from_seed_passages_as_the_single_process_run(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No queries: the `write` stage has the teacher write each question and answer from a seed passage."""
+    data = write_inputs(tmp_path, QUERIES)
+    seeds = ["queries=null", "question_count=4", "seed=1"]
+    with TeacherServer(latency=0.01) as server:
+        local = generate(server.url, data, tmp_path / "local", *seeds, f"teacher.cache={tmp_path / 'local.sqlite'}")
+        staged = generate(server.url, data, tmp_path / "ray", *seeds, "executor=ray", f"ray.address={cluster.address}",
+                          "ray.stages=true", "ray.batch_size=2", f"teacher.cache={tmp_path / 'ray.sqlite'}")
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    assert staged.stats["questions_labelled"] == local.stats["questions_labelled"] == 4
+    assert staged.stats["run"]["stages"]["write"]["made"] == 4  # one question and answer a seed passage
+
+
+def test_staged_run_killed_mid_run_resumes_without_redoing_or_doubling_a_question(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The driver of a ray.stages=true run (the CLI, joined to the cluster) SIGKILLed once questions are journaled:
+    the rerun labels only the rest, and the files are the single-process run's bytes."""
+    import subprocess
+    import sys
+
+    from test_teacher_run import overrides
+
+    data = write_inputs(tmp_path, MANY)
+    out = tmp_path / "ray"
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.stages=true", "ray.batch_size=2",
+                "teacher.max_concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with TeacherServer(latency=0.05) as server:
+        generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
+        total = len(server.answered)
+        server.answered.clear()
+        command = [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(server.url, data, out, *settings)]
+        process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        journal = out / "journal.jsonl"
+        deadline = time.monotonic() + 90
+        while not (journal.is_file() and journal.read_bytes().count(b"\n") >= 3) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        process.kill()
+        process.wait()
+        journaled = journal.read_bytes().count(b"\n")
+        final = subprocess.run(command, env=env, capture_output=True, text=True)
+        assert final.returncode == 0, final.stderr[-2000:]
+        # the calls of the killed run's unfinished questions come from the cache; at most those in flight are re-asked
+        assert len(server.answered) <= total + 2 * 2 * 6
+    assert 3 <= journaled < len(MANY)
+    run = json.loads((out / "run.json").read_text())
+    assert run["questions_already_done"] == journaled and run["questions_labelled_now"] == len(MANY) - journaled
+    for name in OUTPUT_FILES:
+        if name.endswith(".jsonl"):
+            assert (out / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+    entries = [json.loads(line)["query_id"] for line in journal.read_text().splitlines()]
+    assert len(entries) == len(set(entries)) == len(MANY)
+
+
+def test_stage_settings_are_checked_naming_the_field(tmp_path: Path) -> None:
+    from selfrag.config import load_config
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.errors import ConfigError
+
+    data = write_inputs(tmp_path, QUERIES)
+    base = ["labeler=llm", "teacher.model=m", "executor=ray", f"output={tmp_path / 'out'}", f"corpus={data[0]}",
+            f"queries={data[1]}", "ray.stages=true"]
+    with pytest.raises(ConfigError, match=r"ray\.stage_workers\.relevance must be >= 1 \(or null: ray\.workers\)"):
+        load_config(GenerateConfig, None, [*base, "ray.stage_workers.relevance=0"])
+    with pytest.raises(ConfigError, match=r"ray\.stage_cpus must be > 0"):
+        load_config(GenerateConfig, None, [*base, "ray.stage_cpus=0"])
+    settings = load_config(GenerateConfig, None, [*base, "ray.workers=3", "ray.stage_workers.relevance=8"]).ray
+    assert settings.stage_workers.of("relevance", settings.workers) == 8
+    assert settings.stage_workers.of("support", settings.workers) == 3
