@@ -291,6 +291,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="selfrag-engine-tier-") as log_dir, contextlib.ExitStack() as stack:
         tier = None
         if args.engine_tier == "vllm":
+            if not (Path(args.model) / "config.json").is_file():
+                parser.error(f"--model {args.model} has no config.json: vllm serve needs a full model; merge the "
+                             "adapter first (selfrag export ADAPTER OUTPUT) and pass OUTPUT")
+            if not args.vllm_python.is_file():
+                parser.error(f"--vllm-python {args.vllm_python} does not exist; make .venv-vllm with "
+                             "`bash scripts/setup_vllm.sh` or point --vllm-python at a Python with vllm")
             print(f"starting vllm serve --model {args.model} ({args.vllm_python}) ...", flush=True)
             tier = stack.enter_context(VllmServe(args.vllm_python, args.model, Path(log_dir), args.vllm_max_model_len,
                                                  args.vllm_dtype, args.vllm_kv_cache_gib))
@@ -311,11 +317,13 @@ def print_table(compare: str, results: dict[str, dict[str, Any]]) -> None:
               "engine tier RSS MiB", "load avg 1 min")
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for name, r in results.items():
+        engine = (f"{r['engine_rss_ready_mib']:.0f} → {r['engine_rss_after_mib']:.0f}"
+                  if r["engine_rss_ready_mib"] == r["engine_rss_ready_mib"] else "in the replicas")  # NaN: no tier
         print(f"| {name} ({r['replicas']} replica(s), max_batch={r['max_batch']}) | {r['completed']} "
               f"| {r['throughput_rps']:.3f} | {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_trace_p50_s']:.2f} "
               f"| {r['first_trace_p95_s']:.2f} | {r['first_delta_p50_s']:.1f} | {r['errors']} | {r['rejected_429']} "
               f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} "
-              f"| {r['engine_rss_ready_mib']:.0f} → {r['engine_rss_after_mib']:.0f} "
+              f"| {engine} "
               f"| {r['load_avg_1m_before']:.1f} → {r['load_avg_1m_after']:.1f} |")
     base, other = ("unbatched", "batched") if compare == "batching" else ("one", "two")
     if base in results and other in results and results[base]["throughput_rps"] > 0:
