@@ -92,6 +92,7 @@ def create_app(
         lambda settings, questions: state.ready_backend().stream_many(settings, questions),
         config.max_queue, config.max_batch, config.batch_wait_ms / 1000, metrics,
         abandon_check=lambda questions, gone: state.ready_backend().abandon_check(questions, gone),
+        concurrent_batches=config.batches_at_once(),
     ))
     state.served_names = names
 

@@ -9,8 +9,11 @@ the runtime yields it.
     event = await job.events.get()                       # as soon as the runtime has it
 
 One asyncio task takes the first waiting job, waits up to ``batch_wait_s`` for more (up to ``max_batch``),
-groups them by their runtime settings and runs one ``stream_many`` per group in a single worker thread (the
-engine is not shared between threads): a group's questions share each engine call, as with ``answer_many``.
+groups them by their runtime settings and runs one ``stream_many`` per group in a worker thread: a group's
+questions share each engine call, as with ``answer_many``. ``concurrent_batches`` batches run at once, each in its
+own thread: 1 for an in-process engine (hf, vllm: not shared between threads), more for a remote one (openai: a
+``vllm serve`` tier batches every request in flight per decode step, so a request that arrives while another batch
+is in the engine goes to the engine at once instead of waiting for that batch to end).
 Each event is handed to the loop as the runtime yields it: a streaming job's goes into its ``events`` queue, and
 every job's ``future`` gets its answer at its final event. ``None`` closes a streaming job's queue after the
 group is done (without a final event before it, ``future`` holds the engine's error). A job whose client went
@@ -72,6 +75,7 @@ class BatchWorker:
         batch_wait_s: float,
         metrics: ServerMetrics | None = None,
         abandon_check: AbandonCheckOf | None = None,
+        concurrent_batches: int = 1,
     ) -> None:
         self._stream_many = stream_many
         self._abandon_check = abandon_check
@@ -79,7 +83,10 @@ class BatchWorker:
         self.metrics = metrics
         self._waiting: collections.deque[Job] = collections.deque()
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="selfrag-engine")
+        self.concurrent_batches = concurrent_batches
+        self._executor = ThreadPoolExecutor(max_workers=concurrent_batches, thread_name_prefix="selfrag-engine")
+        self._slots = asyncio.Semaphore(concurrent_batches)  # a batch holds one from being taken to its end
+        self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.in_flight = 0
@@ -98,6 +105,8 @@ class BatchWorker:
         self._wakeup.set()
         if self._task is not None:
             await self._task
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
     def submit(self, question: str, settings: InferenceConfig, stream: bool = False) -> Job:
@@ -138,11 +147,23 @@ class BatchWorker:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            await self._slots.acquire()  # a free engine thread before the batch is formed: late arrivals join it
+            if not self._waiting:  # every waiting client left meanwhile
+                self._slots.release()
+                continue
             await self._gather()
             batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
             self._update_gauges()
-            for group in _by_settings(batch):
+            task = asyncio.create_task(self._run_batch(_by_settings(batch)), name="selfrag-batch")
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, groups: list[list[Job]]) -> None:
+        try:
+            for group in groups:
                 await self._run(group)
+        finally:
+            self._slots.release()
 
     async def _gather(self) -> None:
         """Wait up to batch_wait_s (from the oldest job's arrival) for a fuller batch."""
@@ -163,7 +184,7 @@ class BatchWorker:
         jobs = [job for job in jobs if not job.cancelled]
         if not jobs:
             return
-        self.in_flight = len(jobs)
+        self.in_flight += len(jobs)
         self._update_gauges()
         started = time.monotonic()
         if self.metrics is not None:
@@ -179,7 +200,7 @@ class BatchWorker:
                     job.future.set_exception(error)
             return
         finally:
-            self.in_flight = 0
+            self.in_flight -= len(jobs)
             self._update_gauges()
             # The executor's result reaches the loop after every _deliver the thread scheduled: these come last.
             for job in jobs:

@@ -60,6 +60,11 @@ class ServeConfig:
     batch_wait_ms: float = help_field(
         "how long the batching worker waits for more requests after the first one arrives", 10.0
     )
+    concurrent_batches: int | None = help_field(
+        "batches in the engine at once; null: 1 for engine=hf and vllm (one in-process engine, not shared between "
+        "threads), 4 for engine=openai (a vllm serve tier batches every request in flight at each decode step, so a "
+        "request need not wait for the batch before it)", None
+    )
     timeout_s: float = help_field("per-request limit in seconds (queue wait + answer); past it: 504", 120.0)
     max_request_bytes: int = help_field("largest request body accepted; larger: 413", 65536)
     max_messages: int = help_field("most chat messages in one request", 64)
@@ -72,6 +77,12 @@ class ServeConfig:
         "on_all_irrelevant, support_bound and max_tokens",
         default_factory=InferenceConfig,
     )
+
+    def batches_at_once(self) -> int:
+        """``concurrent_batches``, or its default for the engine."""
+        if self.concurrent_batches is not None:
+            return self.concurrent_batches
+        return 4 if self.engine == "openai" else 1
 
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
@@ -91,6 +102,11 @@ class ServeConfig:
         for name in ("timeout_s", "graceful_shutdown_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be positive seconds, got {getattr(self, name)}")
+        if self.concurrent_batches is not None and self.concurrent_batches < 1:
+            problems.append(f"concurrent_batches must be at least 1, got {self.concurrent_batches}")
+        elif (self.concurrent_batches or 1) > 1 and self.engine != "openai":
+            problems.append(f"concurrent_batches={self.concurrent_batches} needs engine=openai: engine={self.engine} "
+                            "runs in this process and is not shared between threads; leave it unset (1)")
         if self.batch_wait_ms < 0:
             problems.append(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}; use 0 to never wait")
         if self.inference.max_tokens > self.max_tokens_limit:
