@@ -4,7 +4,7 @@
     for index, event in backend.stream_many(settings, ["Who wrote Hamlet?", "Who wrote Faust?"]): ...
 
 Per-request settings build a :class:`~selfrag.inference.runtime.SelfRAG` over the shared engine and retriever
-(cheap: no model or index is copied); it runs in the server's single engine thread.
+(cheap: no model or index is copied); it runs in one of the server's engine threads (``concurrent_batches`` of them).
 """
 
 from __future__ import annotations
