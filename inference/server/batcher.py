@@ -124,6 +124,7 @@ class BatchWorker:
     def retry_after_s(self) -> int:
         """Whole seconds until the queue has likely drained by one batch (Retry-After of a 429), 1 to 60."""
         per_job = self._seconds_per_job if self._seconds_per_job is not None else 1.0
+        per_job /= self.concurrent_batches  # that many batches drain the queue at once
         return max(1, min(60, math.ceil(per_job * min(self.max_batch, max(len(self._waiting), 1)))))
 
     def cancel(self, job: Job) -> None:

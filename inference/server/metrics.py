@@ -23,7 +23,8 @@ class ServerMetrics:
                                     "time a request waited in the queue until the engine took it",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.queue_depth = Gauge("selfrag_queue_depth", "requests waiting for the engine", registry=r)
-        self.in_flight = Gauge("selfrag_in_flight", "requests being decoded in the current engine call", registry=r)
+        self.in_flight = Gauge("selfrag_in_flight", "requests in the engine, over every batch in flight",
+                               registry=r)
         self.batch_size = Histogram("selfrag_batch_size", "requests per engine call",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.engine_seconds = Histogram("selfrag_engine_call_seconds", "time of one batch, all its phases",

@@ -105,3 +105,17 @@ def test_the_default_follows_the_engine_and_threads_need_a_remote_one() -> None:
         load_config(ServeConfig, None, ["model=m", "corpus=c.jsonl", "concurrent_batches=2"])
     with pytest.raises(ConfigError, match="concurrent_batches must be at least 1, got 0"):
         load_config(ServeConfig, None, ["model=m", "corpus=c.jsonl", "engine=openai", "concurrent_batches=0"])
+
+
+def test_retry_after_counts_the_batches_that_drain_the_queue_at_once() -> None:
+    async def scenario() -> tuple[int, int]:
+        one = BatchWorker(HeldEngine().stream_many, max_queue=64, max_batch=16, batch_wait_s=0.0)
+        four = BatchWorker(HeldEngine().stream_many, max_queue=64, max_batch=16, batch_wait_s=0.0,
+                           concurrent_batches=4)
+        for worker in (one, four):
+            worker._seconds_per_job = 2.0  # measured: 2 s of engine time a job
+            for _ in range(16):
+                worker._waiting.append(object())  # type: ignore[arg-type]
+        return one.retry_after_s(), four.retry_after_s()
+
+    assert asyncio.run(scenario()) == (32, 8)
