@@ -20,7 +20,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -123,12 +123,17 @@ def run(config: GenerateConfig) -> GenerateResult:
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries)}
+    for number, extra in enumerate(config.more_queries):  # keys only when set: older runs' inputs stay unchanged
+        digests[f"more_queries[{number}]"] = file_digest(extra)
+    if config.answers is not None:
+        digests["answers"] = file_digest(config.answers)
     check_inputs(config, output, digests)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
     selected = select_queries(queries, config.split, config.shard, config.queries)
     if config.limit is not None:
         selected = selected[: config.limit]
+    selected = with_answers(selected + more_queries(config.more_queries), config.answers)
     check_support_labels(selected, str(config.queries))
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
@@ -229,6 +234,35 @@ def negatives_short(
 def shard_of(query_id: str, count: int) -> int:
     """A stable shard number for a query id (the same on every machine and Python version)."""
     return int(hashlib.sha1(query_id.encode("utf-8")).hexdigest(), 16) % count
+
+
+def more_queries(paths: Sequence[Path]) -> list[Query]:
+    """The queries of each further file, whole, in order."""
+    return [query for path in paths for query in load_queries(path)]
+
+
+def read_answers(path: Path) -> dict[str, str]:
+    """An answers file (JSONL ``{id, output}``) as id -> output; ``InputError`` naming the line otherwise."""
+    from selfrag.jsonl import read_jsonl
+
+    answers: dict[str, str] = {}
+    for number, row in read_jsonl(path, "answers"):
+        query_id, output = row.get("id"), row.get("output")
+        if not isinstance(query_id, str) or not isinstance(output, str) or not output.strip():
+            raise InputError(
+                f"{path}:{number}: an answers line needs a string 'id' and a non-empty string 'output', got "
+                f"{ {k: row.get(k) for k in ('id', 'output')} }; write {{\"id\": QUERY_ID, \"output\": ANSWER}}"
+            )
+        answers[query_id] = output
+    return answers
+
+
+def with_answers(queries: Sequence[Query], path: Path | None) -> list[Query]:
+    """``queries`` with each one listed in the answers file answering with its ``output`` there."""
+    if path is None:
+        return list(queries)
+    answers = read_answers(path)
+    return [replace(query, output=answers[query.id]) if query.id in answers else query for query in queries]
 
 
 def select_queries(queries: Sequence[Query], split: str, shard: str, source: Path | str = "queries") -> list[Query]:
