@@ -74,9 +74,11 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
 
     wanted = [q for q in queries if q.answerable and q.answers and q.output is None]
     golds = {q.id: passages.get(q.gold_passage_ids[0]) if q.gold_passage_ids else None for q in wanted}
-    examples = [Example(id=q.id, question=q.question, answers=tuple(q.answers),
-                        ctxs=(golds[q.id],) if q.needs_retrieval is not False and golds[q.id] else ())
-                for q in wanted]
+    examples = []
+    for q in wanted:
+        gold = golds[q.id]
+        ctxs: tuple[Passage, ...] = (gold,) if q.needs_retrieval is not False and gold is not None else ()
+        examples.append(Example(id=q.id, question=q.question, answers=tuple(q.answers), ctxs=ctxs))
     engine = CountingEngine(load_plain(model))
     retriever = ExampleRetriever(examples, None)
     runners = {rag: plain_runner(engine, retriever, 1, MAX_TOKENS, abstain_text, rag) for rag in (True, False)}

@@ -55,7 +55,8 @@ def row(arm: dict[str, Any]) -> str:
         share(sp["match"], sp["answerable"]), share(rag["match"], rag["answerable"]),
         share(sp["unsupported_claim_rate"], sp.get("claims_judged", 0)),
         share(rag["unsupported_claim_rate"], rag.get("claims_judged", 0)),
-        f"{100 * (sp['false_abstain_rate'] or 0):.1f}%", f"{100 * (sp.get('f1') or 0):.1f} / {100 * (rag.get('f1') or 0):.1f}",
+        f"{100 * (sp['false_abstain_rate'] or 0):.1f}%",
+        f"{100 * (sp.get('f1') or 0):.1f} / {100 * (rag.get('f1') or 0):.1f}",
         auroc("relevance"), auroc("support"), f"{100 * (report['well_formed']['share'] or 0):.1f}%",
         arm.get("judgement", "not measured"), words,
     ]

@@ -146,7 +146,7 @@ def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None
     """A quickstart folder made before ``erased_negatives`` existed fingerprinted its data without it: at its default
     (0, the same records) the data fingerprint is unchanged, so the folder keeps its data and its 10-minute training;
     set to 1 it changes, and the data and everything after are redone."""
-    from selfrag.app.quickstart import REPO, data_fingerprint_settings, data_settings, fingerprint
+    from selfrag.app.quickstart import DATA_SETTINGS_ADDED, REPO, data_fingerprint_settings, data_settings, fingerprint
     from selfrag.config import to_dict
     from selfrag.data_gen.config import GenerateConfig
 
@@ -154,6 +154,6 @@ def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None
     resolved = data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")
     settings = to_dict(from_dict(GenerateConfig, resolved))
     assert settings["erased_negatives"] == 0  # the shipped data recipe
-    older = {k: v for k, v in settings.items() if k != "erased_negatives"}  # what a folder made before it held
+    older = {k: v for k, v in settings.items() if k not in DATA_SETTINGS_ADDED}  # what a folder made before held
     assert fingerprint([data_fingerprint_settings(settings)]) == fingerprint([older])
     assert fingerprint([data_fingerprint_settings({**settings, "erased_negatives": 1})]) != fingerprint([older])
