@@ -23,10 +23,24 @@ from selfrag.inference.runtime import SelfRAG
 NUMBER = re.compile(r"^[\W\d_]*\d[\W\d_]*$")  # digits and punctuation only: "10", "1,782.", "$5"
 
 
+WORD = re.compile(r"[^\W\d_]{2,}")  # two letters or more
+
+
 def kind(answer: str) -> str:
-    """``number`` (digits and punctuation only), ``empty`` or ``words``."""
+    """``number`` (digits and punctuation only), ``words`` (a word of two letters or more), else ``other`` ("d",
+    "_", nothing)."""
     text = answer.strip()
-    return "empty" if not text else "number" if NUMBER.match(text) else "words"
+    return "number" if NUMBER.match(text) else "words" if WORD.search(text) else "other"
+
+
+def summarize(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for group in ("no-retrieval", "factual"):
+        mine = [a for a in answers if a["group"] == group]
+        summary[group] = {"questions": len(mine),
+                          **{k: sum(kind(a["answer"]) == k for a in mine) for k in ("words", "number", "other")},
+                          "holds_gold": sum(a["holds_gold"] for a in mine)}
+    return summary
 
 
 def probe(folder: Path, batch_size: int = 8) -> dict[str, Any]:
@@ -40,13 +54,7 @@ def probe(folder: Path, batch_size: int = 8) -> dict[str, Any]:
             answers.append({"group": group, "question": row["question"], "gold": row["answers"],
                             "answer": answer.answer, "kind": kind(answer.answer),
                             "holds_gold": match(answer.answer, row["answers"])})
-    summary: dict[str, Any] = {}
-    for group in ("no-retrieval", "factual"):
-        mine = [a for a in answers if a["group"] == group]
-        summary[group] = {"questions": len(mine),
-                          **{k: sum(a["kind"] == k for a in mine) for k in ("words", "number", "empty")},
-                          "holds_gold": sum(a["holds_gold"] for a in mine)}
-    return {"summary": summary, "answers": answers}
+    return {"summary": summarize(answers), "answers": answers}
 
 
 def main() -> None:

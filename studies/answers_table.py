@@ -19,6 +19,9 @@ import yaml
 
 from selfrag.agreement import wilson_interval
 
+sys.path.insert(0, str(Path(__file__).parent))
+from answers_never import summarize  # noqa: E402
+
 ARMS = Path(__file__).parent / "answers" / "arms.yaml"
 
 
@@ -47,9 +50,9 @@ def row(arm: dict[str, Any]) -> str:
     never = folder / "never.json"
     words = "n/a"
     if never.is_file():
-        summary = json.loads(never.read_text(encoding="utf-8"))["summary"]
-        words = "; ".join(f"{group} {s['words']}/{s['questions']} words, {s['number']} numbers, {s['holds_gold']} gold"
-                          for group, s in summary.items())
+        summary = summarize(json.loads(never.read_text(encoding="utf-8"))["answers"])
+        words = "; ".join(f"{group}: {s['words']}/{s['questions']} words, {s['number']} numbers, {s['other']} other "
+                          f"(a letter, nothing), {s['holds_gold']} hold the gold" for group, s in summary.items())
     cells = [
         arm["name"], arm["what"], str(arm.get("steps", "")), arm.get("timing", ""),
         share(sp["match"], sp["answerable"]), share(rag["match"], rag["answerable"]),
