@@ -273,11 +273,12 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
         raise ConfigError([f"data_recipe {str(config.data_recipe)!r} not found; run from the repository root or "
                            "pass data_recipe=..."])
     settings = {**read_yaml(recipe), "corpus": corpus, "queries": queries, "output": output, "split": split}
-    if split != "train":  # the held-out questions' labels: every one of them, with the data set's own answers
-        return {**settings, "limit": None, "more_queries": [], "answers": None}
-    settings["more_queries"] = [_in_repo(path) for path in settings.get("more_queries") or []]
     if settings.get("answers") is not None:
         settings["answers"] = _in_repo(settings["answers"])
+    if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
+        # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences)
+        return {**settings, "limit": None, "more_queries": []}
+    settings["more_queries"] = [_in_repo(path) for path in settings.get("more_queries") or []]
     return settings
 
 

@@ -68,9 +68,12 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
     """One answers row per answerable query (retrieval: over its first gold passage; no retrieval: the question)."""
     from tqdm import tqdm
 
+    from selfrag.evaluation.counting import CountingEngine
     from selfrag.evaluation.data import Example
-    from selfrag.evaluation.engines import CountingEngine, load_plain
     from selfrag.evaluation.modes import ExampleRetriever, plain_runner
+    from selfrag.inference.engines import EngineOptions
+    from selfrag.inference.engines.hf import HFEngine
+    from selfrag.models import resolve_model
 
     wanted = [q for q in queries if q.answerable and q.answers and q.output is None]
     golds = {q.id: passages.get(q.gold_passage_ids[0]) if q.gold_passage_ids else None for q in wanted}
@@ -79,7 +82,9 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
         gold = golds[q.id]
         ctxs: tuple[Passage, ...] = (gold,) if q.needs_retrieval is not False and gold is not None else ()
         examples.append(Example(id=q.id, question=q.question, answers=tuple(q.answers), ctxs=ctxs))
-    engine = CountingEngine(load_plain(model))
+    options = EngineOptions()
+    engine = CountingEngine(HFEngine.plain(resolve_model(model), dtype=options.dtype, device=options.device,
+                                           seed=options.seed))
     retriever = ExampleRetriever(examples, None)
     runners = {rag: plain_runner(engine, retriever, 1, MAX_TOKENS, abstain_text, rag) for rag in (True, False)}
     rows: list[dict[str, Any]] = []

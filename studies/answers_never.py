@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from selfrag.evaluation.engines import load_trained
 from selfrag.evaluation.metrics import match
 from selfrag.inference.config import InferenceConfig
+from selfrag.inference.engines import build_engine
 from selfrag.inference.runtime import SelfRAG
 
 NUMBER = re.compile(r"^[\W\d_]*\d[\W\d_]*$")  # digits and punctuation only: "10", "1,782.", "$5"
@@ -45,7 +45,8 @@ def summarize(answers: list[dict[str, Any]]) -> dict[str, Any]:
 
 def probe(folder: Path, batch_size: int = 8) -> dict[str, Any]:
     rows = [json.loads(line) for line in (folder / "splits" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
-    runtime = SelfRAG(load_trained(str(folder / "model")), None, InferenceConfig(mode="never", max_tokens=48))
+    config = InferenceConfig(mode="never", max_tokens=48)
+    runtime = SelfRAG(build_engine(config, folder / "model"), None, config)
     answers = []
     for start in range(0, len(rows), batch_size):
         batch = [row for row in rows[start : start + batch_size] if row.get("answerable", True)]

@@ -58,7 +58,9 @@ def test_the_data_recipe_files_resolve_from_the_repository_and_test_labels_take_
     assert train["more_queries"] == [REPO / "data_gen/demo/general-knowledge.jsonl"]
     assert train["answers"] == REPO / "data_gen/demo/general-knowledge.jsonl"
     test = data_settings(config, DEMO_CORPUS, DEMO_QUERIES, tmp_path / "gold-test", "test")
-    assert test["limit"] is None and test["more_queries"] == [] and test["answers"] is None
+    # every held-out question labelled, answering in the trained form (support judged on what the model writes)
+    assert test["limit"] is None and test["more_queries"] == []
+    assert test["answers"] == REPO / "data_gen/demo/general-knowledge.jsonl"
 
 
 def test_an_edited_answers_file_redoes_the_data_stage(tmp_path: Path) -> None:
