@@ -37,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
-DATA_RECIPE = Path("configs/data_gen/squad-demo.yaml")
+DATA_RECIPE = Path("configs/data_gen/squad-demo-sentences.yaml")  # the answers study's arm S600
 STAGES_FILE = "stages.json"
-MAX_TOKENS = 48  # new tokens per decode in calibration and evaluation (the demo's answers are short)
+MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-sentence answer and its tokens
 
 
 @dataclass

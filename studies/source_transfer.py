@@ -51,7 +51,7 @@ def label_slice(source: str, output: Path) -> Path:
     return output / "records.jsonl"
 
 
-def score(model_dir: Path, records_path: Path) -> dict[str, Any]:
+def score(model_dir: Path, records_path: Path, items: int | None = None) -> dict[str, Any]:
     """Relevance AUROC (gold vs each negative kind) and support AUROC (by the records' own support labels)."""
     import yaml
 
@@ -59,7 +59,7 @@ def score(model_dir: Path, records_path: Path) -> dict[str, Any]:
     from selfrag.loading import load_model
     from selfrag.training.config import TrainConfig
     from selfrag.training.dataset import read_records
-    from selfrag.training.judgement import auroc, auroc_interval, score_examples
+    from selfrag.training.judgement import auroc, auroc_interval, score_examples, select_items
     from selfrag.training.run import judgement_set
 
     settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
@@ -70,6 +70,8 @@ def score(model_dir: Path, records_path: Path) -> dict[str, Any]:
     support_label = {r.id: next((s.support.value for s in r.segments if s.support is not None), None) for r in records}
     examples = judgement_set(from_dict(TrainConfig, settings), tokenizer, meta.token_ids, meta.prompt_template,
                              records=records)
+    if items is not None:  # the held-out SQuAD articles have ~4,600 records: the questions select_items picks
+        examples = list(select_items(examples, items))
     rows = score_examples(model, examples, meta.token_ids)
 
     def measure(positive: list[float], negative: list[float]) -> dict[str, Any]:
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="a folder `selfrag train` wrote (e.g. selfrag-quickstart/model)")
     parser.add_argument("--sources", default=",".join(SOURCES), help="slices of data_gen/slices, comma-separated")
+    parser.add_argument("--items", type=int, default=100, help="held-out SQuAD items per class (the slices: all)")
     args = parser.parse_args(argv)
     model_dir = args.model_dir.resolve()
     if not (model_dir / "config.yaml").is_file():
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results: dict[str, dict[str, Any]] = {}
     if (SQUAD_TEST / "records.jsonl").is_file():
-        results["squad (held-out articles)"] = score(model_dir, SQUAD_TEST / "records.jsonl")
+        results["squad (held-out articles)"] = score(model_dir, SQUAD_TEST / "records.jsonl", args.items)
     for source in args.sources.split(","):
         results[source] = score(model_dir, label_slice(source, REPO / "runs" / "transfer" / source))
     (model_dir / "transfer.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
