@@ -19,7 +19,7 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
-DATA_RECIPE = Path("configs/data_gen/squad-demo.yaml")
+DATA_RECIPE = Path("configs/data_gen/squad-demo-sentences.yaml")  # the answers study's arm S600
 STAGES_FILE = "stages.json"
-MAX_TOKENS = 48  # new tokens per decode in calibration and evaluation (the demo's answers are short)
+MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-sentence answer and its tokens
 
 
 @dataclass
@@ -56,7 +56,12 @@ class QuickstartConfig:
     )
     max_steps: int | None = help_field("training steps (-1: train `epochs` epochs); null: the recipe's", None)
     epochs: float | None = help_field("passes over the training records; null: the recipe's", None)
-    test_questions: int = help_field("held-out questions in the evaluation table", 20)
+    test_questions: int = help_field("held-out questions in the evaluation table", 60)
+    test_mix: list[int] = help_field(
+        "the test split's answerable, unanswerable and no-retrieval questions, taken in turn in these numbers: "
+        "4,1,1 of 60 gives 40 answerable (enough to tell two modes' answers apart), 10 and 10",
+        default_factory=lambda: [4, 1, 1],
+    )
     dev_questions: int = help_field("held-out questions (not in the table) the calibration is measured on", 12)
     target_false_abstain: float = help_field("calibration target: false abstains on answerable dev questions", 0.1)
     show: int = help_field("answers printed with every mode's answer and the decisions", 3)
@@ -80,6 +85,9 @@ class QuickstartConfig:
         problems = []
         if self.test_questions < 1:
             problems.append(f"test_questions must be >= 1, got {self.test_questions}")
+        if len(self.test_mix) != len(KINDS) or min(self.test_mix) < 0 or not any(self.test_mix):
+            problems.append(f"test_mix must be {len(KINDS)} counts >= 0 ({', '.join(KINDS)}), not all 0, got "
+                            f"{self.test_mix}; e.g. test_mix=[4,1,1]")
         if self.dev_questions < 1:
             problems.append(f"dev_questions must be >= 1, got {self.dev_questions}; calibration needs a dev split")
         if not 0 <= self.min_well_formed <= 1:
@@ -124,14 +132,15 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
-    demo = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES}
+    demo = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(data_config)}
     # the splitter: generate records it and refuses to resume records split another way
     stages.check("data", data_config, demo, [out / "data", out / "gold-test"],
                  versions={"sentences": SENTENCE_SPLITTER})
     data = generate(data_config)
     print(data.summary())
-    held_out = interleave([q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"], _query_kind)
-    dev, test = held_out[: config.dev_questions], held_out[config.dev_questions :][: config.test_questions]
+    demo_queries = load_queries(DEMO_QUERIES)
+    dev, test = held_out_splits(demo_queries, config.dev_questions, config.test_questions, config.test_mix)
+    held_out = [q for q in demo_queries if q.meta.get("split") == "test"]
     if not test:
         raise SelfragError(
             f"the demo has {len(held_out)} held-out questions; dev_questions={config.dev_questions} leaves none for "
@@ -263,7 +272,26 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
     if not recipe.is_file():
         raise ConfigError([f"data_recipe {str(config.data_recipe)!r} not found; run from the repository root or "
                            "pass data_recipe=..."])
-    return {**read_yaml(recipe), "corpus": corpus, "queries": queries, "output": output, "split": split}
+    settings = {**read_yaml(recipe), "corpus": corpus, "queries": queries, "output": output, "split": split}
+    if settings.get("answers") is not None:
+        settings["answers"] = _in_repo(settings["answers"])
+    if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
+        # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences)
+        return {**settings, "limit": None, "more_queries": []}
+    settings["more_queries"] = [_in_repo(path) for path in settings.get("more_queries") or []]
+    return settings
+
+
+def _in_repo(path: str | Path) -> Path:
+    """A data recipe's path: as given where it exists, else relative to the repository root (the recipe's own)."""
+    return Path(path) if Path(path).exists() or Path(path).is_absolute() else REPO / path
+
+
+def data_files(config: Any) -> dict[str, Path]:
+    """The data recipe's further files (more_queries, answers) as the data stage's inputs, keyed as generate keys
+    them (only those set: older folders' inputs stay unchanged): an edited file relabels."""
+    files = {f"more_queries[{number}]": Path(path) for number, path in enumerate(config.more_queries)}
+    return {**files, **({"answers": Path(config.answers)} if config.answers is not None else {})}
 
 
 def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) -> dict[str, Any]:
@@ -302,7 +330,9 @@ def legacy_fingerprint(parts: list[Any]) -> str:
 #: data_gen settings added after quickstart folders existed, with the default that computes what such a folder did:
 #: at that default they stay out of the data fingerprint, so an older folder keeps its data and its training (else a
 #: new field would retrain every existing quickstart); at any other value they change it.
-DATA_SETTINGS_ADDED = {"erased_negatives": 0, "output_sync_s": 10.0}
+DATA_SETTINGS_ADDED: dict[str, Any] = {
+    "erased_negatives": 0, "output_sync_s": 10.0, "more_queries": [], "answers": None,
+}
 
 
 def data_fingerprint_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -363,15 +393,25 @@ T = TypeVar("T")
 KINDS = ("answerable", "unanswerable", "no-retrieval")
 
 
-def interleave(items: list[T], kind: Callable[[T], str]) -> list[T]:
-    """All items, reordered to take the kinds (answerable, unanswerable, no-retrieval) in turn."""
+def interleave(items: list[T], kind: Callable[[T], str], mix: Sequence[int] = (1, 1, 1)) -> list[T]:
+    """All items, reordered to take the kinds (answerable, unanswerable, no-retrieval) in turn, ``mix[i]`` of kind i
+    each turn (a kind whose items ran out is skipped)."""
     queues = {name: [item for item in items if kind(item) == name] for name in KINDS}
     ordered: list[T] = []
-    while any(queues.values()):
-        for name in KINDS:
-            if queues[name]:
-                ordered.append(queues[name].pop(0))
+    while any(queues[name] for name, count in zip(KINDS, mix, strict=True) if count):
+        for name, count in zip(KINDS, mix, strict=True):
+            ordered += queues[name][:count]
+            del queues[name][:count]
     return ordered
+
+
+def held_out_splits(queries: Sequence[Query], dev_questions: int, test_questions: int,
+                    test_mix: Sequence[int]) -> tuple[list[Query], list[Query]]:
+    """The dev questions (the kinds in turn) and, from the rest, the test questions (the kinds in ``test_mix``'s
+    numbers), both from the demo's held-out articles (``meta.split == "test"``), in file order."""
+    held_out = interleave([q for q in queries if q.meta.get("split") == "test"], _query_kind)
+    dev = held_out[:dev_questions]
+    return dev, interleave(held_out[dev_questions:], _query_kind, test_mix)[:test_questions]
 
 
 def _query_kind(query: Query) -> str:

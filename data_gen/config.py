@@ -194,6 +194,16 @@ class GenerateConfig:
         "from sampled passages.",
         default=None,
     )
+    more_queries: list[Path] = help_field(
+        "Further queries JSONL files (the same format), each taken whole after split, shard and limit have selected "
+        "from queries (labeler=gold), e.g. the demo's word-answer general-knowledge questions.",
+        default_factory=list,
+    )
+    answers: Path | None = help_field(
+        "Answers JSONL {id, output} (labeler=gold): each listed query answers with this output instead of its first "
+        "gold answer, e.g. the base model's own answers (python -m selfrag.data_gen.distill); null: none.",
+        default=None,
+    )
     labeler: Literal["gold", "llm"] = help_field(
         "Who labels: 'gold' derives every reflection label from the data set's own annotations "
         "(answer spans, unanswerable flags, needs_retrieval); 'llm' asks the teacher (see teacher.*) for every "
@@ -324,6 +334,9 @@ class GenerateConfig:
                             "retriever.index / retriever.url is given); drop retriever.corpus")
         if self.labeler == "llm":
             problems += self._gold_only_settings()
+            if self.more_queries or self.answers is not None:
+                problems.append("more_queries and answers are read by labeler=gold only (the teacher writes its own "
+                                "answers); remove them, or use labeler=gold")
         if self.executor == "ray" and self.labeler != "llm":
             problems.append("executor=ray runs the teacher labeller (labeler=llm); the gold labeler runs locally")
         if self.labeler == "llm" and not self.teacher.model:

@@ -96,6 +96,18 @@ def _joined(index: int, sentence: str) -> str:
     return sentence if index == 0 else " " + sentence
 
 
+def swapped_answer(query: Query, wrong: str) -> str:
+    """A support negative's text in the form of the trained answer: where the query answers with an ``output`` that
+    holds its first gold answer (a whole sentence around the span), that sentence with the wrong answer in the span's
+    place, so the verdict cannot be read off the answer's length; else the wrong answer itself."""
+    if query.output is None or not query.answers:
+        return wrong
+    at = query.output.casefold().find(query.answers[0].casefold())
+    if at < 0:
+        return wrong
+    return query.output[:at] + wrong + query.output[at + len(query.answers[0]) :]
+
+
 class GoldLabeler:
     """Turns each query (with its evidence) into gold-labelled trajectory records."""
 
@@ -141,8 +153,8 @@ class GoldLabeler:
             for number, wrong in enumerate(evidence.wrong_answers):
                 records.append(
                     self._evidence_record(
-                        query, f"support-negative-{number}", "support-negative", gold, rf.RELEVANT, wrong,
-                        rf.NO_SUPPORT, untrained=True,
+                        query, f"support-negative-{number}", "support-negative", gold, rf.RELEVANT,
+                        swapped_answer(query, wrong), rf.NO_SUPPORT, untrained=True,
                     )
                 )
         elif evidence.own is not None:

@@ -14,7 +14,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_o
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.data_gen.queries import select_queries
-from selfrag.errors import ConfigError
+from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
@@ -111,12 +111,17 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     # the splitter too: answers' and erased passages' sentences split another way are other records
     digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
+    for number, extra in enumerate(config.more_queries):  # keys only when set: older runs' inputs stay unchanged
+        digests[f"more_queries[{number}]"] = file_digest(extra)
+    if config.answers is not None:
+        digests["answers"] = file_digest(config.answers)
     check_output(config, output, CONTENT_SETTINGS, digests, start_over)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
     selected = select_queries(queries, config.split, config.shard, config.queries)
     if config.limit is not None:
         selected = selected[: config.limit]
+    selected = with_answers(selected + more_queries(config.more_queries), config.answers)
     check_support_labels(selected, str(config.queries))
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
@@ -276,3 +281,30 @@ def record_stats(records_path: Path) -> dict[str, Any]:
 def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def more_queries(paths: Sequence[Path]) -> list[Query]:
+    """The queries of each further file, whole, in order."""
+    return [query for path in paths for query in load_queries(path)]
+
+
+def read_answers(path: Path) -> dict[str, str]:
+    """An answers file (JSONL ``{id, output}``) as id -> output; ``InputError`` naming the line otherwise."""
+    answers: dict[str, str] = {}
+    for number, row in read_jsonl(path, "answers"):
+        query_id, output = row.get("id"), row.get("output")
+        if not isinstance(query_id, str) or not isinstance(output, str) or not output.strip():
+            raise InputError(
+                f"{path}:{number}: an answers line needs a string 'id' and a non-empty string 'output', got "
+                f"{ {k: row.get(k) for k in ('id', 'output')} }; write {{\"id\": QUERY_ID, \"output\": ANSWER}}"
+            )
+        answers[query_id] = output
+    return answers
+
+
+def with_answers(queries: Sequence[Query], path: Path | None) -> list[Query]:
+    """``queries`` with each one listed in the answers file answering with its ``output`` there."""
+    if path is None:
+        return list(queries)
+    answers = read_answers(path)
+    return [replace(query, output=answers[query.id]) if query.id in answers else query for query in queries]

@@ -30,6 +30,22 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
+#: rates shown with a 95% Wilson interval on the next row, and the summary count each is a share of
+INTERVALS = {"match": "answerable", "unsupported_claim_rate": "claims_judged"}
+
+
+def interval(summary: Mapping[str, Any], key: str) -> str:
+    """``k/n [low, high]`` for a rate of :data:`INTERVALS` (Wilson, 95%); ``n/a`` without items."""
+    from selfrag.agreement import wilson_interval
+
+    rate, count = summary.get(key), summary.get(INTERVALS[key]) or 0
+    if rate is None or not count:
+        return "n/a"
+    successes = round(rate * count)
+    low, high = wilson_interval(successes, count) or (0.0, 1.0)
+    return f"{successes}/{count} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def fmt(value: Any, percent: bool) -> str:
     if value is None:
         return "n/a"
@@ -51,6 +67,9 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], judge: str | None
         if key == "unsupported_claim_rate" and judge:
             title = f"unsupported claims (judge: {judge}; lower is better)"
         lines.append(f"| {title} | " + " | ".join(fmt(summaries[m].get(key), percent) for m in modes) + " |")
+        if key in INTERVALS:
+            lines.append(f"| {title.split(' (')[0]}: 95% Wilson interval | "
+                         + " | ".join(interval(summaries[m], key) for m in modes) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,145 @@
+"""Self-distilled answers: the base model's own answer on the gold passage, kept wherever it holds the gold.
+
+    python -m selfrag.data_gen.distill data_gen/demo/queries.jsonl data_gen/demo/corpus.jsonl OUT.jsonl \\
+        --model smollm2-135m-instruct --split train --limit 700 --extra data_gen/demo/general-knowledge.jsonl
+
+Gold answers from span-extraction data (SQuAD) are bare spans; trained on them a small model answers like a span
+extractor ("1944" to a question about what a person does) and loses the base model's answering. Here each
+answerable question is asked the way plain RAG asks it (``selfrag eval``'s plain prompt) over its gold passage
+alone, and a no-retrieval question the way the no-retrieval mode asks it. The answer becomes the question's
+``output`` (the gold labeler trains it as the answer, :mod:`selfrag.data_gen.gold`):
+
+* ``base``: the base model's answer, cut to its first sentences up to the one holding a gold answer, where it
+  holds one (the paper's ``match``) and does not abstain;
+* ``sentence``: otherwise the gold passage's sentence that holds the first gold answer (a whole sentence around the
+  span, supported by construction);
+* ``span``: otherwise (the span crosses sentences, or no passage) ``"{answer}."``.
+
+The answers file is JSONL ``{"id", "output", "how"}`` (the data recipe's ``answers``); greedy decoding, so the same
+model and inputs give the same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from selfrag.corpus import Query, load_corpus, load_queries
+from selfrag.data_gen.gold import split_sentences
+from selfrag.trajectory import Passage
+
+#: the base model's answer decode budget (the quickstart's runtime decodes at most 48 new tokens)
+MAX_TOKENS = 48
+
+
+def fallback(query: Query, gold: Passage | None) -> tuple[str, str]:
+    """A whole sentence around the gold span: the gold passage's sentence holding it, else the span itself."""
+    from selfrag.evaluation.metrics import match
+
+    answer = query.answers[0]
+    if gold is not None:
+        for sentence in split_sentences(gold.text):
+            if match(sentence, [answer]):
+                return sentence, "sentence"
+    return (answer if answer.rstrip().endswith((".", "!", "?")) else f"{answer}."), "span"
+
+
+def keep_base(text: str, golds: Sequence[str], abstain_text: str) -> str | None:
+    """The base answer's first sentences up to the one holding a gold answer; None if none holds one."""
+    from selfrag.evaluation.metrics import match
+    from selfrag.evaluation.modes import is_abstention
+
+    if not text or is_abstention(text, abstain_text):
+        return None
+    sentences = split_sentences(text) or [text]
+    for end in range(1, len(sentences) + 1):
+        if match(" ".join(sentences[end - 1 : end]), golds):
+            return " ".join(sentences[:end])
+    return None
+
+
+def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, batch_size: int = 8,
+            abstain_text: str = "The sources do not say.") -> list[dict[str, Any]]:
+    """One answers row per answerable query (retrieval: over its first gold passage; no retrieval: the question)."""
+    from tqdm import tqdm
+
+    from selfrag.evaluation.counting import CountingEngine
+    from selfrag.evaluation.data import Example
+    from selfrag.evaluation.modes import ExampleRetriever, plain_runner
+    from selfrag.inference.engines import EngineOptions
+    from selfrag.inference.engines.hf import HFEngine
+    from selfrag.models import resolve_model
+
+    wanted = [q for q in queries if q.answerable and q.answers and q.output is None]
+    golds = {q.id: passages.get(q.gold_passage_ids[0]) if q.gold_passage_ids else None for q in wanted}
+    examples = []
+    for q in wanted:
+        gold = golds[q.id]
+        ctxs: tuple[Passage, ...] = (gold,) if q.needs_retrieval is not False and gold is not None else ()
+        examples.append(Example(id=q.id, question=q.question, answers=tuple(q.answers), ctxs=ctxs))
+    options = EngineOptions()
+    engine = CountingEngine(HFEngine.plain(resolve_model(model), dtype=options.dtype, device=options.device,
+                                           seed=options.seed))
+    retriever = ExampleRetriever(examples, None)
+    runners = {rag: plain_runner(engine, retriever, 1, MAX_TOKENS, abstain_text, rag) for rag in (True, False)}
+    rows: list[dict[str, Any]] = []
+    with tqdm(total=len(examples), desc="distill", unit="question") as bar:
+        for rag in (True, False):
+            group = [(q, e) for q, e in zip(wanted, examples, strict=True) if bool(e.ctxs) == rag]
+            for start in range(0, len(group), batch_size):
+                batch = group[start : start + batch_size]
+                for (query, _), record in zip(batch, runners[rag]([e for _, e in batch]), strict=True):
+                    kept = keep_base(record["answer"], query.answers, abstain_text)
+                    output, how = (kept, "base") if kept else fallback(query, golds[query.id])
+                    rows.append({"id": query.id, "output": output, "how": how, "base_answer": record["answer"]})
+                bar.update(len(batch))
+    return rows
+
+
+def sentences(queries: Sequence[Query], passages: dict[str, Passage]) -> list[dict[str, Any]]:
+    """Without a model: each answerable retrieval question answers with the gold passage's sentence around its span."""
+    rows = []
+    for query in queries:
+        if query.answerable and query.answers and query.output is None and query.needs_retrieval is not False:
+            gold = passages.get(query.gold_passage_ids[0]) if query.gold_passage_ids else None
+            output, how = fallback(query, gold)
+            rows.append({"id": query.id, "output": output, "how": how, "base_answer": None})
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m selfrag.data_gen.distill", description=__doc__.split("\n")[0])
+    parser.add_argument("queries", type=Path)
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--split", default="train", help="meta.split to take (all: every query)")
+    parser.add_argument("--limit", type=int, default=None, help="the first N queries of the split (as generate)")
+    parser.add_argument("--extra", type=Path, action="append", default=[], help="more query files, taken whole")
+    parser.add_argument("--sentences", action="store_true",
+                        help="no model: every retrieval answer is the gold passage's sentence around the span")
+    args = parser.parse_args(argv)
+    queries = [q for q in load_queries(args.queries) if args.split == "all" or q.meta.get("split") == args.split]
+    queries = queries[: args.limit] if args.limit is not None else queries
+    for extra in args.extra:
+        queries += load_queries(extra)
+    passages = {p.id: p for p in load_corpus(args.corpus)}
+    rows = sentences(queries, passages) if args.sentences else distill(queries, passages, args.model)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with args.output.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({k: row[k] for k in ("id", "output", "how")}, ensure_ascii=False) + "\n")
+    with args.output.with_suffix(".base.jsonl").open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(rows)} answers -> {args.output}: {dict(Counter(row['how'] for row in rows))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
