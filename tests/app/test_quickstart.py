@@ -217,10 +217,11 @@ def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None
     from selfrag.config import to_dict
     from selfrag.data_gen.config import GenerateConfig
 
-    config = from_dict(QuickstartConfig, {})
+    # the span-answer recipe such older folders ran (today's default sets more_queries and answers: new data)
+    config = from_dict(QuickstartConfig, {"data_recipe": "configs/data_gen/squad-demo.yaml"})
     resolved = data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")
     settings = to_dict(from_dict(GenerateConfig, resolved))
-    assert settings["erased_negatives"] == 0  # the shipped data recipe
+    assert settings["erased_negatives"] == 0 and settings["more_queries"] == [] and settings["answers"] is None
     older = {k: v for k, v in settings.items() if k not in DATA_SETTINGS_ADDED}  # what a folder made before held
     assert fingerprint([data_fingerprint_settings(settings)]) == fingerprint([older])
     assert fingerprint([data_fingerprint_settings({**settings, "erased_negatives": 1})]) != fingerprint([older])
