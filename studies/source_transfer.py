@@ -12,7 +12,8 @@ slice has one, one support negative; ``split=all``, nothing held out), cached un
 (generate's own fingerprint refuses stale records). The model is teacher-forced on every record
 (``selfrag.training.judgement.score_examples``): relevance AUROC is the ``[Relevant]`` score of the gold passages
 against each negative kind's; support AUROC the ``[Fully supported]`` score of the records labelled so against those
-labelled ``[No support / Contradictory]`` (BEGIN's own human labels; elsewhere the support negatives). 95%
+labelled ``[No support / Contradictory]``, both after a ``[Relevant]`` passage (BEGIN's own human labels; elsewhere
+the support negatives: the answer with another question's answer in the span's place). 95%
 bootstrap intervals. Leaving a source out of a multi-source training (train without S, judge S) uses the same
 scoring on the other model folder.
 """
@@ -67,7 +68,10 @@ def score(model_dir: Path, records_path: Path, items: int | None = None) -> dict
     settings["eval_records"] = records_path
     model, tokenizer, meta = load_model(model_dir)
     records = read_records(records_path)
-    support_label = {r.id: next((s.support.value for s in r.segments if s.support is not None), None) for r in records}
+    # support is judged given a relevant passage: an [Irrelevant] passage's record is no support item
+    support_label = {r.id: next((s.support.value for s in r.segments if s.support is not None
+                                 and s.relevance is not None and s.relevance.value == "[Relevant]"), None)
+                     for r in records}
     examples = judgement_set(from_dict(TrainConfig, settings), tokenizer, meta.token_ids, meta.prompt_template,
                              records=records)
     if items is not None:  # the held-out SQuAD articles have ~4,600 records: the questions select_items picks

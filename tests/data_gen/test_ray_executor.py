@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,18 +60,9 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     with TeacherServer(latency=0.02) as server:
         local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
 
-        def kill_one_worker() -> None:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not killed:
-                if len(server.answered) > local.stats["run"]["teacher_calls_made"] // 3:  # the ray run is under way
-                    for pid in labelling_workers()[:1]:
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                time.sleep(0.01)
-
+        third = local.stats["run"]["teacher_calls_made"] // 3
         server.answered.clear()
-        killer = threading.Thread(target=kill_one_worker, daemon=True)
-        killer.start()
+        killer = kill_when(lambda: len(server.answered) > third, labelling_workers, killed, 60)  # the run under way
         shared = f"teacher.cache={tmp_path / 'ray.sqlite'}"
         first = generate(server.url, data, tmp_path / "ray", *ray_settings, shared)
         killer.join()
@@ -181,18 +173,9 @@ def test_staged_run_matches_the_single_process_run_call_for_call_through_a_kille
         local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
         per_stage = Counter(stage_of_request(body) for body in server.answered)
 
-        def kill_relevance_worker() -> None:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and not killed:
-                if sum(stage_of_request(body) == "relevance" for body in list(server.answered)) > 2:
-                    for pid in labelling_workers(b"relevance_stage")[:1]:
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                time.sleep(0.01)
-
         server.answered.clear()
-        killer = threading.Thread(target=kill_relevance_worker, daemon=True)
-        killer.start()
+        killer = kill_when(lambda: sum(stage_of_request(body) == "relevance" for body in list(server.answered)) > 2,
+                           lambda: labelling_workers(b"relevance_stage"), killed, 90)
         first = generate(server.url, data, tmp_path / "ray", *settings)
         killer.join()
         calls = len(server.answered)
@@ -284,3 +267,22 @@ def test_stage_settings_are_checked_naming_the_field(tmp_path: Path) -> None:
     settings = load_config(GenerateConfig, None, [*base, "ray.workers=3", "ray.stage_workers.relevance=8"]).ray
     assert settings.stage_workers.of("relevance", settings.workers) == 8
     assert settings.stage_workers.of("support", settings.workers) == 3
+
+
+def kill_when(condition: Callable[[], bool], workers: Callable[[], list[int]], killed: list[int],
+              seconds: float) -> threading.Thread:
+    """A started thread that SIGKILLs the first of ``workers()`` once ``condition()`` holds (within ``seconds``),
+    recording its pid in ``killed``."""
+
+    def run() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not killed:
+            if condition():
+                for pid in workers()[:1]:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
