@@ -201,7 +201,7 @@ class GenerateConfig:
     )
     answers: Path | None = help_field(
         "Answers JSONL {id, output} (labeler=gold): each listed query answers with this output instead of its first "
-        "gold answer, e.g. the base model's own answers (python -m selfrag.data_gen.distill); null: none.",
+        "gold answer, e.g. the base model's own answers (python -m selfrag.app.distill); null: none.",
         default=None,
     )
     labeler: Literal["gold", "llm"] = help_field(

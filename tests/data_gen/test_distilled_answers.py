@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from selfrag import reflection as rf
+from selfrag.app.distill import fallback, keep_base
 from selfrag.config import load_config
 from selfrag.corpus import Query, load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_DIR, DEMO_QUERIES
 from selfrag.data_gen.config import GenerateConfig
-from selfrag.data_gen.distill import fallback, keep_base
 from selfrag.data_gen.run import run
 from selfrag.errors import ConfigError, InputError
 from selfrag.trajectory import Passage, Record

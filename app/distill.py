@@ -1,6 +1,6 @@
 """Self-distilled answers: the base model's own answer on the gold passage, kept wherever it holds the gold.
 
-    python -m selfrag.data_gen.distill data_gen/demo/queries.jsonl data_gen/demo/corpus.jsonl OUT.jsonl \\
+    python -m selfrag.app.distill data_gen/demo/queries.jsonl data_gen/demo/corpus.jsonl OUT.jsonl \\
         --model smollm2-135m-instruct --split train --limit 700 --extra data_gen/demo/general-knowledge.jsonl
 
 Gold answers from span-extraction data (SQuAD) are bare spans; trained on them a small model answers like a span
@@ -113,7 +113,7 @@ def sentences(queries: Sequence[Query], passages: dict[str, Passage]) -> list[di
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m selfrag.data_gen.distill", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m selfrag.app.distill", description=__doc__.split("\n")[0])
     parser.add_argument("queries", type=Path)
     parser.add_argument("corpus", type=Path)
     parser.add_argument("output", type=Path)
