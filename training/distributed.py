@@ -154,9 +154,9 @@ class Processes:
         import torch.distributed as dist
 
         def stop(why: str) -> ProcessLostError:
-            from transformers.trainer_utils import get_last_checkpoint
+            from selfrag.training.trainer import last_checkpoint
 
-            last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+            last = last_checkpoint(checkpoints)
             resume = f"resume from {last}" if last else "start over (no checkpoint was written yet)"
             return ProcessLostError(
                 f"process {self.index} of {self.count} stopped: {why}; run the same command again to {resume}"

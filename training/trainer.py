@@ -275,12 +275,26 @@ def row_step_callback(model: Any, token_ids: ReflectionIds, multiplier: float) -
     return RowStepCallback()
 
 
+#: the file the Trainer writes last into a ``checkpoint-N`` (after the weights, optimizer, scheduler and RNG states)
+CHECKPOINT_COMPLETE = "trainer_state.json"
+
+
 def last_checkpoint(checkpoints: Path) -> str | None:
-    """The newest ``checkpoint-N`` of a previous (killed) run, or None."""
+    """The newest complete ``checkpoint-N`` of a previous (killed) run, or None.
+
+    A run killed while it saved leaves a ``checkpoint-N`` without its last file (transformers' own
+    ``get_last_checkpoint`` returns it, and resuming then fails with "Can't find a valid checkpoint"): such a folder is
+    skipped, with a warning, and the run resumes from the newest one the Trainer finished writing.
+    """
     if not checkpoints.is_dir():
         return None
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(checkpoints))
+    numbered = sorted(((int(path.name.split("-", 1)[1]), path) for path in checkpoints.glob("checkpoint-*")
+                       if path.is_dir() and path.name.split("-", 1)[1].isdigit()), reverse=True)
+    for _, path in numbered:
+        if (path / CHECKPOINT_COMPLETE).is_file():
+            return str(path)
+        logger.warning("%s is incomplete (no %s: the run was killed while saving it); not resuming from it",
+                       path, CHECKPOINT_COMPLETE)
+    return None
 
 

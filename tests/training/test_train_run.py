@@ -136,6 +136,11 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(
     monkeypatch.setattr(Trainer, "training_step", real_step)
     assert not (Path(config.output_dir) / "adapter_model.safetensors").exists()
     assert not (Path(config.output_dir) / "model.safetensors").exists()
+    # a later checkpoint the kill cut short while it was being saved (weights begun, no trainer_state.json): the
+    # rerun must resume from the newest complete one, not fail on this one
+    partial = Path(config.output_dir) / "checkpoints" / "checkpoint-3"
+    partial.mkdir()
+    (partial / "adapter_model.safetensors").write_bytes(b"cut short")
     resumed = run(config)
     assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-2")
     assert [entry["step"] for entry in resumed.losses] == [1.0, 2.0, 3.0, 4.0]
