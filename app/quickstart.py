@@ -276,9 +276,11 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
     if settings.get("answers") is not None:
         settings["answers"] = _in_repo(settings["answers"])
     if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
-        # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences)
-        return {**settings, "limit": None, "more_queries": []}
-    settings["more_queries"] = [_in_repo(path) for path in settings.get("more_queries") or []]
+        # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences); the
+        # further sources train only: the test questions stay the demo's whatever the recipe adds
+        return {**settings, "limit": None, "more_queries": [], "more_corpora": [], "more_answers": []}
+    for key in ("more_queries", "more_corpora", "more_answers"):
+        settings[key] = [_in_repo(path) for path in settings.get(key) or []]
     return settings
 
 
@@ -288,10 +290,13 @@ def _in_repo(path: str | Path) -> Path:
 
 
 def data_files(config: Any) -> dict[str, Path]:
-    """The data recipe's further files (more_queries, answers) as the data stage's inputs, keyed as generate keys
-    them (only those set: older folders' inputs stay unchanged): an edited file relabels."""
-    files = {f"more_queries[{number}]": Path(path) for number, path in enumerate(config.more_queries)}
-    return {**files, **({"answers": Path(config.answers)} if config.answers is not None else {})}
+    """The data recipe's further files (more_corpora, more_queries, answers, more_answers) as the data stage's
+    inputs, keyed as generate keys them (only those set: older folders' inputs stay unchanged): an edited file
+    relabels."""
+    files = {f"{key}[{number}]": Path(path) for key in ("more_corpora", "more_queries")
+             for number, path in enumerate(getattr(config, key))}
+    files.update({"answers": Path(config.answers)} if config.answers is not None else {})
+    return {**files, **{f"more_answers[{number}]": Path(path) for number, path in enumerate(config.more_answers)}}
 
 
 def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) -> dict[str, Any]:
@@ -331,7 +336,8 @@ def legacy_fingerprint(parts: list[Any]) -> str:
 #: at that default they stay out of the data fingerprint, so an older folder keeps its data and its training (else a
 #: new field would retrain every existing quickstart); at any other value they change it.
 DATA_SETTINGS_ADDED: dict[str, Any] = {
-    "erased_negatives": 0, "output_sync_s": 10.0, "more_queries": [], "answers": None,
+    "erased_negatives": 0, "output_sync_s": 10.0, "more_queries": [], "answers": None, "more_corpora": [],
+    "more_answers": [],
 }
 
 

@@ -194,15 +194,27 @@ class GenerateConfig:
         "from sampled passages.",
         default=None,
     )
+    more_corpora: list[Path] = help_field(
+        "Further corpora (the same formats as corpus), joined to it (labeler=gold): the gold passages of further "
+        "sources' questions (more_queries), e.g. the shipped slices data_gen/slices/*/corpus.jsonl. Passage ids "
+        "must be unique across all of them.",
+        default_factory=list,
+    )
     more_queries: list[Path] = help_field(
-        "Further queries JSONL files (the same format), each taken whole after split, shard and limit have selected "
-        "from queries (labeler=gold), e.g. the demo's word-answer general-knowledge questions.",
+        "Further queries JSONL files (the same format; labeler=gold), joined after limit has capped queries: split "
+        "and shard select from each as from queries (a file with no line in the split adds none), e.g. the demo's "
+        "word-answer general-knowledge questions or another source's slice.",
         default_factory=list,
     )
     answers: Path | None = help_field(
         "Answers JSONL {id, output} (labeler=gold): each listed query answers with this output instead of its first "
         "gold answer, e.g. the base model's own answers (python -m selfrag.app.distill); null: none.",
         default=None,
+    )
+    more_answers: list[Path] = help_field(
+        "Further answers files (the same format as answers; labeler=gold), e.g. one per further source. A query id "
+        "may be listed in one answers file only.",
+        default_factory=list,
     )
     labeler: Literal["gold", "llm"] = help_field(
         "Who labels: 'gold' derives every reflection label from the data set's own annotations "
@@ -334,9 +346,9 @@ class GenerateConfig:
                             "retriever.index / retriever.url is given); drop retriever.corpus")
         if self.labeler == "llm":
             problems += self._gold_only_settings()
-            if self.more_queries or self.answers is not None:
-                problems.append("more_queries and answers are read by labeler=gold only (the teacher writes its own "
-                                "answers); remove them, or use labeler=gold")
+            if self.more_queries or self.answers is not None or self.more_answers or self.more_corpora:
+                problems.append("more_corpora, more_queries, answers and more_answers are read by labeler=gold only "
+                                "(the teacher writes its own answers); remove them, or use labeler=gold")
         if self.executor == "ray" and self.labeler != "llm":
             problems.append("executor=ray runs the teacher labeller (labeler=llm); the gold labeler runs locally")
         if self.labeler == "llm" and not self.teacher.model:

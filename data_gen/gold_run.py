@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from selfrag.config import write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
-from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
@@ -35,7 +35,7 @@ from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
 from selfrag.sentences import SPLITTER
-from selfrag.splits import in_fraction
+from selfrag.splits import in_fraction, shard_of
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -106,22 +106,29 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     # --- Open the prebuilt retriever (its errors before any slow work), load corpus and queries -------
     prebuilt = open_retriever(config.retriever)
     passages = load_corpus(config.corpus)
-    passages_by_id = {passage.id: passage for passage in passages}
-    queries = load_queries(config.queries)
-    logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     # the splitter too: answers' and erased passages' sentences split another way are other records
     digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
-    for number, extra in enumerate(config.more_queries):  # keys only when set: older runs' inputs stay unchanged
+    for number, extra_corpus in enumerate(config.more_corpora):  # keys only when set: older runs' inputs stay
+        more = load_corpus(extra_corpus)
+        digests[f"more_corpora[{number}]"] = passages_digest(more)
+        passages += more
+    passages_by_id = joined_passages(passages, [config.corpus, *config.more_corpora])
+    queries = load_queries(config.queries)
+    logger.info("loaded %d passages and %d queries", len(passages), len(queries))
+    for number, extra in enumerate(config.more_queries):
         digests[f"more_queries[{number}]"] = file_digest(extra)
-    if config.answers is not None:
-        digests["answers"] = file_digest(config.answers)
+    for key, answers_file in answers_files(config):
+        digests[key] = file_digest(answers_file)
     check_output(config, output, CONTENT_SETTINGS, digests, start_over)  # the same paths may hold new content
 
     # --- Select split and shard -----------------------------------------------------------------
     selected = select_queries(queries, config.split, config.shard, config.queries)
     if config.limit is not None:
         selected = selected[: config.limit]
-    selected = with_answers(selected + more_queries(config.more_queries), config.answers)
+    selected = with_answers(
+        unique_queries(selected, config.queries, config.more_queries, config.split, config.shard),
+        [path for _, path in answers_files(config)],
+    )
     check_support_labels(selected, str(config.queries))
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
@@ -283,9 +290,40 @@ def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
         yield items[start : start + size]
 
 
-def more_queries(paths: Sequence[Path]) -> list[Query]:
-    """The queries of each further file, whole, in order."""
-    return [query for path in paths for query in load_queries(path)]
+def joined_passages(passages: Sequence[Passage], files: Sequence[Path | None]) -> dict[str, Passage]:
+    """Passages by id across corpus and more_corpora; ``InputError`` for an id two of them share."""
+    by_id: dict[str, Passage] = {}
+    for passage in passages:
+        if passage.id in by_id:
+            raise InputError(
+                f"passage id {passage.id!r} is in more than one of corpus / more_corpora "
+                f"({', '.join(map(str, files))}); each source's passage ids must be unique across them: prefix them "
+                "with the source's name"
+            )
+        by_id[passage.id] = passage
+    return by_id
+
+
+def unique_queries(selected: Sequence[Query], main: Path | None, paths: Sequence[Path], split: str,
+                   shard: str) -> list[Query]:
+    """The selected queries followed by each further file's queries in ``split`` and ``shard`` (none where a file has
+    no line in the split: the general-knowledge questions are all training ones); ``InputError`` for an id that two
+    files share."""
+    index, count = parse_shard(shard)
+    where = {query.id: str(main) for query in selected}
+    joined = list(selected)
+    for path in paths:
+        for query in load_queries(path):
+            if (split != "all" and query.meta.get("split") != split) or shard_of(query.id, count) != index:
+                continue
+            if query.id in where:
+                raise InputError(
+                    f"{path}: query id {query.id!r} is also in {where[query.id]}; a question may be in one of "
+                    "queries / more_queries only: remove one, or prefix each source's ids with its name"
+                )
+            where[query.id] = str(path)
+            joined.append(query)
+    return joined
 
 
 def read_answers(path: Path) -> dict[str, str]:
@@ -302,9 +340,23 @@ def read_answers(path: Path) -> dict[str, str]:
     return answers
 
 
-def with_answers(queries: Sequence[Query], path: Path | None) -> list[Query]:
-    """``queries`` with each one listed in the answers file answering with its ``output`` there."""
-    if path is None:
+def answers_files(config: GenerateConfig) -> list[tuple[str, Path]]:
+    """The answers files as the run's digests key them (only those set: older runs' inputs stay unchanged)."""
+    first = [("answers", Path(config.answers))] if config.answers is not None else []
+    return first + [(f"more_answers[{number}]", Path(path)) for number, path in enumerate(config.more_answers)]
+
+
+def with_answers(queries: Sequence[Query], paths: Path | Sequence[Path] | None) -> list[Query]:
+    """``queries`` with each one listed in an answers file answering with its ``output`` there; ``InputError`` for an
+    id two answers files list."""
+    if paths is None:
         return list(queries)
-    answers = read_answers(path)
+    answers: dict[str, str] = {}
+    where: dict[str, Path] = {}
+    for path in [paths] if isinstance(paths, Path) else paths:
+        for query_id, output in read_answers(path).items():
+            if query_id in answers:
+                raise InputError(f"{path}: id {query_id!r} is answered in {where[query_id]} too; list each question "
+                                 "in one answers file")
+            answers[query_id], where[query_id] = output, path
     return [replace(query, output=answers[query.id]) if query.id in answers else query for query in queries]

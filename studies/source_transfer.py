@@ -35,16 +35,19 @@ SQUAD_TEST = REPO / "runs" / "data-test"
 SUPPORTED, UNSUPPORTED = "[Fully supported]", "[No support / Contradictory]"
 
 
-def label_slice(source: str, output: Path) -> Path:
-    """The slice's gold records (generate resumes or refuses stale ones by its fingerprint)."""
+def label_slice(source: str, output: Path, split: str = "all") -> Path:
+    """The slice's gold records (generate resumes or refuses stale ones by its fingerprint), answering in whole
+    sentences where the slice ships them (``answers-sentences.jsonl``: what the quickstart's recipe trains)."""
     from selfrag.config import from_dict
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
 
+    answers = SLICES / source / "answers-sentences.jsonl"
     config = from_dict(GenerateConfig, {
         "corpus": SLICES / source / "corpus.jsonl", "queries": SLICES / source / "queries.jsonl", "output": output,
-        "labeler": "gold", "split": "all", "heldout": 0.0, "distractors": 0, "easy_negatives": 1,
+        "labeler": "gold", "split": split, "heldout": 0.0, "distractors": 0, "easy_negatives": 1,
         "hard_negatives": 1, "support_negatives": 1, "article_negatives": 0, "train_abstain_text": False, "seed": 0,
+        "answers": answers if answers.is_file() else None,
     })
     result = run(config)
     if result.problems:
@@ -66,7 +69,9 @@ def score(model_dir: Path, records_path: Path, items: int | None = None) -> dict
     settings = yaml.safe_load((model_dir / "config.yaml").read_text(encoding="utf-8"))
     settings.pop("overwrite", None)
     settings["eval_records"] = records_path
-    model, tokenizer, meta = load_model(model_dir)
+    import torch
+
+    model, tokenizer, meta = load_model(model_dir, device="cuda" if torch.cuda.is_available() else "cpu")
     records = read_records(records_path)
     # support is judged given a relevant passage: an [Irrelevant] passage's record is no support item
     support_label = {r.id: next((s.support.value for s in r.segments if s.support is not None

@@ -1,0 +1,118 @@
+"""Several sources in one gold run (issue #33 item 1): ``more_corpora`` joins further corpora, ``more_queries`` are
+selected by split and shard like ``queries``, ``more_answers`` adds answers files; ids clash with one clear line, and
+an edited further file is new input, never reused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from selfrag.config import load_config
+from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.run import run
+from selfrag.errors import ConfigError, InputError
+from selfrag.trajectory import Record
+
+REPO = Path(__file__).resolve().parents[2]
+SLICES = REPO / "data_gen" / "slices"
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sources(tmp_path: Path) -> dict[str, Path]:
+    """Two tiny sources: A (corpus + 4 questions, 1 of them test) and B (its own corpus + 6 questions, 2 of them
+    test)."""
+    a_corpus = _write(tmp_path / "a-corpus.jsonl", [
+        {"id": f"a/{n}", "title": f"A {n}", "text": f"Town {n} has a harbour built in {1800 + n}."} for n in range(4)])
+    a_queries = _write(tmp_path / "a-queries.jsonl", [
+        {"id": f"a-{n}", "question": f"When was the harbour of town {n} built?", "answers": [str(1800 + n)],
+         "gold_passage_ids": [f"a/{n}"], "meta": {"split": "test" if n == 3 else "train"}} for n in range(4)])
+    b_corpus = _write(tmp_path / "b-corpus.jsonl", [
+        {"id": f"b/{n}", "title": f"B {n}", "text": f"River {n} flows into lake Mor{n}a, far to the north."}
+        for n in range(6)])
+    b_queries = _write(tmp_path / "b-queries.jsonl", [
+        {"id": f"b-{n}", "question": f"Which lake does river {n} flow into?", "answers": [f"Mor{n}a"],
+         "gold_passage_ids": [f"b/{n}"], "meta": {"split": "test" if n >= 4 else "train"}} for n in range(6)])
+    b_answers = _write(tmp_path / "b-answers.jsonl", [
+        {"id": f"b-{n}", "output": f"River {n} flows into lake Mor{n}a."} for n in range(6)])
+    return {"a_corpus": a_corpus, "a_queries": a_queries, "b_corpus": b_corpus, "b_queries": b_queries,
+            "b_answers": b_answers}
+
+
+def _run(sources: dict[str, Path], output: Path, **extra: object) -> list[Record]:
+    settings = {"more_corpora": f"[{sources['b_corpus']}]", "more_queries": f"[{sources['b_queries']}]",
+                "heldout": 0, "easy_negatives": 1, "hard_negatives": 0, "support_negatives": 0, **extra}
+    config = load_config(GenerateConfig, None, [f"{key}={value}" for key, value in settings.items()],
+                         corpus=str(sources["a_corpus"]), queries=str(sources["a_queries"]), output=str(output))
+    result = run(config)
+    return [Record.from_json(json.loads(line)) for line in result.records_path.read_text().splitlines()]
+
+
+def test_a_further_source_is_labelled_on_its_own_passages_and_answers(sources: dict[str, Path],
+                                                                     tmp_path: Path) -> None:
+    records = _run(sources, tmp_path / "out", more_answers=f"[{sources['b_answers']}]")
+    golds = {r.meta["query_id"]: r for r in records if r.meta["kind"] == "gold"}
+    # the train split of B too (b-4 and b-5 are test questions), after the selected questions of A
+    assert set(golds) == {"a-0", "a-1", "a-2", "b-0", "b-1", "b-2", "b-3"}
+    assert golds["b-2"].segments[0].passage.id == "b/2"  # type: ignore[union-attr]  # B's passage, joined
+    assert "".join(s.text for s in golds["b-2"].segments) == "River 2 flows into lake Mor2a."  # B's answers file
+    assert "".join(s.text for s in golds["a-1"].segments) == "1801"  # A has no answers file: its span
+
+
+def test_split_and_shard_select_from_the_further_files_too(sources: dict[str, Path], tmp_path: Path) -> None:
+    test = {r.meta["query_id"] for r in _run(sources, tmp_path / "test", split="test")
+            if r.meta["kind"] == "gold"}
+    assert test == {"a-3", "b-4", "b-5"}
+    halves = [{r.meta["query_id"] for r in _run(sources, tmp_path / f"shard{i}", shard=f"{i}/2", split="all")
+               if r.meta["kind"] == "gold"} for i in range(2)]
+    assert not halves[0] & halves[1]  # each further question in one shard only (they were in every shard)
+    assert halves[0] | halves[1] == {f"a-{n}" for n in range(4)} | {f"b-{n}" for n in range(6)}
+
+
+def test_clashing_ids_are_one_line_naming_both_places(sources: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"passage id 'a/0' is in more than one of corpus / more_corpora.*prefix"):
+        _run(sources, tmp_path / "p", more_corpora=f"[{sources['b_corpus']},{sources['a_corpus']}]")
+    with pytest.raises(InputError, match=r"a-queries\.jsonl: query id 'a-0' is also in .*a-queries\.jsonl"):
+        _run(sources, tmp_path / "q", more_queries=f"[{sources['a_queries']}]", more_corpora="[]")
+    with pytest.raises(InputError, match=r"id 'b-0' is answered in .*b-answers\.jsonl too"):
+        _run(sources, tmp_path / "a", answers=sources["b_answers"], more_answers=f"[{sources['b_answers']}]")
+
+
+def test_an_edited_further_corpus_or_answers_file_is_not_reused(sources: dict[str, Path], tmp_path: Path) -> None:
+    answers = f"[{sources['b_answers']}]"
+    first = _run(sources, tmp_path / "out", more_answers=answers)
+    assert _run(sources, tmp_path / "out", more_answers=answers) == first  # unchanged: resumes, the same records
+    sources["b_corpus"].write_text(sources["b_corpus"].read_text().replace("far to the north", "far to the south"))
+    with pytest.raises(ConfigError, match=r"more_corpora\[0\]"):
+        _run(sources, tmp_path / "out", more_answers=answers)
+    sources["b_answers"].write_text(sources["b_answers"].read_text().replace("flows into", "runs into"))
+    with pytest.raises(ConfigError, match=r"more_answers\[0\]"):
+        _run(sources, tmp_path / "out", more_answers=answers)
+    again = _run(sources, tmp_path / "out", more_answers=answers, restart="true")  # starts over on the new files
+    golds = {r.meta["query_id"]: r for r in again if r.meta["kind"] == "gold"}
+    assert "".join(s.text for s in golds["b-1"].segments) == "River 1 runs into lake Mor1a."
+    assert "far to the south" in golds["b-1"].segments[0].passage.text  # type: ignore[union-attr]
+
+
+def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
+    """configs/data_gen/mixed-sources.yaml: the quickstart's SQuAD recipe plus the four slices' training splits."""
+    import yaml
+
+    recipe = yaml.safe_load((REPO / "configs" / "data_gen" / "mixed-sources.yaml").read_text(encoding="utf-8"))
+    slices = sorted(p.name for p in SLICES.iterdir() if p.is_dir())
+    assert slices == ["begin", "hotpotqa", "nq-open", "retrievalqa"]
+    assert recipe["more_corpora"] == [f"data_gen/slices/{s}/corpus.jsonl" for s in ["hotpotqa", "nq-open",
+                                                                                      "retrievalqa", "begin"]]
+    for path in recipe["more_corpora"] + recipe["more_queries"] + recipe["more_answers"] + [recipe["answers"]]:
+        assert (REPO / path).is_file(), path
+    # every answerable slice question with a span answer has a whole-sentence answer (BEGIN's are its responses)
+    for name in ("hotpotqa", "nq-open", "retrievalqa"):
+        answered = {json.loads(line)["id"] for line in (SLICES / name / "answers-sentences.jsonl").open()}
+        questions = [json.loads(line) for line in (SLICES / name / "queries.jsonl").open()]
+        assert {q["id"] for q in questions if q.get("answerable", True) and q.get("answers")} <= answered
