@@ -2,7 +2,7 @@
 
     python studies/leave_one_source_out.py                              # every arm, seed 0, the quickstart's 150 steps
     python studies/leave_one_source_out.py --seeds 0,1,2 --arms all,-nq-open --steps 150
-    python studies/leave_one_source_out.py --table                      # the table of what runs/loso holds
+    python studies/leave_one_source_out.py --table --scores studies/answers/loso-scores.jsonl   # the study's table
 
 The recipe is ``configs/data_gen/mixed-sources.yaml``: the demo's SQuAD questions (whole-sentence answers), GSM8K and
 general knowledge without retrieval, and the training split of the four shipped gold slices (HotpotQA, NQ-open,
@@ -177,12 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--steps", type=int, default=150, help="training steps (the quickstart's recipe: 150)")
     parser.add_argument("--items", type=int, default=150, help="held-out SQuAD items per class")
-    parser.add_argument("--table", action="store_true", help="only print the table of runs/loso/scores.jsonl")
+    parser.add_argument("--table", action="store_true", help="only print the table of --scores")
+    parser.add_argument("--scores", type=Path, default=OUT / "scores.jsonl",
+                        help="with --table: a scores file (default runs/loso/scores.jsonl; the study's: "
+                             "studies/answers/loso-scores.jsonl)")
     parser.add_argument("--reuse-data", action="store_true",
                         help="train and judge on the records an earlier run made (e.g. on a GPU machine)")
     args = parser.parse_args(argv)
     if args.table:
-        rows = [json.loads(line) for line in (OUT / "scores.jsonl").read_text("utf-8").splitlines()]
+        rows = [json.loads(line) for line in args.scores.read_text("utf-8").splitlines()]
         print(table(rows))
         return 0
     run_arms(args.arms.split(","), [int(s) for s in args.seeds.split(",")], args.steps, args.items, args.reuse_data)
