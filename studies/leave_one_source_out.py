@@ -124,6 +124,13 @@ def test_records(source: str, split: str, reuse: bool = False) -> Path:
     return result.records_path
 
 
+def trained_on() -> str:
+    """Where the arms train (seeds differ in the last digits between a GPU and the CPU)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def scored(done: list[dict[str, Any]], arm: str, seed: int, source: str) -> bool:
     return any(row["arm"] == arm and row["seed"] == seed and row["source"] == source for row in done)
 
@@ -145,7 +152,8 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, items: int, reuse: b
                     continue
                 split = "all" if arm.startswith("-") and source != "squad" else "test"
                 result = score(model_dir, test_records(source, split, reuse), items if source == "squad" else None)
-                row = {"arm": arm, "seed": seed, "steps": steps, "source": source, "split": split, **result}
+                row = {"arm": arm, "seed": seed, "steps": steps, "source": source, "split": split,
+                       "device": trained_on(), **result}
                 done.append(row)
                 with scores_path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(row) + "\n")
@@ -157,15 +165,17 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, items: int, reuse: b
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Per source: relevance (all negatives, easy) and support AUROC left out vs trained on, one line per seed."""
-    lines = ["| source | arm (seed): -S left S out | judged on | relevance AUROC, all negatives | relevance vs easy | "
-             "relevance vs hard | support AUROC |", "| --- " * 7 + "|"]
+    lines = ["| source | arm (seed; trained on): -S left S out | judged on | relevance AUROC, all negatives | "
+             "relevance vs easy | relevance vs hard | support AUROC |", "| --- " * 7 + "|"]
     for source in SOURCES:
         for row in sorted((r for r in rows if r["source"] == source), key=lambda r: (r["arm"] != "all", r["seed"])):
             relevance = row["relevance"]
             none = {"auroc": None, "n_pos": 0, "n_neg": 0}
             where = "held-out articles" if source == "squad" else "test split" if row["arm"] == "all" else (
                 "every question")
-            lines.append(f"| {source} | {row['arm']} ({row['seed']}) | {where} | {cell(relevance['all negatives'])} | "
+            device = row.get("device", "?")
+            lines.append(f"| {source} | {row['arm']} ({row['seed']}; {device}) | {where} | "
+                         f"{cell(relevance['all negatives'])} | "
                          f"{cell(relevance.get('easy', none))} | {cell(relevance.get('hard', none))} | "
                          f"{cell(row['support'])} |")
     return "\n".join(lines) + "\n"
