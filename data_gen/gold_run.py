@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from selfrag.config import write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries
-from selfrag.data_gen.config import GenerateConfig, parse_shard
+from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
@@ -35,7 +35,7 @@ from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
 from selfrag.sentences import SPLITTER
-from selfrag.splits import in_fraction, shard_of
+from selfrag.splits import in_fraction
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -309,13 +309,10 @@ def unique_queries(selected: Sequence[Query], main: Path | None, paths: Sequence
     """The selected queries followed by each further file's queries in ``split`` and ``shard`` (none where a file has
     no line in the split: the general-knowledge questions are all training ones); ``InputError`` for an id that two
     files share."""
-    index, count = parse_shard(shard)
     where = {query.id: str(main) for query in selected}
     joined = list(selected)
     for path in paths:
-        for query in load_queries(path):
-            if (split != "all" and query.meta.get("split") != split) or shard_of(query.id, count) != index:
-                continue
+        for query in select_queries(load_queries(path), split, shard, path, required=False):
             if query.id in where:
                 raise InputError(
                     f"{path}: query id {query.id!r} is also in {where[query.id]}; a question may be in one of "
@@ -346,14 +343,12 @@ def answers_files(config: GenerateConfig) -> list[tuple[str, Path]]:
     return first + [(f"more_answers[{number}]", Path(path)) for number, path in enumerate(config.more_answers)]
 
 
-def with_answers(queries: Sequence[Query], paths: Path | Sequence[Path] | None) -> list[Query]:
+def with_answers(queries: Sequence[Query], paths: Sequence[Path]) -> list[Query]:
     """``queries`` with each one listed in an answers file answering with its ``output`` there; ``InputError`` for an
     id two answers files list."""
-    if paths is None:
-        return list(queries)
     answers: dict[str, str] = {}
     where: dict[str, Path] = {}
-    for path in [paths] if isinstance(paths, Path) else paths:
+    for path in paths:
         for query_id, output in read_answers(path).items():
             if query_id in answers:
                 raise InputError(f"{path}: id {query_id!r} is answered in {where[query_id]} too; list each question "

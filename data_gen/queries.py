@@ -17,11 +17,13 @@ from selfrag.splits import shard_of
 from selfrag.trajectory import Passage
 
 
-def select_queries(queries: Sequence[Query], split: str, shard: str, source: Path | str = "queries") -> list[Query]:
-    """The queries of ``split`` (by ``meta.split``; ``all`` takes every query) that fall in ``shard``."""
+def select_queries(queries: Sequence[Query], split: str, shard: str, source: Path | str = "queries",
+                   required: bool = True) -> list[Query]:
+    """The queries of ``split`` (by ``meta.split``; ``all`` takes every query) that fall in ``shard``; with
+    ``required``, ``InputError`` when none is in the split (a further file may have none: ``required=False``)."""
     index, count = parse_shard(shard)
     in_split = [query for query in queries if split == "all" or query.meta.get("split") == split]
-    if not in_split:
+    if not in_split and required:
         raise InputError(
             f"no query in {str(source)!r} has meta.split == {split!r}; "
             'set split=all to use every query, or add "meta": {"split": ...} to the lines'
