@@ -161,6 +161,14 @@ class TrainingOptions:
         "lays questions end to end in batches of exactly batch_size, so most batches hold parts of two.",
         default="length",
     )
+    bf16: bool | Literal["auto"] = help_field(
+        "bf16 mixed precision (autocast; the weights and the optimizer stay fp32): 'auto' turns it on where the "
+        "hardware computes bf16 natively, a CUDA GPU with bf16 or a CPU with AVX512-BF16 or AMX (2.2x faster "
+        "steps on the 2-core development machine), and off elsewhere, where emulated bf16 is slower than fp32; "
+        "true / false force it (false: fp32, the default; the CPU recipes set auto). trl.bf16 / trl.fp16, when "
+        "given, win.",
+        default=False,
+    )
     eval_steps: int = help_field(
         "Score the judgement (eval_records) and the held-out reflection accuracy every this many steps; "
         "0: at each checkpoint (save_steps).",

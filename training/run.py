@@ -43,12 +43,14 @@ from selfrag.training.model import base_model_name, prepare_model
 from selfrag.training.trainer import (
     accuracy_callback,
     check_sharding,
+    drop_autocast,
     last_checkpoint,
     lora_head_allowed,
     plain_loss_trainer,
     row_step_callback,
     save_adapter,
-    sft_options,
+    sft_arguments,
+    use_bf16,
 )
 
 logger = logging.getLogger(__name__)
@@ -95,8 +97,6 @@ class TrainResult:
 
 def run(config: TrainConfig) -> TrainResult:
     """Train, evaluate and save one adapter as ``config`` describes."""
-    from trl import SFTConfig
-
     output_dir = Path(config.output_dir)
     processes = Processes.start(float(config.trl.get("ddp_timeout", DEFAULT_TIMEOUT_S)))
 
@@ -144,10 +144,13 @@ def run(config: TrainConfig) -> TrainResult:
         )
     if config.method == "full" and config.training.row_lr_multiplier != 1.0:
         callbacks.append(row_step_callback(model, token_ids, config.training.row_lr_multiplier))
+    arguments = sft_arguments(config, checkpoints)
+    logger.info("bf16 mixed precision %s (training.bf16=%s)", "on" if arguments.bf16 else "off",
+                config.training.bf16)
     with lora_head_allowed(model):
         trainer = plain_loss_trainer(
             model=model,
-            args=SFTConfig(**sft_options(config, checkpoints)),
+            args=arguments,
             train_dataset=train_set.to_dataset(),
             processing_class=tokenizer,
             callbacks=callbacks or None,
@@ -166,6 +169,7 @@ def run(config: TrainConfig) -> TrainResult:
         logger.info("resuming from %s", resume)
     with processes.stopping_together(checkpoints):
         trainer.train(resume_from_checkpoint=resume)
+    drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
 
     # --- Held-out reflection-token accuracy (teacher-forced, fp32) ---------------------------------
     accuracy = reflection_accuracy(model, held_out_set.examples, token_ids)
@@ -200,6 +204,8 @@ def run(config: TrainConfig) -> TrainResult:
 def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
     """The settings and the records' content hash that make a training run; ``run.json`` in its output_dir."""
     settings = to_dict(config)
+    # what training.bf16=auto became on this machine: a run resumed where it resolves otherwise is a different run
+    settings["training"]["bf16"] = use_bf16(config.training.bf16)
     return run_fingerprint(
         "train", settings, {"records": config.records}, ignore=("output_dir", "restart", "records")
     )

@@ -77,7 +77,9 @@ def test_recipe_loads_resolves_and_builds_its_trainer_arguments(name: str, tmp_p
     assert dataclasses.asdict(load_config(TrainConfig, resolved)) == dataclasses.asdict(config)
 
     options = sft_options(config, tmp_path / "checkpoints")
-    sft = SFTConfig(**options, use_cpu=True)  # use_cpu: bf16 is refused on a machine without a GPU otherwise
+    if not torch.cuda.is_available():  # bf16 is refused on a machine without a GPU unless told it trains on CPU
+        assert options["use_cpu"] is True
+    sft = SFTConfig(**options)
     assert sft.bf16 and sft.gradient_checkpointing and sft.learning_rate == config.training.learning_rate
     assert sft.gradient_accumulation_steps == config.training.gradient_accumulation_steps
 
@@ -149,7 +151,7 @@ def test_cpu_recipe_holds_its_learning_rate_then_decays_over_the_last_fifth(step
 
     config = load_config(TrainConfig, ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml",
                          [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}", f"training.max_steps={steps}"])
-    sft = SFTConfig(**sft_options(config, tmp_path / "checkpoints"), use_cpu=True)
+    sft = SFTConfig(**sft_options(config, tmp_path / "checkpoints"))
     assert sft.lr_scheduler_kwargs == {"num_decay_steps": max(1, round(0.2 * steps))}
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=sft.learning_rate)
     scheduler = get_scheduler(sft.lr_scheduler_type, optimizer, num_warmup_steps=sft.get_warmup_steps(steps),
@@ -190,3 +192,54 @@ def test_a_decay_ratio_needs_max_steps(tmp_path: Path) -> None:
     assert sft_options(config, tmp_path / "c")["lr_scheduler_kwargs"] == {"num_decay_steps": 60}
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_config(TrainConfig, recipe, [*paths, "trl.lr_scheduler_kwargs=abc"])
+
+
+def test_bf16_auto_is_on_only_where_the_hardware_computes_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """training.bf16=auto: autocast where the CPU has AVX512-BF16 or AMX (or a CUDA GPU has bf16), fp32 elsewhere,
+    where emulated bf16 is slower; true/false force it, and trl.bf16 wins over both."""
+    from trl import SFTConfig
+
+    from selfrag.training import trainer
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile\n\n"
+                       "processor\t: 1\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_tile\n")
+    assert {"avx512_bf16", "avx2"} <= trainer.cpu_flags(cpuinfo) and "amx_bf16" not in trainer.cpu_flags(cpuinfo)
+    assert trainer.cpu_flags(tmp_path / "missing") == set()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    recipe = ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml"
+    paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
+    for flags, expected in (({"avx2", "avx512f"}, False), ({"avx512_bf16"}, True), ({"amx_bf16"}, True)):
+        monkeypatch.setattr(trainer, "cpu_flags", lambda flags=flags: flags)
+        config = load_config(TrainConfig, recipe, paths)
+        assert config.training.bf16 == "auto"
+        sft = trainer.sft_arguments(config, tmp_path / "c")
+        assert sft.bf16 is expected and sft.use_cpu is expected  # use_cpu: what transformers needs for CPU autocast
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: {"avx512_bf16"})
+
+    def options(*overrides: str) -> dict[str, Any]:
+        return trainer.sft_options(load_config(TrainConfig, recipe, [*paths, *overrides]), tmp_path)
+
+    assert options("training.bf16=false")["bf16"] is False
+    assert options("trl.bf16=false")["bf16"] is False
+    monkeypatch.setattr(trainer, "cpu_flags", lambda: set())
+    assert SFTConfig(**options("training.bf16=true")).bf16
+
+
+def test_bf16_setting_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from selfrag.errors import ConfigError
+    from selfrag.training import trainer
+
+    recipe = ROOT / "configs" / "train" / "smollm2-135m-cpu.yaml"
+    paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match=r"training.bf16 must be") as caught:
+        load_config(TrainConfig, recipe, [*paths, "training.bf16=maybe"])
+    assert len(caught.value.problems) == 1
+    # settings transformers itself refuses are one config line each, not a traceback
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for refused in (["trl.use_cpu=false", "trl.bf16=true"], ["trl.fp16=true", "trl.bf16=true"]):
+        config = load_config(TrainConfig, recipe, [*paths, *refused])
+        with pytest.raises(ConfigError, match="^trl: transformers refused these settings: .*(bf16|fp16)") as caught:
+            trainer.sft_arguments(config, tmp_path / "c")
+        assert "\n" not in str(caught.value)

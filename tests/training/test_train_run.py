@@ -107,6 +107,40 @@ def lora_weights(model: Any) -> dict[str, torch.Tensor]:
             if "lora_" in name or "trainable_tokens_delta" in name}
 
 
+def test_a_bf16_run_trains_in_autocast_and_scores_and_returns_its_model_in_full_precision(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """training.bf16: the steps run in bf16 autocast, but accelerate's autocast forward is taken off the model again:
+    the held-out scores during and after training and the returned model compute in fp32, as a reload does."""
+    from selfrag.training import trainer as trainer_module
+
+    scored_in: list[torch.dtype] = []
+    accuracy = trainer_module.reflection_accuracy
+
+    def spying(model: Any, examples: Any, token_ids: Any) -> Any:
+        with torch.no_grad():
+            scored_in.append(model(input_ids=sample_ids_of(examples)).logits.dtype)
+        return accuracy(model, examples, token_ids)
+
+    monkeypatch.setattr(trainer_module, "reflection_accuracy", spying)
+    out = tmp_path / "bf16"
+    config = make_config(tiny_base_dir, records_path, out, bf16=True, eval_steps=4)
+    result = run(config)
+    assert result.losses[-1]["loss"] < result.losses[0]["loss"]
+    assert json.loads((out / "run.json").read_text())["settings"]["training.bf16"] is True
+    assert scored_in == [torch.float32, torch.float32]  # steps 4 and 8, not bf16 autocast
+    assert "_original_forward" not in result.model.__dict__  # no autocast left on the returned model
+    model, tokenizer, _ = load_model(out)
+    ids = sample_ids(tokenizer)
+    result.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, result.model(input_ids=ids).logits, rtol=0, atol=1e-6)
+
+
+def sample_ids_of(examples: Any) -> torch.Tensor:
+    return torch.tensor([examples[0]["input_ids"]])
+
+
 @pytest.mark.parametrize("order", ["length", "question_batch", "full"])
 def test_interrupted_and_resumed_run_ends_with_the_same_weights(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str
