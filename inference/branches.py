@@ -150,12 +150,16 @@ class Decoding:
         first = [verdict.generation for verdict in verdicts]  # a whole decode unless its verdict was overridden
         scores = [verdict.score for verdict in verdicts]
         pruned = self._prune(works, branches, scores) if pruning else [False] * len(branches)
+        # read=together: the passages each judged [Relevant] are answered once, read in one paragraph (below)
+        together = self._together(works, branches, verdicts, pruned) if self.config.read == "together" else []
+        held = {i for _, members in together for i in members}
         # continue from the verdict: every survivor of the pruning step; without pruning only an overridden branch
         rest = [
             i
             for i, g in enumerate(first)
             if max_tokens > 1
             and not pruned[i]
+            and i not in held
             and g.finish_reason == "length"
             and (pruning or verdicts[i].overridden)
         ]
@@ -167,12 +171,14 @@ class Decoding:
         generations = list(first)
         for i, generation in zip(rest, more, strict=True):
             generations[i] = concat_generations(first[i], generation)
+        for i in held:  # read=together: only their verdicts stand (a whole decode without pruning is set aside)
+            generations[i] = _head(first[i], rf.RELEVANT)
         prefixes = [tuple(passage_ids(tokenizer, ids, hit.passage)) for _, hit, _ in branches]
         candidates = [
-            replace(self.candidate(hit.passage, prefix, generation), pruned=was_pruned, round=work.round)
-            for (work, hit, _), prefix, generation, was_pruned in zip(
+            replace(self.candidate(hit.passage, prefix, generation), pruned=was_pruned or i in held, round=work.round)
+            for i, ((work, hit, _), prefix, generation, was_pruned) in enumerate(zip(
                 branches, prefixes, generations, pruned, strict=True
-            )
+            ))
         ]
         again = [i for i, candidate in enumerate(candidates) if self._relevant_without_text(candidate, generations[i])]
         for i, generation in zip(again, self._text_first([branches[i] for i in again]), strict=True):
@@ -181,6 +187,54 @@ class Decoding:
             candidates[i] = replace(retried, round=candidates[i].round, retried=candidates[i].generated)
         for (work, _, _), candidate in zip(branches, candidates, strict=True):
             work.candidates.append(candidate)
+        if together:
+            for work, candidate in self._read_together(together, branches, first, scores):
+                work.candidates.append(candidate)
+
+    def _together(
+        self, works: Sequence[PromptWork], branches: list[Any], verdicts: list[RelevanceVerdict], pruned: list[bool]
+    ) -> list[tuple[PromptWork, list[int]]]:
+        """read=together: per question, the branches (two or more, in retrieval order) that go on from [Relevant]."""
+        groups = []
+        for work in works:
+            mine = [i for i, branch in enumerate(branches)
+                    if branch[0] is work and not pruned[i] and verdicts[i].token == rf.RELEVANT]
+            if len(mine) >= 2:
+                groups.append((work, mine))
+        return groups
+
+    def _read_together(
+        self,
+        groups: list[tuple[PromptWork, list[int]]],
+        branches: list[Any],
+        first: list[Generation],
+        relevance: list[float | None],
+    ) -> list[tuple[PromptWork, Candidate]]:
+        """One branch per group: ``prompt + [Retrieval]<paragraph>{the passages, each title and text, a blank line
+        between}</paragraph>[Relevant]``, decoded text first like a retried branch; its relevance verdict is the best
+        of its passages' (that branch's first position), so the ranking weighs it as it would that passage."""
+        tokenizer, ids = self.engine.tokenizer, self.engine.token_ids
+        joined, heads = [], []
+        for work, members in groups:
+            passages = [branches[i][1].passage for i in members]
+            passage = Passage(id=" + ".join(p.id for p in passages), title="",
+                              text="\n\n".join(p.render() for p in passages))
+            best = max(members, key=lambda i: -1.0 if relevance[i] is None else float(relevance[i]))  # type: ignore[arg-type]
+            joined.append((work, passage, work.prompt + tuple(passage_ids(tokenizer, ids, passage))))
+            heads.append(_head(first[best], rf.RELEVANT))
+            work.trace.append({
+                "step": "together",
+                "round": work.round,
+                "chosen": [p.id for p in passages],
+                "reason": f"{len(passages)} passages judged {rf.RELEVANT} read in one paragraph and answered once "
+                f"(read=together); its relevance is the best of theirs, {branches[best][1].passage.id}'s",
+            })
+        texts = self._from_relevant([(work, prompt) for work, _, prompt in joined])
+        return [
+            (work, replace(self.candidate(passage, tuple(passage_ids(tokenizer, ids, passage)),
+                                          concat_generations(head, text)), round=work.round))
+            for (work, passage, _), head, text in zip(joined, heads, texts, strict=True)
+        ]
 
     def _relevant_without_text(self, candidate: Candidate, generation: Generation) -> bool:
         """A branch that judged its passage [Relevant] and then wrote no answer text (the 150-step CPU model often
@@ -199,7 +253,6 @@ class Decoding:
     def _text_first(self, branches: list[Any]) -> list[Generation]:
         """Decode ``prompt + passage + [Relevant]`` once more: its first id must be text (no reflection id, no
         stop, no end), the rest as the model goes on (its support and utility verdicts). Two calls for all."""
-        relevant = (self.engine.token_ids.id(rf.RELEVANT),)
         owners = [work for work, _, _ in branches]
         for work in {id(work): work for work in owners}.values():
             mine = [hit.passage.id for owner, hit, _ in branches if owner is work]
@@ -210,14 +263,20 @@ class Decoding:
                 "reason": f"{len(mine)} branch(es) judged the passage {rf.RELEVANT} and wrote no answer text; "
                 f"decoded once more from {rf.RELEVANT}, text first",
             })
+        return self._from_relevant([(work, prompt) for work, _, prompt in branches])
+
+    def _from_relevant(self, prompts: list[tuple[PromptWork, tuple[int, ...]]]) -> list[Generation]:
+        """``prompt + [Relevant]`` decoded: a first id that must be text, then the rest as the model goes on."""
+        relevant = (self.engine.token_ids.id(rf.RELEVANT),)
+        owners = [work for work, _ in prompts]
         opening = call(self.engine, [
             replace(self.continuation_request(prompt + relevant, 1),
                     banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
-            for _, _, prompt in branches
+            for _, prompt in prompts
         ], owners)
         rest = call(self.engine, [
             self.continuation_request(prompt + relevant + text.token_ids, self.config.max_tokens - 2)
-            for (_, _, prompt), text in zip(branches, opening, strict=True)
+            for (_, prompt), text in zip(prompts, opening, strict=True)
         ], owners)
         return [concat_generations(text, more) for text, more in zip(opening, rest, strict=True)]
 

@@ -94,6 +94,14 @@ class InferenceConfig:
         example=DEFAULT_RELEVANCE_THRESHOLD,
     )
     top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
+    read: Literal["each", "together"] = help_field(
+        "short form: each (the paper's): every passage is a branch that writes its own answer, and the branches are "
+        "ranked; together: every passage's relevance is judged on its own as before, then the passages judged "
+        "[Relevant] (two or more) are read in one <paragraph> and answered once, that answer taking their place in "
+        "the ranking (relevance: the best of theirs; cited as one passage). The model trains on one passage per "
+        "branch, so together reads what it never saw in training; studies/runtime_choices.py measures both",
+        "each",
+    )
     weights: ScoreWeights = help_field(
         "weights of relevance, support and utility in the ranking", default_factory=ScoreWeights
     )
@@ -176,6 +184,9 @@ class InferenceConfig:
             problems.append(
                 f"relevance_threshold must be in [0, 1], got {self.relevance_threshold}; 0.5 is the model's own choice"
             )
+        if self.read == "together" and self.form == "long":
+            problems.append("read=together is for the short form; the long form's beam reads one passage a segment: "
+                            "use form=short or read=each")
         if not self.abstain_text.strip():
             problems.append("abstain_text is empty; give the sentence shown when the runtime abstains")
         problems += self._validate_policy()

@@ -35,6 +35,10 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
         "relevance": 0.0, "support": 0.0, "utility": 1.0}}}),
     "rank-paper": ("the paper's short-form weights: relevance 1, support 1, utility 0.5, no pruning",
                    {"inference": {"pruning": {"enabled": False}}}),
+    "together": ("the passages judged [Relevant] read in one paragraph and answered once (read=together)",
+                 {"inference": {"read": "together"}}),
+    "flag": ("an unsupported best answer is kept and flagged low-confidence instead of abstaining "
+             "(on_unsupported=flag): how much of the gap is abstention", {"inference": {"on_unsupported": "flag"}}),
     "tokens48": ("answers cut at 48 new tokens instead of 96", {"max_tokens": 48}),
     "top1": ("one branch: the retriever's first passage only", {"top_k": 1}),
     "top5": ("five branches", {"top_k": 5}),

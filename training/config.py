@@ -163,10 +163,10 @@ class TrainingOptions:
     )
     bf16: bool | Literal["auto"] = help_field(
         "bf16 mixed precision (autocast; the weights and the optimizer stay fp32): 'auto' turns it on where the "
-        "hardware computes bf16 natively, a CUDA GPU with bf16 or a CPU with AVX512-BF16 or AMX (2.2x faster "
-        "steps on the 2-core development machine), and off elsewhere, where emulated bf16 is slower than fp32; "
-        "true / false force it (false: fp32, the default; the CPU recipes set auto). trl.bf16 / trl.fp16, when "
-        "given, win.",
+        "hardware computes bf16 natively, a CUDA GPU with bf16 or a CPU with AVX512-BF16 or AMX (1.42x faster "
+        "steps of the CPU recipe on the 2-core development machine), and off elsewhere, where emulated bf16 is "
+        "slower than fp32; true / false force it (false, fp32, is the default and the CPU recipes' setting, as "
+        "their results were measured). trl.bf16 / trl.fp16, when given, win.",
         default=False,
     )
     eval_steps: int = help_field(

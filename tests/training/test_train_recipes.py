@@ -212,8 +212,7 @@ def test_bf16_auto_is_on_only_where_the_hardware_computes_bf16(tmp_path: Path, m
     paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path}"]
     for flags, expected in (({"avx2", "avx512f"}, False), ({"avx512_bf16"}, True), ({"amx_bf16"}, True)):
         monkeypatch.setattr(trainer, "cpu_flags", lambda flags=flags: flags)
-        config = load_config(TrainConfig, recipe, paths)
-        assert config.training.bf16 == "auto"
+        config = load_config(TrainConfig, recipe, [*paths, "training.bf16=auto"])
         sft = trainer.sft_arguments(config, tmp_path / "c")
         assert sft.bf16 is expected and sft.use_cpu is expected  # use_cpu: what transformers needs for CPU autocast
     monkeypatch.setattr(trainer, "cpu_flags", lambda: {"avx512_bf16"})
