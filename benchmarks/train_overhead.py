@@ -84,19 +84,26 @@ def _report(results: dict[str, list[dict[str, float]]], steps: int) -> None:
     print(f"same training tokens on both sides: {same}")
 
 
+def timed_training_loops() -> list[float]:
+    """Patch ``Trainer.train`` (in this process) to append each run's training-loop seconds, as the Trainer times
+    them (``train_runtime``: the loop alone, no model load or saving), to the returned list."""
+    from transformers import Trainer
+
+    loop: list[float] = []
+    train = Trainer.train
+
+    def timed_train(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        output = train(self, *args, **kwargs)
+        loop.append(float(output.metrics["train_runtime"]))
+        return output
+
+    Trainer.train = timed_train  # type: ignore[method-assign]
+    return loop
+
+
 def _child(side: str, settings: dict[str, Any], out: str, queue: Any) -> None:
     try:
-        from transformers import Trainer
-
-        loop: list[float] = []
-        train = Trainer.train
-
-        def timed_train(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            output = train(self, *args, **kwargs)
-            loop.append(float(output.metrics["train_runtime"]))  # the training loop alone, as the Trainer times it
-            return output
-
-        Trainer.train = timed_train  # type: ignore[method-assign]
+        loop = timed_training_loops()
         start = time.perf_counter()
         tokens = _bare_trl(settings, out) if side == "bare-trl" else _selfrag(settings, out)
         wall = time.perf_counter() - start

@@ -75,17 +75,9 @@ def _child(settings: dict[str, Any], out: str, queue: Any) -> None:
             f"training.bf16={str(settings['bf16']).lower()}", "training.eval_fraction=0",
             "training.save_steps=100000", "training.logging_steps=1", "eval_records=null",
         ])
-        from transformers import Trainer
+        from train_overhead import timed_training_loops  # benchmarks/, the script's own folder
 
-        loop: list[float] = []
-        train = Trainer.train
-
-        def timed_train(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            output = train(self, *args, **kwargs)
-            loop.append(float(output.metrics["train_runtime"]))  # the training loop alone, as the Trainer times it
-            return output
-
-        Trainer.train = timed_train  # type: ignore[method-assign]
+        loop = timed_training_loops()
         result = run(config)
         losses = [entry["loss"] for entry in result.losses]
         late = losses[len(losses) // 2:] or losses

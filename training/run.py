@@ -25,7 +25,7 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.reflection import ReflectionIds
-from selfrag.runs import check_rerun, run_fingerprint
+from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import (
     EncodedRecords,
@@ -102,7 +102,10 @@ def run(config: TrainConfig) -> TrainResult:
 
     # --- Honest rerun: same settings and records resume, different ones are refused --------------
     # Decided (and run.json written, or the folder cleared for restart=true) by the main process only.
-    state = processes.on_main(lambda: check_rerun(output_dir, train_fingerprint(config), config.restart))
+    # a setting added to the toolkit since a run was made counts as its default (a run from before training.bf16
+    # was fp32), so an upgrade resumes a killed run instead of refusing it
+    state = processes.on_main(lambda: check_rerun(output_dir, train_fingerprint(config), config.restart,
+                                                  defaults=setting_defaults(TrainConfig)))
 
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)

@@ -209,6 +209,24 @@ def test_rerun_with_other_settings_or_records_is_refused_unless_restart(
     assert json.loads((out / "run.json").read_text())["inputs"]["records"].startswith("sha256:")
 
 
+def test_a_run_from_before_a_setting_existed_resumes_at_its_default(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path
+) -> None:
+    """run.json written before training.bf16 existed: the same run resumes (the setting counts as its default,
+    fp32); asking for bf16 there is refused, naming it."""
+    from selfrag.runs import RunMismatchError
+
+    out = tmp_path / "adapter"
+    run(make_config(tiny_base_dir, records_path, out, max_steps=2))
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["settings"].pop("training.bf16") is False
+    (out / "run.json").write_text(json.dumps(recorded))
+    again = run(make_config(tiny_base_dir, records_path, out, max_steps=2))
+    assert again.resumed_from is not None
+    with pytest.raises(RunMismatchError, match=r"training.bf16=True \(was False\)"):
+        run(make_config(tiny_base_dir, records_path, out, max_steps=2, bf16=True))
+
+
 def test_cli_refusal_is_one_line_without_traceback(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
