@@ -163,7 +163,10 @@ def test_a_damaged_settings_file_is_one_line(tmp_path: Path, capsys: pytest.Capt
 def test_cli_serves_the_page_on_loopback_until_interrupted(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
     command = [sys.executable, "-m", "selfrag.app.cli", "audit", str(run), "--port", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default in the child: a suite launched in the background (`cmd &` without job control ignores
+    # SIGINT) would hand the ignore down, and the page would never hear the Ctrl-C this test sends
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = process.stdout.readline() if process.stdout else ""
         url = re.search(r"open (http://127\.0\.0\.1:\d+/)", line)
