@@ -3,7 +3,7 @@
     selfrag quickstart                                  # ~15 min on 2 CPU cores, set-up included
     selfrag quickstart prompted=true                    # + prompted-critic Self-RAG, the baseline (~7 min more)
     selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
-    selfrag quickstart max_steps=300                    # retrains, recalibrates and re-evaluates; keeps the data
+    selfrag quickstart max_steps=600                    # retrains, recalibrates and re-evaluates; keeps the data
 
 One linear story; every stage is the same ``run(config)`` its own command calls. Each stage records a
 fingerprint of its settings and inputs in ``stages.json`` (:class:`selfrag.runs.Ledger`): a rerun keeps a stage

@@ -45,18 +45,11 @@ def main() -> None:
     settings = {"model": args.model, "records": str(args.records.resolve()), "steps": args.steps,
                 "batch_size": args.batch_size, "max_length": args.max_length}
     results: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-    context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="train-overhead-") as scratch:
         for repeat in range(args.repeats):
             for side in SIDES:
-                queue = context.Queue()
                 out = Path(scratch) / f"{side}-{repeat}"
-                process = context.Process(target=_child, args=(side, settings, str(out), queue))
-                process.start()
-                result = queue.get()
-                process.join()
-                if "error" in result:
-                    raise SystemExit(f"{side} failed: {result['error']}")
+                result = run_in_child(_child, side, settings, str(out))
                 results[side].append(result)
                 print(f"{side:9s} run {repeat + 1}: {result['wall_s']:.1f} s ({result['loop_s']:.1f} s in the "
                       f"training loop), {result['tokens']:.0f} tokens, "
@@ -82,6 +75,20 @@ def _report(results: dict[str, list[dict[str, float]]], steps: int) -> None:
               f"{loop_rate / base_loop_rate:6.3f} {peak:9.0f} {peak / base_peak:6.3f}")
     same = results["bare-trl"][0]["tokens"] == results["selfrag"][0]["tokens"]
     print(f"same training tokens on both sides: {same}")
+
+
+def run_in_child(target: Any, side: str, *args: Any) -> dict[str, float]:
+    """``target(side, *args, queue)`` in a fresh spawned process (its own peak RSS, no state left by another side);
+    the dict it puts on the queue, or exit naming the side where it put an ``error``."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(side, *args, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    if "error" in result:
+        raise SystemExit(f"{side} failed: {result['error']}")
+    return dict(result)
 
 
 def timed_training_loops() -> list[float]:

@@ -39,6 +39,7 @@ PEFT_OWNED: dict[str, str] = {
     "lora_alpha": "lora.alpha",
     "lora_dropout": "lora.dropout",
     "target_modules": "lora.target_modules",
+    "layers_to_transform": "lora.layers",
     "trainable_token_indices": "(fixed: the reflection token ids)",
     "task_type": "(fixed: CAUSAL_LM)",
 }
@@ -75,6 +76,13 @@ class LoraOptions:
     target_modules: str | list[str] = help_field(
         "Modules that get LoRA: 'all-linear' or a list of module names (q_proj, v_proj, ...).", default="all-linear"
     )
+    layers: int | float | None = help_field(
+        "LoRA on the top blocks only: N (an integer) blocks, or a share of the model's blocks (a number in (0, 1]: "
+        "0.5 is the top half); null: every block. The reflection rows then learn from the output head alone (their "
+        "input side is detached during training), so the backward pass stops at the lowest adapted block: on the CPU "
+        "recipe the top 15 of 30 blocks made a step 1.6x faster. Needs tokens.strategy=add.",
+        default=None,
+    )
 
     def validate(self) -> list[str]:
         problems = []
@@ -85,6 +93,12 @@ class LoraOptions:
         if not 0 <= self.dropout < 1:
             problems.append(f"dropout must be in [0, 1), got {self.dropout}")
         problems += _check_target_modules(self.target_modules)
+        if isinstance(self.layers, float) and not 0 < self.layers <= 1:
+            problems.append(f"layers must be a share of the blocks in (0, 1], a number of blocks >= 1, or null for "
+                            f"every block, got {self.layers}")
+        elif isinstance(self.layers, int) and self.layers < 1:
+            problems.append(f"layers must be a number of blocks >= 1, a share of them in (0, 1], or null for every "
+                            f"block, got {self.layers}")
         return problems
 
 
@@ -280,6 +294,12 @@ class TrainConfig:
         if self.method == "full" and self.quantization:
             problems.append("method=full trains every weight and needs an unquantised base; quantization (QLoRA) "
                             "is for method=lora: remove quantization or set method=lora")
+        if self.method == "full" and self.lora.layers is not None:
+            problems.append(f"lora.layers={self.lora.layers} chooses the blocks LoRA adapts; method=full trains every "
+                            "weight: remove lora.layers or set method=lora")
+        if self.tokens.strategy == "reserved" and self.lora.layers is not None:
+            problems.append(f"lora.layers={self.lora.layers} detaches the reflection rows' input side, where "
+                            "tokens.strategy=reserved trains them; set tokens.strategy=add or remove lora.layers")
         if self.method == "full" and self.peft:
             problems.append(f"peft options ({', '.join(sorted(self.peft))}) apply to method=lora; remove them or "
                             "set method=lora")

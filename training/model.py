@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 
+from selfrag.errors import ConfigError
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
 from selfrag.reflection import ReflectionIds
@@ -129,7 +130,44 @@ def lora_config(config: TrainConfig, token_ids: ReflectionIds, model: Any, strat
         # needs its own entry, else the new tokens could be read but never predicted.
         trainable = {"embed_tokens": ids} if is_tied(model) else {"embed_tokens": ids, "lm_head": ids}
         options.update(target_modules=config.lora.target_modules, trainable_token_indices=trainable)
+    if config.lora.layers is not None:
+        options.update(top_layers(model, config.lora.layers, config.lora.target_modules, strategy))
     return LoraConfig(**options, **config.peft)
+
+
+def top_layers(model: Any, layers: int | float, target_modules: str | list[str], strategy: str) -> dict[str, Any]:
+    """``lora.layers``: the ``LoraConfig`` options that adapt the top transformer blocks only, ``layers`` of them (an
+    int) or that share of them (a float in (0, 1], rounded, at least one).
+
+    PEFT takes ``layers_to_transform`` with a list of module names only, so ``all-linear`` is spelled out.
+    """
+    if strategy == "reserved":  # tokens.strategy=auto resolved to reserved (an explicit one is refused by validate)
+        raise ConfigError([
+            f"lora.layers={layers}: this base has reserved tokens, so tokens.strategy=auto chose 'reserved', whose "
+            "reflection rows train through the input side that lora.layers detaches; set tokens.strategy=add or "
+            "remove lora.layers"
+        ])
+    total = block_count(model)
+    if isinstance(layers, float):
+        count = min(total, max(1, round(layers * total)))
+    elif layers > total:
+        raise ConfigError([f"lora.layers={layers}, but this base has {total} transformer blocks; set "
+                           f"lora.layers to at most {total}, a share such as 0.5, or null for every block"])
+    else:
+        count = layers
+    names = linear_module_names(model) if target_modules == "all-linear" else target_modules
+    if isinstance(names, str):
+        raise ConfigError([f"lora.layers needs lora.target_modules as a list of module names or 'all-linear', "
+                           f"got the regular expression {names!r}"])
+    logger.info("lora.layers=%s: LoRA on the top %d of %d blocks", layers, count, total)
+    return {"target_modules": list(names), "layers_to_transform": list(range(total - count, total))}
+
+
+def block_count(model: Any) -> int:
+    """The base's number of transformer blocks (its text model's, for a multimodal config)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.num_hidden_layers)
 
 
 

@@ -44,6 +44,7 @@ from selfrag.training.trainer import (
     accuracy_callback,
     check_sharding,
     drop_autocast,
+    input_side_detached,
     last_checkpoint,
     lora_head_allowed,
     plain_loss_trainer,
@@ -170,7 +171,9 @@ def run(config: TrainConfig) -> TrainResult:
     resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
-    with processes.stopping_together(checkpoints):
+    detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
+    with processes.stopping_together(checkpoints), input_side_detached(
+            model, detached, bool(arguments.gradient_checkpointing)):
         trainer.train(resume_from_checkpoint=resume)
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
 

@@ -108,6 +108,8 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
     }
     if use_cpu_backend():  # several processes, no GPU: one gloo group, not N independent single-process runs
         options.update(use_cpu=True, ddp_backend="gloo")
+    if config.lora.layers is not None:  # an untied base's input rows get no gradient then: DDP must not wait for it
+        options["ddp_find_unused_parameters"] = True
     options.update(config.trl)
     if (options.get("bf16") or options.get("fp16")) and not torch.cuda.is_available():
         # transformers refuses mixed precision without a GPU unless told it trains on the CPU
@@ -117,7 +119,7 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
     decay = scheduler.get("num_decay_steps")
     if isinstance(decay, float) and 0 < decay < 1 and training.max_steps > 0:
         # a ratio of the run, as transformers reads a float warmup_steps: the recipe's decay stays its last fifth
-        # whether the run is the quickstart's 150 steps, a 300-step rerun or CI's 4-step smoke run
+        # whether the run is the quickstart's 300 steps, a 600-step rerun or CI's 4-step smoke run
         scheduler["num_decay_steps"] = max(1, round(decay * training.max_steps))
         options["lr_scheduler_kwargs"] = scheduler
     return options
@@ -149,6 +151,33 @@ def full_precision(model: Any) -> Iterator[None]:
         yield
     finally:
         model.forward = patched
+
+
+@contextmanager
+def input_side_detached(model: Any, on: bool, checkpointing: bool = False) -> Iterator[None]:
+    """``lora.layers``: the input embeddings' output detached for the duration (the training steps).
+
+    No block below the lowest adapted one has a trainable weight, so with the input side detached the backward
+    pass stops there; the reflection rows still learn, from the output head (tied to the same rows, or its own
+    trainable rows). With gradient checkpointing the detached output is made to require grad again, as
+    transformers' ``enable_input_require_grads`` does: re-entrant checkpointing trains nothing inside a block
+    whose input does not require grad.
+    """
+    if not on:
+        yield
+        return
+
+    def detach(module: Any, inputs: Any, output: Any) -> Any:
+        detached = output.detach()
+        if checkpointing and torch.is_grad_enabled():
+            detached.requires_grad_(True)
+        return detached
+
+    handle = model.get_input_embeddings().register_forward_hook(detach)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def drop_autocast(model: Any) -> Any:
