@@ -5,5 +5,5 @@
 #     bash scripts/quickstart.sh                 # extra key=value overrides are passed on, e.g. max_steps=5
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --quickstart   # what the quickstart runs; bash scripts/test.sh adds the rest
 exec .venv/bin/selfrag quickstart "$@"

