@@ -232,7 +232,7 @@ def query_kind(query: Any) -> str:
     return "answerable" if query.answerable else "unanswerable"
 
 
-def answers_arm(name: str, questions: int, plain: bool = False) -> Path:
+def answers_arm(name: str, questions: int, plain: bool = False, data: Path | None = None) -> Path:
     """Does the arm's model also *answer*? ``selfrag eval`` single-pass on held-out demo questions (the quickstart's
     test questions: answerable, unanswerable and no-retrieval ones interleaved) -> ``<run>/answers/results.json``."""
     from selfrag.app.quickstart import interleave
@@ -245,7 +245,7 @@ def answers_arm(name: str, questions: int, plain: bool = False) -> Path:
     from selfrag.jsonl import write_jsonl_atomic
 
     held_out = interleave([q for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "test"], query_kind)
-    data = RUNS / "answers-questions.jsonl"
+    data = data or RUNS / "answers-questions.jsonl"  # each of several runs at once gives its own (one writer a file)
     write_jsonl_atomic(data, [query_to_row(query) for query in held_out[12:][:questions]])  # after the dev 12
     out = RUNS / name / "answers"
     result = evaluate(from_dict(EvalConfig, {"data": data, "model": str(RUNS / name), "corpus": DEMO_CORPUS,

@@ -10,9 +10,10 @@ An arm is the quickstart's recipe (``configs/train/smollm2-135m-cpu.yaml`` on th
 ``configs/data_gen/mixed-sources.yaml``) with a few overrides (:data:`ARMS`). Each (arm, seed) is one child process:
 ``selfrag train`` into ``runs/study/<arm>-s<seed>``, then the judgement study's measurements of that folder —
 relevance AUROC against other-article (easy), BM25-best and random same-article negatives, and support AUROC, on 300
-held-out SQuAD questions per class (``judgement_study.py score-dir`` / ``negatives``) — then single-pass answers to
-the held-out demo questions and the share of well-formed outputs (``judgement_study.py answers``). Each child writes
-``seed-result.json`` in its folder; ``table`` reads them all. A finished (arm, seed) is not trained again.
+held-out SQuAD questions per class (the items ``judgement_study.py negatives`` scores, scored once) — then
+single-pass answers to the held-out demo questions and the share of well-formed outputs
+(``judgement_study.py answers``). Each child writes ``seed-result.json`` in its folder; ``table`` reads them all. A
+finished (arm, seed) is not trained again.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def one(arm: str, seed: int, questions: int) -> dict[str, Any]:
     """Train, judge and answer one (arm, seed) in this process -> ``seed-result.json``."""
     sys.path.insert(0, str(REPO / "studies"))
     os.chdir(REPO)
-    from judgement_study import answers_arm, negatives, score_dir
+    from judgement_study import answers_arm, item_scores, negatives
 
     from selfrag.app.quickstart import well_formed_share
     from selfrag.config import load_config
@@ -88,15 +89,15 @@ def one(arm: str, seed: int, questions: int) -> dict[str, Any]:
     start = time.monotonic()
     trained = run(config)
     train_s = time.monotonic() - start
-    report = json.loads(score_dir(out, 300).read_text(encoding="utf-8"))
-    kinds = negatives(str(out), 300)
+    kinds = negatives(str(out), 300)  # scores the held-out items once (cached); support is read from the same rows
+    support = _support(item_scores(out, 300))
     start = time.monotonic()
-    answers = answers_arm(out.name, questions)
+    answers = answers_arm(out.name, questions, data=out / "answers-questions.jsonl")  # runs in parallel: its own
     result = {
         "arm": arm, "seed": seed, "train_s": round(train_s, 1), "answer_s": round(time.monotonic() - start, 1),
         "steps": config.training.max_steps, "final_loss": trained.losses[-1]["loss"] if trained.losses else None,
         "easy": kinds["easy (other article)"]["auroc"], "article": kinds["article (random same-article)"]["auroc"],
-        "hard": kinds["hard (BM25-best, data_gen)"]["auroc"], "support": _support(report),
+        "hard": kinds["hard (BM25-best, data_gen)"]["auroc"], "support": support,
         "well_formed": well_formed_share(answers.parent / "records" / "single_pass.jsonl")["share"],
         "intervals": {kind: [value["low"], value["high"]] for kind, value in kinds.items()},
     }
@@ -105,10 +106,16 @@ def one(arm: str, seed: int, questions: int) -> dict[str, Any]:
     return result
 
 
-def _support(report: dict[str, Any]) -> float | None:
-    """Support AUROC from a judgement report (``training.judgement.judge``'s JSON)."""
-    value = report.get("support", {}).get("auroc")
-    return None if value is None else float(value)
+def _support(rows: dict[str, dict[str, Any]]) -> float | None:
+    """Support AUROC of scored held-out items: the gold records' IsSUP score against the support negatives' (another
+    question's answer of the same form), as ``training.judgement.summarise`` computes it."""
+    from selfrag.training.judgement import SUPPORT_NEGATIVE, auroc
+
+    def scores(kind: str) -> list[float]:
+        return [float(row["s_sup"]) for row in rows.values() if row["kind"] == kind and row["s_sup"] is not None]
+
+    gold, wrong = scores("gold"), scores(SUPPORT_NEGATIVE)
+    return auroc(gold, wrong) if gold and wrong else None
 
 
 def run_all(arms: list[str], seeds: list[int], workers: int, questions: int, copy_to: Path | None) -> None:

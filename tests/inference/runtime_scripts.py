@@ -12,6 +12,13 @@ from selfrag.reflection import ReflectionIds
 from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
 
+#: Verdict distributions the runtime tests script again and again: a clear [Relevant], a clear [Fully supported] or
+#: [No support / Contradictory], a clear [Utility:5].
+RELEVANT = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
+FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
+NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
+UTILITY_5 = {"[Utility:5]": 0.9, "[Utility:1]": 0.1}
+
 
 class FixedRetriever:
     """Returns the same passages, in order, for every query; records the queries."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
+from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, FixedRetriever, KeyedEngine, Segments, passage_key
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
@@ -18,10 +18,6 @@ NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 QUESTION = "Tell me about French cities."
 DECIDE = {rf.RETRIEVAL: 0.9, rf.NO_RETRIEVAL: 0.1}
 AGAIN = {rf.RETRIEVAL: 0.8, rf.NO_RETRIEVAL: 0.2}
-RELEVANT = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
-FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
-NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
-UTILITY_5 = {"[Utility:5]": 0.9, "[Utility:1]": 0.1}
 OFF = PruningConfig(enabled=False)
 
 

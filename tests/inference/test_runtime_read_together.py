@@ -5,7 +5,7 @@ branch per passage. A scripted engine with hand-set log-probs decides what each 
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import FixedRetriever, Segments, passage_key
+from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, FixedRetriever, Segments, passage_key
 
 from selfrag import reflection as rf
 from selfrag.config import load_config
@@ -20,12 +20,9 @@ WROTE = Passage("p-wrote", "Quill", "The quill compiler was written by Ada Byrne
 OTHER = Passage("p-other", "Weather", "Cork has mild, wet winters.")
 JOINED = Passage("p-born + p-wrote", "", f"{BORN.render()}\n\n{WROTE.render()}")
 Q = "Where was the author of the quill compiler born?"
-REL = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
 REL_WEAKER = {rf.RELEVANT: 0.7, rf.IRRELEVANT: 0.3}
 IRR = {rf.RELEVANT: 0.05, rf.IRRELEVANT: 0.95}
-FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
-NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
-U5 = ("[Utility:5]", {"[Utility:5]": 0.9, "[Utility:1]": 0.1})
+U5 = ("[Utility:5]", UTILITY_5)
 
 
 class TogetherEngine(ScriptedEngine):
@@ -36,7 +33,7 @@ class TogetherEngine(ScriptedEngine):
         self.segments = s = Segments(tokenizer, ids)
         self.relevant = (ids.id(rf.RELEVANT),)
         self.alone = {
-            passage_key(tokenizer, ids, BORN): s.script((rf.RELEVANT, REL), "Cork.", (rf.NO_SUPPORT, NONE), U5),
+            passage_key(tokenizer, ids, BORN): s.script((rf.RELEVANT, RELEVANT), "Cork.", (rf.NO_SUPPORT, NONE), U5),
             passage_key(tokenizer, ids, WROTE): s.script((rf.RELEVANT, REL_WEAKER), "Ada Byrne.",
                                                          (rf.NO_SUPPORT, NONE), U5),
             passage_key(tokenizer, ids, OTHER): s.script((rf.IRRELEVANT, IRR), "Mild.", (rf.NO_SUPPORT, NONE), U5),

@@ -42,3 +42,15 @@ def test_the_table_marks_figures_below_their_aims_and_counts_seeds_meeting_every
     assert "| bf16-300 | 1 | 0.960 | 0.950 | 0.990 | 0.970 | 0/1 |" in lines
     assert lines.index("| bf16-300 | 0 | **0.960** | 0.950 | 0.800 | 0.990 | 0.970 | 400 |") < lines.index(
         "| top15-300 | 0 | 0.970 | 0.960 | 0.800 | 1.000 | 0.920 | 400 |")  # arms in the study's order
+
+
+def test_support_is_read_from_the_scored_items_as_the_judgement_reads_it() -> None:
+    from selfrag.training.judgement import summarise
+
+    rows = {f"{kind}-{i}": {"kind": kind, "s_sup": score, "s_rel": 0.5, "pairs": {}}
+            for kind, scores in (("gold", [0.9, 0.8, 0.4]), ("support-negative", [0.3, 0.5, 0.1]), ("easy", [0.2]))
+            for i, score in enumerate(scores)}
+    rows["gold-x"] = {"kind": "gold", "s_sup": None, "s_rel": 0.5, "pairs": {}}  # no IsSUP position: left out
+    expected = summarise(list(rows.values()), token_ids=None)["support"]["auroc"]  # type: ignore[arg-type]
+    assert study._support(rows) == expected == 8 / 9
+    assert study._support({"easy-0": rows["easy-0"]}) is None
