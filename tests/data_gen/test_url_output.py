@@ -144,7 +144,9 @@ def test_file_url_killed_mid_run_resumes_without_redoing_journaled_questions(tmp
         command = [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(server.url, data, url, *extra)]
         process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
-        while not (journal.is_dir() and list(journal.iterdir())) and time.monotonic() < deadline:
+        # A part's file exists a moment before its bytes (file:// opens, then writes): wait for a whole line.
+        while not (journal.is_dir() and any(b"\n" in part.read_bytes() for part in journal.iterdir())):
+            assert time.monotonic() < deadline, "no journal part with a finished question within 60 s"
             time.sleep(0.005)
         process.kill()
         process.wait()
