@@ -93,6 +93,7 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     """Label ``config.queries`` from their annotations into ``config.output`` (already claimed by run())."""
     if config.queries is None or config.corpus is None:  # validate() says so too; keeps the type checker informed
         raise ConfigError(["queries and corpus are required with labeler=gold"])
+    missing_inputs(config)
     random.seed(config.seed)
     output = Path(config.output)
     records_path = output / RECORDS_FILE
@@ -335,6 +336,20 @@ def read_answers(path: Path) -> dict[str, str]:
             )
         answers[query_id] = output
     return answers
+
+
+def missing_inputs(config: GenerateConfig) -> None:
+    """``InputError`` naming the first input file that is not there (the setting, the path and the fix), before any
+    slow work: a missing further file (more_queries[1]) would otherwise be found after the corpora are loaded."""
+    assert config.queries is not None and config.corpus is not None
+    files = [("corpus", Path(config.corpus)), ("queries", Path(config.queries)),
+             *((f"more_corpora[{number}]", Path(path)) for number, path in enumerate(config.more_corpora)),
+             *((f"more_queries[{number}]", Path(path)) for number, path in enumerate(config.more_queries)),
+             *answers_files(config)]
+    for key, path in files:
+        if not path.exists():
+            setting = key.split("[")[0]
+            raise InputError(f"{key}: file {str(path)!r} not found; check the path, or drop it from {setting}")
 
 
 def answers_files(config: GenerateConfig) -> list[tuple[str, Path]]:

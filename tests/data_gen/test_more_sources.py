@@ -116,3 +116,13 @@ def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
         answered = {json.loads(line)["id"] for line in (SLICES / name / "answers-sentences.jsonl").open()}
         questions = [json.loads(line) for line in (SLICES / name / "queries.jsonl").open()]
         assert {q["id"] for q in questions if q.get("answerable", True) and q.get("answers")} <= answered
+
+
+@pytest.mark.parametrize("key", ["more_queries", "more_answers", "more_corpora"])
+def test_a_missing_further_file_is_one_line_before_any_output(sources: dict[str, Path], tmp_path: Path,
+                                                              key: str) -> None:
+    missing = tmp_path / "nowhere.jsonl"
+    with pytest.raises(InputError, match=rf"^{key}\[0\]: file '{missing}' not found; check the path, or drop it "
+                                         rf"from {key}$"):
+        _run(sources, tmp_path / "out", **{key: f"[{missing}]"})
+    assert [path.name for path in (tmp_path / "out").iterdir()] == [".selfrag-output.json"]  # claimed, nothing written
