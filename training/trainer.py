@@ -6,6 +6,7 @@ method full's scaled reflection-row steps, the ``SFTConfig`` options, checkpoint
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -247,6 +248,22 @@ def plain_loss_trainer(
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
             loss, outputs = masked_loss(model, inputs, loss_weights, start, rank)
             return (loss, outputs) if return_outputs else loss
+
+        def _save(self, output_dir=None, state_dict=None):  # type: ignore[no-untyped-def]
+            # A checkpoint of an adapter holds what the final save_adapter writes: the LoRA weights and the trained
+            # reflection rows (trainable-token deltas). PEFT's "auto" adds the whole grown matrix to each one, as
+            # input embedding and as head (tied or not): 226 of SmolLM2-135M's 236 MB, about 2 GB at 8B, never
+            # read, since resuming grows the base again and the deltas replace its new rows.
+            from peft import PeftModel
+
+            model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+            if not isinstance(model, PeftModel):
+                return super()._save(output_dir, state_dict)
+            model.save_pretrained = functools.partial(model.save_pretrained, save_embedding_layers=False)
+            try:
+                return super()._save(output_dir, state_dict)
+            finally:
+                del model.save_pretrained  # the class's method again
 
         def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
             from transformers.trainer_pt_utils import LengthGroupedSampler
