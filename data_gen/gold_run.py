@@ -339,17 +339,16 @@ def read_answers(path: Path) -> dict[str, str]:
 
 
 def missing_inputs(config: GenerateConfig) -> None:
-    """``InputError`` naming the first input file that is not there (the setting, the path and the fix), before any
-    slow work: a missing further file (more_queries[1]) would otherwise be found after the corpora are loaded."""
-    assert config.queries is not None and config.corpus is not None
-    files = [("corpus", Path(config.corpus)), ("queries", Path(config.queries)),
-             *((f"more_corpora[{number}]", Path(path)) for number, path in enumerate(config.more_corpora)),
+    """``InputError`` naming the first further input file that is not there (the setting, the path and the fix), before
+    any slow work: a missing more_queries[1] would otherwise be found after the corpora are loaded. (corpus and
+    queries are read first, by loaders that say so themselves.)"""
+    files = [*((f"more_corpora[{number}]", Path(path)) for number, path in enumerate(config.more_corpora)),
              *((f"more_queries[{number}]", Path(path)) for number, path in enumerate(config.more_queries)),
              *answers_files(config)]
     for key, path in files:
         if not path.exists():
-            setting = key.split("[")[0]
-            raise InputError(f"{key}: file {str(path)!r} not found; check the path, or drop it from {setting}")
+            fix = f"drop it from {key.split('[')[0]}" if "[" in key else f"set {key}=null"
+            raise InputError(f"{key}: file {str(path)!r} not found; check the path, or {fix}")
 
 
 def answers_files(config: GenerateConfig) -> list[tuple[str, Path]]:

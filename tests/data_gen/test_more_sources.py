@@ -118,11 +118,11 @@ def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
         assert {q["id"] for q in questions if q.get("answerable", True) and q.get("answers")} <= answered
 
 
-@pytest.mark.parametrize("key", ["more_queries", "more_answers", "more_corpora"])
+@pytest.mark.parametrize("key", ["more_queries", "more_answers", "more_corpora", "answers"])
 def test_a_missing_further_file_is_one_line_before_any_output(sources: dict[str, Path], tmp_path: Path,
                                                               key: str) -> None:
     missing = tmp_path / "nowhere.jsonl"
-    with pytest.raises(InputError, match=rf"^{key}\[0\]: file '{missing}' not found; check the path, or drop it "
-                                         rf"from {key}$"):
-        _run(sources, tmp_path / "out", **{key: f"[{missing}]"})
+    where, fix = (key, "set answers=null") if key == "answers" else (rf"{key}\[0\]", f"drop it from {key}")
+    with pytest.raises(InputError, match=rf"^{where}: file '{missing}' not found; check the path, or {fix}$"):
+        _run(sources, tmp_path / "out", **{key: missing if key == "answers" else f"[{missing}]"})
     assert [path.name for path in (tmp_path / "out").iterdir()] == [".selfrag-output.json"]  # claimed, nothing written
