@@ -256,9 +256,10 @@ def plain_loss_trainer(
             # read, since resuming grows the base again and the deltas replace its new rows.
             from peft import PeftModel
 
-            model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
-            if not isinstance(model, PeftModel):
+            unwrapped = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+            if not isinstance(unwrapped, PeftModel):
                 return super()._save(output_dir, state_dict)
+            model: Any = unwrapped  # its save_pretrained is set on the instance for this save
             model.save_pretrained = functools.partial(model.save_pretrained, save_embedding_layers=False)
             try:
                 return super()._save(output_dir, state_dict)
