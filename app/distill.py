@@ -15,14 +15,29 @@ alone, and a no-retrieval question the way the no-retrieval mode asks it. The an
   span, supported by construction);
 * ``span``: otherwise (the span crosses sentences, or no passage) ``"{answer}."``.
 
-The answers file is JSONL ``{"id", "output", "how"}`` (the data recipe's ``answers``); greedy decoding, so the same
-model and inputs give the same file.
+``--form`` picks the answer form (every form falls back to ``sentence`` and then ``span`` where it has no answer):
+
+* ``base`` (the default above): the base model answers as plain RAG asks, without the gold answer;
+* ``reply``: the base model is given the question, the gold answer and the gold passage and writes one sentence that
+  states the answer (:func:`reply_prompt`), kept only where that sentence holds a gold answer (normalised match) and
+  does not abstain; each call is cached in the teacher call cache (SQLite, keyed by model, prompt and parameters:
+  ``SELFRAG_TEACHER_CACHE``), so a rerun repeats no decode;
+* ``template``: no model: a reply built from the question and the gold span (:func:`template_reply`), which holds
+  the answer by construction;
+* ``sentence``: no model: the gold passage's sentence around the span (the copied-sentence form; ``--sentences``).
+
+The answers file is JSONL ``{"id", "output", "how"}`` (the data recipe's ``answers``); ``how`` says which form each
+row got, and the counts are printed. Greedy decoding, so the same model and inputs give the same file.
+
+    python -m selfrag.app.distill data_gen/demo/queries.jsonl data_gen/demo/corpus.jsonl runs/answers-reply.jsonl \
+        --form reply --split train --limit 600
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -35,6 +50,14 @@ from selfrag.trajectory import Passage
 
 #: the base model's answer decode budget (the quickstart's runtime decodes at most 48 new tokens)
 MAX_TOKENS = 48
+FORMS = ("base", "reply", "template", "sentence")
+#: what ``reply`` asks the base model (the question, the gold answer and the passage filled in)
+REPLY_PROMPT = (
+    "Passage: {passage}\n\nQuestion: {question}\nCorrect answer: {answer}\n\n"
+    "Reply to the question in one complete sentence that states the correct answer."
+)
+#: "Who/What/Which is|was|are|were X?" -> "X is|was|are|were ANSWER." (else "The answer is ANSWER.")
+_COPULA = re.compile(r"^(?:who|what|which)\s+(is|was|are|were)\s+(.+?)\s*\??$", re.IGNORECASE)
 
 
 def fallback(query: Query, gold: Passage | None) -> tuple[str, str]:
@@ -101,6 +124,77 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
     return rows
 
 
+def template_reply(question: str, answer: str) -> str:
+    """A one-sentence reply from the question and the gold span alone: "Who was X?" -> "X was ANSWER."; other
+    questions -> "The answer is ANSWER." (holds the answer by construction; no model)."""
+    answer = answer.strip().rstrip(".")
+    found = _COPULA.match(question.strip())
+    if found is None:
+        return f"The answer is {answer}."
+    verb, subject = found.group(1).lower(), found.group(2).strip()
+    return f"{subject[:1].upper()}{subject[1:]} {verb} {answer}."
+
+
+def reply_prompt(question: str, answer: str, passage: Passage | None) -> str:
+    """The instruction ``--form reply`` gives the base model (see :data:`REPLY_PROMPT`)."""
+    text = "(none)" if passage is None else passage.render()
+    return REPLY_PROMPT.format(passage=text, question=question.strip(), answer=answer.strip())
+
+
+def keep_reply(text: str, golds: Sequence[str], abstain_text: str) -> str | None:
+    """The reply's first sentence where it holds a gold answer (normalised match) and does not abstain, else None."""
+    from selfrag.evaluation.metrics import match
+    from selfrag.evaluation.modes import is_abstention
+
+    first = (split_sentences(text.strip()) or [text.strip()])[0].strip()
+    if not first or is_abstention(first, abstain_text) or not match(first, golds):
+        return None
+    return first
+
+
+def replies(queries: Sequence[Query], passages: dict[str, Passage], engine: Any, cache: Any,
+            abstain_text: str = "The sources do not say.", batch_size: int = 8) -> list[dict[str, Any]]:
+    """``--form reply``: one row per answerable query; the engine's reply where :func:`keep_reply` keeps it, else
+    :func:`fallback`. ``cache`` (a :class:`~selfrag.data_gen.cache.CallCache`) holds every decode by model, prompt
+    and parameters; a cached prompt is not decoded again."""
+    from tqdm import tqdm
+
+    from selfrag.data_gen.cache import CachedReply, call_key
+    from selfrag.inference.engines.base import GenerationRequest
+    from selfrag.prompting import encode_prompt
+
+    wanted = [q for q in queries if q.answerable and q.answers and q.output is None]
+    golds = {q.id: passages.get(q.gold_passage_ids[0]) if q.gold_passage_ids else None for q in wanted}
+    prompts = {q.id: reply_prompt(q.question, q.answers[0], golds[q.id]) for q in wanted}
+    params = {"max_tokens": MAX_TOKENS, "temperature": 0.0}
+    keys = {q.id: call_key(engine.name, prompts[q.id], params) for q in wanted}
+    texts = {q.id: hit.text for q in wanted if (hit := cache.get(keys[q.id])) is not None}
+    todo = [q for q in wanted if q.id not in texts]
+    with tqdm(total=len(todo), desc="reply", unit="question") as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            requests = [GenerationRequest(tuple(encode_prompt(engine.tokenizer, prompts[q.id], "auto")), MAX_TOKENS)
+                        for q in batch]
+            for query, generation in zip(batch, engine.generate(requests), strict=True):
+                text = engine.tokenizer.decode(list(generation.token_ids), skip_special_tokens=True).strip()
+                cache.put(keys[query.id], engine.name,
+                          CachedReply(text, generation.prompt_tokens, len(generation.token_ids)))
+                texts[query.id] = text
+            bar.update(len(batch))
+    rows = []
+    for query in wanted:
+        kept = keep_reply(texts[query.id], query.answers, abstain_text)
+        output, how = (kept, "reply") if kept else fallback(query, golds[query.id])
+        rows.append({"id": query.id, "output": output, "how": how, "base_answer": texts[query.id]})
+    return rows
+
+
+def templates(queries: Sequence[Query]) -> list[dict[str, Any]]:
+    """``--form template``: every answerable query answers with :func:`template_reply` of its first gold answer."""
+    return [{"id": q.id, "output": template_reply(q.question, q.answers[0]), "how": "template", "base_answer": None}
+            for q in queries if q.answerable and q.answers and q.output is None]
+
+
 def sentences(queries: Sequence[Query], passages: dict[str, Passage]) -> list[dict[str, Any]]:
     """Without a model: each answerable retrieval question answers with the gold passage's sentence around its span."""
     rows = []
@@ -122,14 +216,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="the first N queries of the split (as generate)")
     parser.add_argument("--extra", type=Path, action="append", default=[], help="more query files, taken whole")
     parser.add_argument("--sentences", action="store_true",
-                        help="no model: every retrieval answer is the gold passage's sentence around the span")
+                        help="no model: every retrieval answer is the gold passage's sentence around the span "
+                             "(the same as --form sentence)")
+    parser.add_argument("--form", choices=FORMS, default="base",
+                        help="base: the model's plain-RAG answer; reply: the model's one-sentence reply given the "
+                             "gold answer (cached); template: a reply built from the question and the span; "
+                             "sentence: the gold passage's sentence")
     args = parser.parse_args(argv)
     queries = [q for q in load_queries(args.queries) if args.split == "all" or q.meta.get("split") == args.split]
     queries = queries[: args.limit] if args.limit is not None else queries
     for extra in args.extra:
         queries += load_queries(extra)
     passages = {p.id: p for p in load_corpus(args.corpus)}
-    rows = sentences(queries, passages) if args.sentences else distill(queries, passages, args.model)
+    form = "sentence" if args.sentences else args.form
+    if form == "sentence":
+        rows = sentences(queries, passages)
+    elif form == "template":
+        rows = templates(queries)
+    elif form == "reply":
+        rows = replies(queries, passages, *_reply_engine(args.model))
+    else:
+        rows = distill(queries, passages, args.model)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     with args.output.open("w", encoding="utf-8") as handle:
         for row in rows:
@@ -139,6 +246,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     print(f"{len(rows)} answers -> {args.output}: {dict(Counter(row['how'] for row in rows))}", file=sys.stderr)
     return 0
+
+
+def _reply_engine(model: str) -> tuple[Any, Any]:
+    """The base model behind the hf engine (no reflection tokens) and its teacher call cache."""
+    from selfrag.data_gen.cache import CallCache, default_cache_path
+    from selfrag.inference.engines import EngineOptions
+    from selfrag.inference.engines.hf import HFEngine
+    from selfrag.models import resolve_model
+
+    options = EngineOptions()
+    engine = HFEngine.plain(resolve_model(model), dtype=options.dtype, device=options.device, seed=options.seed)
+    return engine, CallCache(default_cache_path("hf", engine.name))
 
 
 if __name__ == "__main__":
