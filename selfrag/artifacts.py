@@ -7,6 +7,7 @@ hard-codes ids or vocabulary sizes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -14,9 +15,13 @@ from typing import Any, Literal
 from selfrag.errors import InputError
 from selfrag.fsutil import read_text, write_json
 from selfrag.reflection import ReflectionIds
+from selfrag.runs import content_digest
 
 META_FILE = "selfrag.json"
 META_VERSION = 1
+#: Beside ``selfrag.json``: the questions the model was trained on, by :func:`question_key` (written by
+#: ``selfrag train`` from the records it trained on; ``eval`` and ``calibrate`` refuse data that holds them).
+TRAINED_FILE = "trained-questions.json"
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,31 @@ def write_calibration(directory: str | Path, calibration: dict[str, Any]) -> Pat
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+# ---- what a model trained on ----------------------------------------------------------------------------------
+
+
+def question_key(text: str) -> str:
+    """A question as training and evaluation compare it: its words, case-folded, by the one digest (16 hex)."""
+    return content_digest(" ".join(text.split()).casefold()).split(":", 1)[1][:16]
+
+
+def save_trained_questions(directory: str | Path, questions: Iterable[str]) -> Path:
+    """Write :data:`TRAINED_FILE`: the sorted keys of ``questions`` (each record's instruction)."""
+    keys = sorted({question_key(question) for question in questions})
+    data = {"version": 1, "key": "sha256 of the question's case-folded words, first 16 hex digits", "questions": keys}
+    return write_json(Path(directory) / TRAINED_FILE, data)
+
+
+def load_trained_questions(directory: str | Path) -> frozenset[str] | None:
+    """The keys of the questions a model directory was trained on; None where it does not say (no such file: a model
+    from elsewhere, or trained before the file existed)."""
+    path = Path(directory) / TRAINED_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(read_text(path, TRAINED_FILE))
+        return frozenset(str(key) for key in data["questions"])
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise InputError(f"{path} is malformed ({error!r}); train the model again, or delete the file") from None

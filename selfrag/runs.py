@@ -19,8 +19,9 @@ A fingerprint is the stage, its settings (flattened to dotted keys) and the SHA-
 Three things a stage does with it, all here:
 
 * :func:`check_rerun` (train, generate): one fingerprint file per output folder. The same fingerprint resumes; a
-  different one is refused with one line naming each changed setting or input and the fix, unless ``restart``,
-  which deletes the old outputs and starts over; a folder holding nothing but bookkeeping starts over quietly; a
+  different one is refused with one line naming each changed setting or input and the fix; ``restart`` deletes the
+  old outputs and starts over, same fingerprint or not; a folder holding nothing but bookkeeping (or empty files)
+  starts over quietly; a
   non-empty folder with no fingerprint (and no ``legacy`` one) is refused, and nothing in it is deleted.
 * :class:`Ledger` (quickstart stages, eval modes): named entries, each with its fingerprint and whether it
   finished; a changed entry is redone (the caller clears its outputs), an unchanged finished one is kept.
@@ -226,8 +227,10 @@ def check_rerun(
     if previous is None and legacy is not None:
         previous = legacy(output_dir)
     quiet = {file, OWNER_FILE, *bookkeeping}
-    entries = [entry.name for entry in output_dir.iterdir()] if output_dir.is_dir() else []
-    work = [name for name in entries if name not in quiet and not is_temporary(name)]
+    entries = list(output_dir.iterdir()) if output_dir.is_dir() else []
+    # an empty file is no work either: a run refused on a bad input after it opened its outputs wrote nothing
+    work = [entry.name for entry in entries if entry.name not in quiet and not is_temporary(entry.name)
+            and not (entry.is_file() and entry.stat().st_size == 0)]
     if previous is None:
         if work and not owned:
             raise RunMismatchError(
@@ -237,7 +240,7 @@ def check_rerun(
         _finish(output_dir, file, fingerprint, partial)
         return "fresh"
     changed = differences(previous, fingerprint, defaults)
-    if not changed:
+    if not changed and not (restart and work):
         if previous.get("version") != RUN_VERSION:
             logger.info("%s: a run of an older version with the same settings and inputs; resuming it", output_dir)
         _finish(output_dir, file, fingerprint, partial)
@@ -246,7 +249,7 @@ def check_rerun(
         logger.info("%s holds no work of the run recorded in %s; starting over", output_dir, file)
         _finish(output_dir, file, fingerprint, partial)
         return "fresh"
-    listing = "; ".join(changed)
+    listing = "; ".join(changed) or "nothing: the same settings and inputs"
     if not restart:
         advice = fix or f"set {key}=true to delete it and start over, or choose another {what}"
         raise RunMismatchError(
@@ -254,7 +257,8 @@ def check_rerun(
         )
     if partial:
         return "fresh"
-    logger.warning("%s=true: deleting the previous run in %s, which differed: %s", key, output_dir, listing)
+    logger.warning("%s=true: deleting the previous run in %s (it differed in %s) and starting over", key, output_dir,
+                   listing)
     (clear or _clear)(output_dir)
     _finish(output_dir, file, fingerprint, partial)
     return "fresh"

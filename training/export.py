@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from selfrag.artifacts import ModelMeta, load_meta, save_meta
+from selfrag.artifacts import TRAINED_FILE, ModelMeta, load_meta, save_meta
 from selfrag.errors import InputError
 from selfrag.loading import load_model
 
@@ -49,6 +49,8 @@ def export(adapter_dir: str | Path, out_dir: str | Path) -> Path:
         merged.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
         save_meta(staging, replace(meta, kind="merged"))
+        if (adapter_dir / TRAINED_FILE).is_file():  # the merged model trained on the same questions
+            shutil.copy2(adapter_dir / TRAINED_FILE, staging / TRAINED_FILE)
         if out_dir.is_dir():
             out_dir.rmdir()  # empty: checked above
         staging.rename(out_dir)

@@ -3,7 +3,8 @@
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=data/records.jsonl output_dir=runs/smollm2
 
 Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json``, the resolved ``config.yaml`` and
-``metrics.json`` (training losses, reflection-token accuracy on the held-out split) and ``run.json`` (the
+``metrics.json`` (training losses, reflection-token accuracy on the held-out split, tokens/s and peak memory of the
+training steps) and ``run.json`` (the
 settings and the records' SHA-256). Checkpoints go to ``output_dir/checkpoints``; a killed run started again
 with the same settings and records resumes from the last one; a run with different ones is refused with the
 list of differences unless ``restart=true``.
@@ -14,13 +15,14 @@ The run reads as one story; its parts live beside it: the model (:mod:`~selfrag.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from selfrag.artifacts import ModelMeta, save_meta
+from selfrag.artifacts import META_FILE, ModelMeta, load_meta, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
@@ -40,6 +42,7 @@ from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import base_model_name, prepare_model
+from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.trainer import (
     accuracy_callback,
     check_sharding,
@@ -76,9 +79,15 @@ class TrainResult:
     accuracy_during: list[dict[str, Any]] = field(default_factory=list)  # at each checkpoint: step + accuracy
     model: Any = field(default=None, repr=False, compare=False)  # the trained PeftModel (method full: the model)
     kind: str = "adapter"  # what output_dir holds: "adapter", or "merged" (a whole model, method full)
+    resources: dict[str, Any] = field(default_factory=dict)  # throughput and peak memory of the training steps
+    already_trained: bool = False  # a rerun of a finished run: nothing was trained or written
+    dropped_calibration: bool = False  # restart=true over a calibrated model: its calibration went with it
 
     def summary(self) -> str:
         """A few lines for people: where the adapter is, the loss curve's ends, held-out accuracy."""
+        if self.already_trained:
+            return (f"already trained: {self.output_dir} holds the finished run of these settings and records; nothing "
+                    "was changed (restart=true trains it again from the start, and drops its calibration)")
         first = self.losses[0]["loss"] if self.losses else float("nan")
         last = self.losses[-1]["loss"] if self.losses else float("nan")
         accuracy = ", ".join(
@@ -93,6 +102,8 @@ class TrainResult:
             + (f" (resumed from {self.resumed_from})" if self.resumed_from else ""),
             f"held-out reflection-token accuracy: {accuracy or 'n/a'}",
         ]
+        if self.dropped_calibration:
+            lines.append("restart=true: the earlier run and its calibration are gone; run selfrag calibrate again")
         return "\n".join(lines)
 
 
@@ -105,14 +116,21 @@ def run(config: TrainConfig) -> TrainResult:
     # Decided (and run.json written, or the folder cleared for restart=true) by the main process only.
     # a setting added to the toolkit since a run was made counts as its default (a run from before training.bf16
     # was fp32), so an upgrade resumes a killed run instead of refusing it
-    state = processes.on_main(lambda: check_rerun(output_dir, train_fingerprint(config), config.restart,
-                                                  defaults=setting_defaults(TrainConfig)))
+    # A finished run of the same settings and records is a no-op: resuming would step past max_steps and rewrite the
+    # adapter and selfrag.json (dropping its calibration). restart=true trains again from the start.
+    calibrated = config.restart and _calibrated(output_dir)
+    state = processes.on_main(lambda: rerun_state(output_dir, config))
+    if state == "finished":
+        logger.info("%s already holds this finished run (same settings and records); nothing to do", output_dir)
+        processes.wait()
+        return finished_result(output_dir)
 
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)
     eval_records = read_records(config.eval_records) if config.eval_records is not None else []
 
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
+    reset_peak_memory()
     prepared = prepare_model(config)
     model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
 
@@ -140,7 +158,8 @@ def run(config: TrainConfig) -> TrainResult:
 
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
-    callbacks = []
+    timer = StepTimer()
+    callbacks: list[Any] = [timer]
     if held_out_set.examples or judgement_examples:
         during_items = max(1, config.judgement_items // 3)
         callbacks.append(
@@ -157,7 +176,7 @@ def run(config: TrainConfig) -> TrainResult:
             args=arguments,
             train_dataset=train_set.to_dataset(),
             processing_class=tokenizer,
-            callbacks=callbacks or None,
+            callbacks=callbacks,
             loss_weights=loss_weight_table(
                 config.training.loss_weights, token_ids, len(tokenizer), config.training.balance,
                 label_counts(train_set.examples) if config.training.balance else None,
@@ -175,6 +194,8 @@ def run(config: TrainConfig) -> TrainResult:
     with processes.stopping_together(checkpoints), input_side_detached(
             model, detached, bool(arguments.gradient_checkpointing)):
         trainer.train(resume_from_checkpoint=resume)
+    resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
+    logger.info("training steps: %s; peak memory: %s", resources["throughput"], resources["peak_memory"])
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
 
     # --- Held-out reflection-token accuracy (teacher-forced, fp32) ---------------------------------
@@ -194,17 +215,48 @@ def run(config: TrainConfig) -> TrainResult:
     during = [entry for entry in history if "reflection_accuracy" in entry or "judgement" in entry]
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
-        train_set.skipped + held_out_set.skipped, resume, during, model, kind,
+        train_set.skipped + held_out_set.skipped, resume, during, model, kind, resources=resources, dropped_calibration=calibrated,
     )
     if processes.is_main:
         tokenizer.save_pretrained(str(output_dir))
         base_model = base_model_name(config.model, prepared.base_path)
         save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, kind))
+        # what eval and calibrate check their questions against (the held-out records were not trained on)
+        save_trained_questions(output_dir, (record.instruction for record in train_records))
         write_resolved(config, output_dir)
         plot(output_dir / PLOT_FILE, losses, during)
         write_metrics(result)
     processes.wait()  # no process returns before the outputs are complete
     return result
+
+
+def rerun_state(output_dir: Path, config: TrainConfig) -> Literal["fresh", "resume", "finished"]:
+    """:func:`selfrag.runs.check_rerun` (same run resumes, another is refused, ``restart`` starts over), and
+    ``finished`` for a resumed run whose outputs are complete (``metrics.json`` is written last)."""
+    state = check_rerun(output_dir, train_fingerprint(config), config.restart, defaults=setting_defaults(TrainConfig))
+    complete = (output_dir / METRICS_FILE).is_file() and (output_dir / META_FILE).is_file()
+    return "finished" if state == "resume" and complete else state
+
+
+def finished_result(output_dir: Path) -> TrainResult:
+    """The result of a finished run, as its ``metrics.json`` recorded it (``already_trained``)."""
+    metrics = json.loads((output_dir / METRICS_FILE).read_text(encoding="utf-8"))
+    meta = load_meta(output_dir)
+    return TrainResult(
+        output_dir, list(metrics.get("train_losses") or []), dict(metrics.get("reflection_accuracy") or {}),
+        int(metrics.get("train_examples", 0)), int(metrics.get("held_out_examples", 0)),
+        int(metrics.get("skipped_too_long", 0)), metrics.get("resumed_from"),
+        list(metrics.get("reflection_accuracy_at_checkpoints") or []), None,
+        meta.kind if meta is not None else "adapter", already_trained=True,
+    )
+
+
+def _calibrated(output_dir: Path) -> bool:
+    try:
+        meta = load_meta(output_dir)
+    except InputError:
+        return False
+    return meta is not None and meta.calibration is not None
 
 
 def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
@@ -249,6 +301,7 @@ def write_metrics(result: TrainResult) -> Path:
         "skipped_too_long": result.skipped_too_long,
         "resumed_from": result.resumed_from,
         "reflection_accuracy_at_checkpoints": result.accuracy_during,
+        **result.resources,  # throughput (tokens/s after the first step) and peak_memory of the training steps
     }
     write_json(path, data)
     return path

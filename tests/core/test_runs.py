@@ -72,6 +72,30 @@ def test_restart_deletes_the_old_run_and_starts_fresh(tmp_path: Path) -> None:
     assert json.loads((out / RUN_FILE).read_text())["inputs"] == make(tmp_path, records="new\n")["inputs"]
 
 
+def test_restart_starts_over_even_when_nothing_changed(tmp_path: Path) -> None:
+    """The README says restart=true starts over; before, the same settings and inputs resumed instead."""
+    out = tmp_path / "out"
+    check_rerun(out, make(tmp_path), restart=False)
+    (out / "journal.jsonl").write_text("{}\n")
+    assert check_rerun(out, make(tmp_path), restart=False) == "resume"
+    assert check_rerun(out, make(tmp_path), restart=True, partial=True) == "fresh"  # the early check deletes nothing
+    assert (out / "journal.jsonl").is_file()
+    assert check_rerun(out, make(tmp_path), restart=True) == "fresh"
+    assert sorted(path.name for path in out.iterdir()) == [RUN_FILE]
+
+
+def test_a_run_that_wrote_only_empty_files_does_not_block_a_corrected_rerun(tmp_path: Path) -> None:
+    """A run refused on a bad input after it opened its (still empty) output files: the corrected input starts
+    fresh instead of being refused as "made differently"."""
+    out = tmp_path / "out"
+    check_rerun(out, make(tmp_path), restart=False)
+    (out / "records.jsonl").write_text("")
+    assert check_rerun(out, make(tmp_path, records="fixed\n"), restart=False) == "fresh"
+    (out / "records.jsonl").write_text("{}\n")
+    with pytest.raises(RunMismatchError, match="records: content changed"):
+        check_rerun(out, make(tmp_path, records="fixed again\n"), restart=False)
+
+
 def test_foreign_non_empty_directory_is_never_deleted(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

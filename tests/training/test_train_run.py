@@ -10,11 +10,12 @@ import pytest
 import torch
 from training_records import training_records
 
-from selfrag.artifacts import load_meta
+from selfrag.artifacts import META_FILE, load_meta, load_trained_questions, question_key, write_calibration
 from selfrag.config import load_config
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
+from selfrag.training.dataset import split_records
 from selfrag.training.export import export
 from selfrag.training.model import prepare_model
 from selfrag.training.run import TrainResult, run
@@ -82,6 +83,18 @@ def test_outputs_and_metrics_are_written(trained) -> None:  # type: ignore[no-un
     assert [entry["step"] for entry in metrics["reflection_accuracy_at_checkpoints"]] == [8]  # the final save
 
 
+def test_the_model_records_the_questions_it_trained_on_not_the_held_out_ones(trained) -> None:  # type: ignore[no-untyped-def]
+    config, _, _ = trained
+    train, held_out = split_records(training_records(), config.training.eval_fraction, config.training.seed)
+    assert train and held_out
+    keys = load_trained_questions(config.output_dir)
+    assert keys == {question_key(record.instruction) for record in train}
+    trained_texts = {record.instruction for record in train}  # (two hand-built records share a question's text)
+    held_only = {question_key(record.instruction) for record in held_out if record.instruction not in trained_texts}
+    assert held_only and not keys & held_only
+    assert question_key("  Who wrote  HAMLET? ") == question_key("who wrote hamlet?")  # words, case-folded
+
+
 def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config, _, result = trained
     model, tokenizer, meta = load_model(config.output_dir)
@@ -94,6 +107,7 @@ def test_adapter_reloads_with_identical_logits_and_merges(trained, tmp_path: Pat
         merged, _, merged_meta = load_model(merged_dir)
         torch.testing.assert_close(merged(input_ids=ids).logits, expected, rtol=0, atol=1e-4)
     assert merged_meta.kind == "merged" and merged_meta.token_ids == meta.token_ids
+    assert load_trained_questions(merged_dir) == load_trained_questions(config.output_dir)  # export carries it
     head, embed = merged.get_output_embeddings().weight, merged.get_input_embeddings().weight
     assert head.data_ptr() == embed.data_ptr()  # still tied
 
@@ -230,9 +244,37 @@ def test_a_run_from_before_a_setting_existed_resumes_at_its_default(
     assert recorded["settings"].pop("training.bf16") is False
     (out / "run.json").write_text(json.dumps(recorded))
     again = run(make_config(tiny_base_dir, records_path, out, max_steps=2))
-    assert again.resumed_from is not None
+    assert again.already_trained  # the same run, finished
     with pytest.raises(RunMismatchError, match=r"training.bf16=True \(was False\)"):
         run(make_config(tiny_base_dir, records_path, out, max_steps=2, bf16=True))
+
+
+def test_rerunning_a_finished_run_is_a_no_op_that_keeps_its_calibration(
+    tiny_base_dir: Path, records_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the rerun resumed from the last checkpoint, stepped past max_steps, rewrote the adapter and dropped the
+    calibration from selfrag.json. restart=true still trains again from the start (and says the calibration went)."""
+    from selfrag.app.cli import main
+
+    out = tmp_path / "adapter"
+    run(make_config(tiny_base_dir, records_path, out, max_steps=2))
+    write_calibration(out, {"threshold": 0.4, "support_bound": 0.3})
+    files = {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    again = run(make_config(tiny_base_dir, records_path, out, max_steps=2))
+    assert again.already_trained and again.summary().startswith("already trained:")
+    assert {path.relative_to(out): path.read_bytes() for path in out.rglob("*") if path.is_file()} == files
+    argv = ["train", f"model={tiny_base_dir}", f"records={records_path}", f"output_dir={out}", "lora.r=4",
+            "lora.alpha=8", "lora.dropout=0.0", "training.learning_rate=0.01", "training.max_steps=2",
+            "training.batch_size=4", "training.logging_steps=1", "training.eval_fraction=0.25",
+            "training.max_length=512"]
+    assert main(argv) == 0 and "already trained" in capsys.readouterr().out
+    assert (out / META_FILE).read_bytes() == files[Path(META_FILE)]
+    assert main([*argv, "restart=true"]) == 0
+    assert "calibration are gone; run selfrag calibrate again" in capsys.readouterr().out
+    meta = load_meta(out)
+    assert meta is not None and meta.calibration is None
+    history = json.loads((out / "metrics.json").read_text())
+    assert history["resumed_from"] is None and [entry["step"] for entry in history["train_losses"]] == [1.0, 2.0]
 
 
 def test_cli_refusal_is_one_line_without_traceback(
