@@ -3,6 +3,7 @@
     served = describe_model("runs/model")      # directory, selfrag.json (or one derived), tokenizer; no weights
     model, tokenizer, meta = load_model("runs/model")                  # fp32 on CPU, in eval mode; an adapter as PEFT
     model = load_weights(served, dtype="bfloat16", device="cuda", merge=True)
+    base = load_base_model("configs/models/llama-3.1-8b", "bfloat16", random_init=True)   # a shape: random weights
 
 Every place that loads a trained model goes through here: the hf engine, ``selfrag export``, the studies and the
 tests. An adapter is applied to a fresh copy of its base (``selfrag.json`` ``base_model``), whose embedding is first
@@ -115,11 +116,48 @@ def grow_embeddings(model: Any, rows: int) -> bool:
     return True
 
 
+def load_base_model(path: str, dtype: Any = "float32", random_init: bool = False, seed: int = 0,
+                    device: str | None = None, **options: Any) -> Any:
+    """The base model at ``path`` (a directory or hub id from :func:`resolve_model`): its weights, or, only when
+    ``random_init`` says so, seeded random weights from its ``config.json``, built directly on ``device`` (default:
+    the current CUDA device where there is one, else the CPU) so an 8B shape needs neither a download nor a CPU copy.
+
+    Random weights check speed, memory and the machinery; what such a model says means nothing. A directory without
+    weight files is refused in one line unless ``random_init`` is set; ``options`` go to ``from_pretrained``.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from selfrag.shapes import has_weights
+
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    directory = Path(path)
+    if not random_init:
+        if directory.is_dir() and not has_weights(directory):
+            raise ModelNotFoundError(
+                f"model directory {path!r} has a config.json but no weights (a shape from configs/models?); set "
+                "random_init=true to build it with seeded random weights (speed and memory checks only), or give a "
+                "directory with the model's weights"
+            )
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **options)
+    if options.get("quantization_config") is not None:
+        raise ModelNotFoundError("random_init=true builds unquantised random weights; quantization (QLoRA) needs "
+                                 "real weights to quantise: remove quantization or set random_init=false")
+    if directory.is_dir() and has_weights(directory):
+        logger.warning("random_init=true: the weights in %s are NOT loaded; the model gets seeded random ones", path)
+    if device is None:
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(seed)
+    logger.info("random_init=true: building %s from its config.json with seeded random %s weights on %s", path,
+                str(dtype).removeprefix("torch."), device)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+
+
 def load_weights(served: ServedModel, dtype: Any = "float32", device: str = "cpu", merge: bool = False) -> Any:
     """The model of ``served`` in eval mode: a merged directory as it is, an adapter on its base (folded into the
     weights when ``merge``; else a ``PeftModel``). ``dtype``: a torch dtype or its name (``bfloat16``)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     kind = served.meta.kind
@@ -127,11 +165,11 @@ def load_weights(served: ServedModel, dtype: Any = "float32", device: str = "cpu
         logger.warning("selfrag.json says kind=%s but %s %s adapter_config.json", kind, served.directory,
                        "has" if served.is_adapter else "has no")
     if not served.is_adapter:
-        merged: Any = AutoModelForCausalLM.from_pretrained(str(served.directory), dtype=dtype)
+        merged: Any = load_base_model(str(served.directory), dtype)
         return merged.to(device).eval()
     from peft import PeftModel
 
-    base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(served.meta.base_model), dtype=dtype)
+    base: Any = load_base_model(resolve_model(served.meta.base_model), dtype)
     grow_embeddings(base, embedding_rows(served.tokenizer, served.meta.token_ids))
     adapted: Any = PeftModel.from_pretrained(base, str(served.directory))
     if merge:
@@ -150,10 +188,8 @@ def load_model(model: str | Path, dtype: Any = "float32", device: str = "cpu", m
 
 def load_plain_model(model: str | Path, dtype: Any = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a model without reflection tokens (a base model), in eval mode."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     directory = resolve_model(str(model))
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    loaded: Any = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+    loaded: Any = load_base_model(str(directory), dtype)
     return loaded.to(device).eval(), AutoTokenizer.from_pretrained(str(directory))

@@ -5,7 +5,8 @@ A model name is one of:
 * a built-in alias (``smollm2-135m-instruct``): a GGUF shipped inside a PyPI package, converted once
   to safetensors in the user's cache directory (``$SELFRAG_CACHE``, else ``$XDG_CACHE_HOME/selfrag``,
   else ``~/.cache/selfrag``);
-* a local directory (a base model, or one trained by selfrag);
+* a local directory (a base model, or one trained by selfrag, or a weightless shape of configs/models whose
+  tokenizer :mod:`selfrag.shapes` builds on first use);
 * a hub id ``owner/name``, passed through to transformers (needs hub access on the user's machine).
 
 Conversion is atomic: it writes into a temporary sibling directory and renames it into place, so a
@@ -75,6 +76,9 @@ def resolve_model(name: str) -> str:
                 f"model directory {name!r} has no config.json or adapter_config.json; "
                 "give the model as a directory written by save_pretrained or by selfrag train"
             )
+        from selfrag.shapes import ensure_tokenizer
+
+        ensure_tokenizer(path)  # a weightless shape (configs/models/...): its tokenizer is built once
         return str(path)
     alias = name.lower()
     if alias in ALIASES:

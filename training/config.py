@@ -271,6 +271,13 @@ class TrainConfig:
         "and bitsandbytes.",
         default_factory=dict,
     )
+    random_init: bool = help_field(
+        "Build the base from its config.json with seeded random weights (training.seed) instead of loading weights: "
+        "for checking speed, memory and the machinery at a model's real size where no weights can be downloaded "
+        "(model=configs/models/llama-3.1-8b: the shape without weights). What such a model learns means nothing. "
+        "Never implied: a directory without weights is refused unless this is true.",
+        default=False,
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = help_field(
         "dtype the base model is loaded in: float32 on CPU; bfloat16 for 7-8B models on GPUs (LoRA weights are "
         "trained in fp32 by PEFT either way).",
@@ -294,6 +301,9 @@ class TrainConfig:
         if self.method == "full" and self.quantization:
             problems.append("method=full trains every weight and needs an unquantised base; quantization (QLoRA) "
                             "is for method=lora: remove quantization or set method=lora")
+        if self.random_init and self.quantization:
+            problems.append("random_init=true builds random unquantised weights; quantization (QLoRA) needs real "
+                            "weights to quantise: remove quantization or set random_init=false")
         if self.method == "full" and self.lora.layers is not None:
             problems.append(f"lora.layers={self.lora.layers} chooses the blocks LoRA adapts; method=full trains every "
                             "weight: remove lora.layers or set method=lora")

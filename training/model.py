@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from selfrag.errors import ConfigError
+from selfrag.loading import load_base_model
 from selfrag.models import ALIASES, resolve_model
 from selfrag.prompting import resolve_template
 from selfrag.reflection import ReflectionIds
@@ -50,13 +51,14 @@ class PreparedModel:
 def prepare_model(config: TrainConfig) -> PreparedModel:
     """Load the base, give it the reflection tokens, wrap it in LoRA; seeded, so repeatable."""
     from peft import get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import AutoTokenizer, set_seed
 
     set_seed(config.training.seed)
     base_path = resolve_model(config.model)
     logger.info("loading base model %s from %s", config.model, base_path)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    model = AutoModelForCausalLM.from_pretrained(base_path, **model_load_options(config))
+    model = load_base_model(base_path, random_init=config.random_init, seed=config.training.seed,
+                            **model_load_options(config))
     if config.quantization:
         from peft import prepare_model_for_kbit_training
 

@@ -215,7 +215,8 @@ def run(config: TrainConfig) -> TrainResult:
     during = [entry for entry in history if "reflection_accuracy" in entry or "judgement" in entry]
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
-        train_set.skipped + held_out_set.skipped, resume, during, model, kind, resources=resources, dropped_calibration=calibrated,
+        train_set.skipped + held_out_set.skipped, resume, during, model, kind, resources=resources,
+        dropped_calibration=calibrated,
     )
     if processes.is_main:
         tokenizer.save_pretrained(str(output_dir))

@@ -104,6 +104,7 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
         "gradient_checkpointing": False,
         "bf16": use_bf16(training.bf16),
         "report_to": "none",
+        "include_num_input_tokens_seen": "non_padding",  # metrics.json's tokens/s (training.resources.StepTimer)
         "dataloader_pin_memory": torch.cuda.is_available(),
         "save_total_limit": 2,
     }

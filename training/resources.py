@@ -1,0 +1,73 @@
+"""What a training run cost: optimizer-step throughput and peak memory, for ``metrics.json``.
+
+    timer = StepTimer()                # a TrainerCallback: pass it to the trainer
+    trainer.train(); timer.summary()   # {"steps": 4, "seconds": 3.1, "input_tokens": 8192, "tokens_per_second": ...}
+    peak_memory()                      # {"device": "cuda", "allocated_gb": ..., "reserved_gb": ..., "rss_gb": ...}
+
+The throughput leaves out the first optimizer step (kernel selection, allocator growth, lazy initialisation): it is
+the steps after it, each timed at its end with the GPU synchronised. Tokens are the non-padding input tokens the
+Trainer counts (``include_num_input_tokens_seen=non_padding``).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+GB = 1024**3
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class StepTimer(TrainerCallback):
+    """Times each optimizer step of ``trainer.train()`` (wall clock, device synchronised) with the tokens seen."""
+
+    def __init__(self) -> None:
+        self.start: tuple[float, int] | None = None
+        self.marks: list[tuple[float, int]] = []  # (perf_counter at a step's end, input tokens seen by then)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        _synchronize()
+        self.start = (time.perf_counter(), int(state.num_input_tokens_seen or 0))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        _synchronize()
+        self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen or 0)))
+
+    def summary(self) -> dict[str, Any]:
+        """Steps timed after the first, their seconds, input tokens and tokens/s; the first step's seconds apart."""
+        first = round(self.marks[0][0] - self.start[0], 3) if self.marks and self.start else None
+        if len(self.marks) < 2:
+            return {"steps": 0, "seconds": None, "input_tokens": None, "tokens_per_second": None,
+                    "first_step_seconds": first}
+        (begin, tokens_begin), (end, tokens_end) = self.marks[0], self.marks[-1]
+        seconds, tokens = end - begin, tokens_end - tokens_begin
+        return {"steps": len(self.marks) - 1, "seconds": round(seconds, 3), "input_tokens": tokens,
+                "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 and tokens > 0 else None,
+                "first_step_seconds": first}
+
+
+def reset_peak_memory() -> None:
+    """Start the GPU's peak-memory count here (the process's peak RSS cannot be reset: it counts from its start)."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory() -> dict[str, Any]:
+    """The process's peak resident memory, and on CUDA the allocator's peak allocated and reserved bytes (GiB)."""
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    peak: dict[str, Any] = {"device": "cpu", "rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                                                                * scale / GB, 3)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peak.update(device="cuda", name=torch.cuda.get_device_name(),
+                    allocated_gb=round(torch.cuda.max_memory_allocated() / GB, 3),
+                    reserved_gb=round(torch.cuda.max_memory_reserved() / GB, 3))
+    return peak
