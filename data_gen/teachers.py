@@ -22,11 +22,9 @@ from typing import Any, Protocol
 
 from selfrag.data_gen.cache import CachedReply, CallStore, call_key
 from selfrag.data_gen.config import TeacherConfig
+from selfrag.retries import RETRY_STATUS, RetriesExhausted, Retryable, RetryPolicy, acall_with_retries, retry_after
 
 logger = logging.getLogger(__name__)
-
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-
 
 @dataclass(frozen=True)
 class ChatRequest:
@@ -122,40 +120,41 @@ class HTTPTeacher:
             return await self._post_with_retries(body)
 
     async def _post_with_retries(self, body: dict[str, Any]) -> ChatReply:
+        policy = RetryPolicy(self.config.max_retries, self.config.backoff_s, self.config.backoff_max_s)
+        try:
+            return await acall_with_retries(lambda: self._post_once(body), policy, self._random, self._sleep)
+        except RetriesExhausted as error:
+            raise TeacherError(f"teacher call to {self._url} {error}") from None
+
+    async def _post_once(self, body: dict[str, Any]) -> ChatReply:
+        """One POST: the reply, :class:`Retryable` for a failure another try may cure, or a permanent error."""
         import httpx
 
-        last = "no attempt"
-        for attempt in range(self.config.max_retries + 1):
-            wait: float | None = None
+        try:
+            response = await self._client.post(self._url, json=body, headers=self._headers())
+        except httpx.ConnectTimeout:
+            reason = f"connection timeout after {self.config.timeout_s} s"
+            self._connection_failed(reason)
+            raise Retryable(reason) from None
+        except httpx.TimeoutException:
+            raise Retryable(f"timeout after {self.config.timeout_s} s") from None
+        except httpx.TransportError as error:
+            reason = f"connection error ({type(error).__name__}: {error or 'no detail'})"
+            self._connection_failed(reason)
+            raise Retryable(reason) from None
+        self._connection_ok()
+        if response.status_code == 200:
             try:
-                response = await self._client.post(self._url, json=body, headers=self._headers())
-            except httpx.ConnectTimeout:
-                last = f"connection timeout after {self.config.timeout_s} s"
-                self._connection_failed(last)
-            except httpx.TimeoutException:
-                last = f"timeout after {self.config.timeout_s} s"
-            except httpx.TransportError as error:
-                last = f"connection error ({type(error).__name__}: {error or 'no detail'})"
-                self._connection_failed(last)
-            else:
-                self._connection_ok()
-                if response.status_code == 200:
-                    try:
-                        return parse_chat_response(response.json())
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        last = "reply body is not an OpenAI chat completion (malformed JSON)"
-                elif response.status_code in RETRY_STATUS:
-                    last = f"HTTP {response.status_code}"
-                    wait = retry_after(response.headers.get("Retry-After"))
-                else:
-                    raise TeacherError(
-                        f"HTTP {response.status_code} from {self._url}: {response.text[:200]}; "
-                        "check teacher.base_url, teacher.model and the key",
-                        retryable=False,
-                    )
-            if attempt < self.config.max_retries:
-                await self._sleep(wait if wait is not None else self._backoff(attempt))
-        raise TeacherError(f"teacher call to {self._url} failed after {self.config.max_retries + 1} attempts: {last}")
+                return parse_chat_response(response.json())
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise Retryable("reply body is not an OpenAI chat completion (malformed JSON)") from None
+        if response.status_code in RETRY_STATUS:
+            raise Retryable(f"HTTP {response.status_code}", retry_after(response.headers.get("Retry-After")))
+        raise TeacherError(
+            f"HTTP {response.status_code} from {self._url}: {response.text[:200]}; "
+            "check teacher.base_url, teacher.model and the key",
+            retryable=False,
+        )
 
     def _connection_failed(self, error: str) -> None:
         """Warn at the first failure of a streak; stop the run (a permanent error) once the streak is long enough.
@@ -188,23 +187,8 @@ class HTTPTeacher:
             logger.warning("teacher at %s answers again after %d connection failures", self._url, self._failures_in_row)
         self._failures_in_row = 0
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential back-off with full jitter, capped."""
-        ceiling = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
-        return self._random.uniform(0, ceiling)
-
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-def retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds form; HTTP dates fall back to back-off)."""
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 def parse_chat_response(data: Any) -> ChatReply:

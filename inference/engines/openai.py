@@ -6,8 +6,9 @@ Prompts go as token ids (``prompt: [ids]``), so reflection ids are sent as ids a
 back as ids (vLLM's ``return_tokens_as_token_ids``). Reflection scores: ``logprob_token_ids`` (exact, vLLM) where
 the server honours it, else the ``logprobs`` top-k list with absent ids and the k-th log-prob as their bound
 (``Generation.score_bounds``); which one is found out on the first scored request and remembered. Requests run
-``concurrency`` at a time; timeouts, 429, 5xx, connection errors and malformed JSON are retried with exponential
-back-off and jitter up to ``max_retries`` times, then raise :class:`RemoteEngineError`. The API key is read
+``concurrency`` at a time; timeouts, 429, 5xx, connection errors and malformed JSON are retried under the project's
+one policy (:mod:`selfrag.retries`: exponential back-off, full jitter, Retry-After) up to ``max_retries`` times, then
+raise :class:`RemoteEngineError`. The API key is read
 from the environment variable ``api_key_env`` (never from a config file).
 """
 
@@ -28,20 +29,17 @@ from typing import Any
 
 from selfrag.errors import SelfragError
 from selfrag.loading import describe_model, eos_ids_of
+from selfrag.retries import RETRY_STATUS, RetriesExhausted, Retryable, RetryPolicy, call_with_retries, retry_after
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
 
 logger = logging.getLogger(__name__)
 
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+BACKOFF_MAX_S = 30.0  # the longest wait between two tries, Retry-After included
 
 
 class RemoteEngineError(SelfragError, RuntimeError):
     """The server kept failing (or refused the request) after every retry."""
-
-
-class _Retryable(Exception):
-    pass
 
 
 class OpenAIEngine:
@@ -80,6 +78,7 @@ class OpenAIEngine:
         self._exact: bool | None = None  # does the server honour logprob_token_ids? (None: not asked yet)
         self._lock = threading.Lock()
         self.retries = 0  # retried attempts so far (for logs and tests)
+        self._random = random.Random(seed)
         self.served_model, self._max_context = self._served(served_model, served.directory)
 
     @property
@@ -179,29 +178,26 @@ class OpenAIEngine:
     def _request(
         self, method: str, path: str, body: Mapping[str, Any] | None, parse: Callable[[Any], Any] = lambda d: d
     ) -> Any:
-        """One call with retries: back-off ``backoff * 2**attempt`` (+ jitter), Retry-After honoured.
+        """One call under the project's retry policy (:mod:`selfrag.retries`), Retry-After honoured.
 
-        ``parse`` turns the JSON into the result and raises :class:`_Retryable` when it is malformed.
+        ``parse`` turns the JSON into the result and raises :class:`~selfrag.retries.Retryable` when it is malformed.
         """
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                with self._lock:
-                    self.retries += 1
-            try:
-                return parse(self._attempt(method, path, body))
-            except _Retryable as error:
-                last = str(error.args[0])
-                wait = error.args[1] if len(error.args) > 1 and error.args[1] is not None else None
-                if attempt < self.max_retries:
-                    delay = wait if wait is not None else self.backoff * 2**attempt * (1 + random.random() * 0.25)
-                    logger.info("%s %s failed (%s); retry %d/%d in %.2f s", method, path, last, attempt + 1,
-                                self.max_retries, delay)
-                    time.sleep(delay)
-        raise RemoteEngineError(
-            f"{method} {self.base_url}{path} failed {self.max_retries + 1} times, last: {last}; check the server "
-            "or raise engine_options.max_retries / engine_options.timeout"
-        )
+
+        def retried(retry: int, reason: str, delay: float) -> None:
+            with self._lock:
+                self.retries += 1
+            logger.info("%s %s failed (%s); retry %d/%d in %.2f s", method, path, reason, retry, self.max_retries,
+                        delay)
+
+        policy = RetryPolicy(self.max_retries, self.backoff, BACKOFF_MAX_S)
+        try:
+            return call_with_retries(lambda: parse(self._attempt(method, path, body)), policy, self._random,
+                                     on_retry=retried)
+        except RetriesExhausted as error:
+            raise RemoteEngineError(
+                f"{method} {self.base_url}{path} failed {error.attempts} times, last: {error.reason}; check the server "
+                "or raise engine_options.max_retries / engine_options.timeout"
+            ) from None
 
     def _attempt(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -215,14 +211,14 @@ class OpenAIEngine:
         except urllib.error.HTTPError as error:
             detail = error.read()[:300].decode("utf-8", "replace")
             if error.code in RETRY_STATUS:
-                raise _Retryable(f"HTTP {error.code}: {detail}", _retry_after(error.headers)) from None
+                raise Retryable(f"HTTP {error.code}: {detail}", retry_after(error.headers.get("Retry-After"))) from None
             raise RemoteEngineError(f"{method} {self.base_url}{path}: HTTP {error.code}: {detail}") from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
-            raise _Retryable(f"{type(error).__name__}: {error}", None) from None
+            raise Retryable(f"{type(error).__name__}: {error}") from None
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Retryable(f"malformed JSON: {raw[:120]!r}", None) from None
+            raise Retryable(f"malformed JSON: {raw[:120]!r}") from None
 
 
 def _local_context(directory: Path) -> int | None:
@@ -232,14 +228,6 @@ def _local_context(directory: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return min(float(value), 30.0) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _token_id(token: str) -> int:
@@ -264,5 +252,5 @@ def _read_completion(data: Any) -> tuple[list[int], list[dict[int, float]]]:
             {_token_id(token): float(value) for token, value in (top or {}).items()} for top in tops
         ]
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as error:
-        raise _Retryable(f"malformed completion ({type(error).__name__}: {error})", None) from None
+        raise Retryable(f"malformed completion ({type(error).__name__}: {error})") from None
     return tokens, positions

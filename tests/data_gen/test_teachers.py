@@ -22,8 +22,8 @@ from selfrag.data_gen.teachers import (
     ChatRequest,
     HTTPTeacher,
     TeacherError,
-    retry_after,
 )
+from selfrag.retries import retry_after
 from selfrag.trajectory import Passage
 
 REQUEST = ChatRequest((("user", "hello"),), max_tokens=8)
