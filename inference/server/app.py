@@ -34,7 +34,7 @@ from selfrag.inference.engines.base import context_limit, context_problem
 from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .backend import Backend
-from .batcher import BatchWorker, Job, QueueFull
+from .batcher import BatchWorker, Job, QueueFull, ShuttingDown
 from .checks import question_of, refuse_unsupported, settings_of
 from .config import ServeConfig
 from .errors import ApiError
@@ -52,7 +52,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for code, what in {
         400: "a field is invalid; error.param names it", 401: "missing or wrong API key",
         404: "unknown model", 413: "request body too large", 429: "the queue is full; retry later",
-        503: "the model or index is still loading", 504: "no answer within timeout_s",
+        503: "the model or index is still loading, or the server stopped past graceful_shutdown_s",
+        504: "no answer within timeout_s",
     }.items()
 }
 
@@ -70,6 +71,19 @@ class ServerState:
     status: str = "loading"
     detail: str | None = None
     served_names: tuple[str, ...] = ()  # every model id a request may name (model_name first)
+
+    def expire(self) -> int:
+        """Shutdown past graceful_shutdown_s: answer every request still waiting or decoding with 503 (a stream: an
+        error event, then ``[DONE]``) instead of letting uvicorn cancel it (a bare 500, a cut stream, tracebacks)."""
+        grace = self.config.graceful_shutdown_s
+        failed = self.worker.expire(f"the server is shutting down and this request was still running after "
+                                    f"graceful_shutdown_s={grace:g} s; retry it (another replica, or this one "
+                                    "once restarted, answers it)")
+        if failed:
+            self.metrics.rejected.labels("shutdown").inc(failed)
+            logger.warning("shutting down: %d request(s) still running after graceful_shutdown_s=%g s answered 503",
+                           failed, grace)
+        return failed
 
     def ready_backend(self) -> Backend:
         if self.backend is None:
@@ -288,6 +302,8 @@ async def _await_answer(state: ServerState, job: Job, request: Request, poll_s: 
 def _outcome(job: Job) -> Answer:
     try:
         return job.future.result()
+    except ShuttingDown as error:
+        raise ApiError(503, str(error), "server_error", code="server_shutting_down") from None
     except Exception as error:
         raise ApiError(500, f"the engine failed on this request: {type(error).__name__}", "server_error") from None
 

@@ -30,10 +30,11 @@ import contextlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from selfrag.config import to_dict
 from selfrag.inference.answer import Answer
@@ -52,6 +53,10 @@ AbandonCheckOf = Callable[[Sequence[str], Callable[[int], bool]], AbandonCheck]
 
 class QueueFull(Exception):
     """The queue holds ``max_queue`` waiting jobs; the request is answered 429."""
+
+
+class ShuttingDown(Exception):
+    """The server stopped before this job's answer was ready (past ``graceful_shutdown_s``); answered 503."""
 
 
 @dataclass(eq=False)
@@ -84,11 +89,12 @@ class BatchWorker:
         self._waiting: collections.deque[Job] = collections.deque()
         self._wakeup = asyncio.Event()
         self.concurrent_batches = concurrent_batches
-        self._executor = ThreadPoolExecutor(max_workers=concurrent_batches, thread_name_prefix="selfrag-engine")
         self._slots = asyncio.Semaphore(concurrent_batches)  # a batch holds one from being taken to its end
         self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._expired = False  # expire() ran: stop() does not wait for the engine
+        self._active: set[Job] = set()  # jobs in the engine
         self.in_flight = 0
         self._seconds_per_job: float | None = None  # moving average of engine seconds per job: Retry-After
 
@@ -100,14 +106,37 @@ class BatchWorker:
         self._task = asyncio.create_task(self._loop(), name="selfrag-batcher")
 
     async def stop(self) -> None:
-        """Answer what is still queued, then stop the worker and its thread."""
+        """Answer what is still queued, then stop the worker; after :meth:`expire`, without waiting for the engine
+        (its thread is a daemon: a batch it is still decoding does not hold the process)."""
         self._stopping = True
         self._wakeup.set()
+        if self._expired:  # the loop may wait for a slot the engine holds: stop it instead of waiting
+            for task in (self._task, *self._running):
+                if task is not None:
+                    task.cancel()
         if self._task is not None:
-            await self._task
+            await asyncio.gather(self._task, return_exceptions=True)
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+
+    def expire(self, reason: str) -> int:
+        """Fail every job still waiting or in the engine with :class:`ShuttingDown` (``reason``): a plain request is
+        answered at once, a stream ends with an error event. Their engine rows are abandoned (hf stops them at its
+        next decode step). Returns how many jobs it failed."""
+        self._stopping = self._expired = True
+        jobs = [*self._waiting, *self._active]
+        self._waiting.clear()
+        failed = 0
+        for job in jobs:
+            job.cancelled = True
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown(reason))
+                failed += 1
+            if job.events is not None:
+                job.events.put_nowait(None)
+        self._update_gauges()
+        self._wakeup.set()
+        return failed
 
     def submit(self, question: str, settings: InferenceConfig, stream: bool = False) -> Job:
         """Queue a question; with ``stream`` its events also go to ``job.events`` as the runtime yields them."""
@@ -186,6 +215,7 @@ class BatchWorker:
         if not jobs:
             return
         self.in_flight += len(jobs)
+        self._active.update(jobs)
         self._update_gauges()
         started = time.monotonic()
         if self.metrics is not None:
@@ -193,7 +223,7 @@ class BatchWorker:
                 self.metrics.queue_wait.observe(started - job.enqueued)
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._drain, jobs, loop)
+            await _in_daemon_thread(loop, self._drain, jobs, loop)
         except Exception as error:  # an engine failure fails this batch's requests, not the server
             logger.exception("engine call failed for a batch of %d", len(jobs))
             for job in jobs:
@@ -202,8 +232,9 @@ class BatchWorker:
             return
         finally:
             self.in_flight -= len(jobs)
+            self._active.difference_update(jobs)
             self._update_gauges()
-            # The executor's result reaches the loop after every _deliver the thread scheduled: these come last.
+            # The thread's result reaches the loop after every _deliver the thread scheduled: these come last.
             for job in jobs:
                 if job.events is not None:
                     job.events.put_nowait(None)
@@ -243,6 +274,37 @@ class BatchWorker:
         if self.metrics is not None:
             self.metrics.queue_depth.set(len(self._waiting))
             self.metrics.in_flight.set(self.in_flight)
+
+
+def _in_daemon_thread(
+    loop: asyncio.AbstractEventLoop, function: Callable[..., None], *args: Any
+) -> asyncio.Future[None]:
+    """Run ``function(*args)`` in a new daemon thread; the future settles on the loop after every callback the
+    thread scheduled before it returned. Not an executor: its threads are joined at exit, so a batch still decoding
+    when the server stops (past graceful_shutdown_s) would hold the process until the batch ends."""
+    future: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    def target() -> None:
+        error: BaseException | None = None
+        try:
+            function(*args)
+        except BaseException as caught:  # handed to the loop, which re-raises it in _run
+            error = caught
+        try:
+            loop.call_soon_threadsafe(settle, error)
+        except RuntimeError:  # the loop is closed: the server has stopped, nobody waits for this batch
+            pass
+
+    threading.Thread(target=target, name="selfrag-engine", daemon=True).start()
+    return future
 
 
 def _deliver(job: Job, event: StreamEvent) -> None:

@@ -30,7 +30,7 @@ class ServerMetrics:
         self.engine_seconds = Histogram("selfrag_engine_call_seconds", "time of one batch, all its phases",
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.rejected = Counter("selfrag_rejected", "requests not answered, by reason (queue_full, timeout, "
-                                "disconnected)", ["reason"], registry=r)
+                                "disconnected, shutdown)", ["reason"], registry=r)
         self.answers = Counter("selfrag_answers", "answers produced", registry=r)
         self.retrievals = Counter("selfrag_retrievals", "answers that retrieved passages", registry=r)
         self.re_retrievals = Counter("selfrag_re_retrievals", "retrieval rounds after the first one", registry=r)

@@ -4,15 +4,24 @@
     SELFRAG_API_KEY=secret selfrag serve --config configs/serve/default.yaml model=DIR corpus=FILE max_batch=8
 
 The port opens at once; ``GET /health`` says ``loading`` (503) until the index and the model are loaded, then
-``ready``. SIGINT/SIGTERM stop accepting connections and let in-flight requests finish (``graceful_shutdown_s``).
+``ready``. SIGINT/SIGTERM stop accepting connections and let in-flight requests finish for ``graceful_shutdown_s``;
+what still runs then is answered 503 ``server_shutting_down`` (a stream: an error event, then ``[DONE]``) and the
+process exits without waiting for the engine's batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
 
 from selfrag.errors import InputError, SelfragError
 from selfrag.models import resolve_model
@@ -24,11 +33,12 @@ from .config import ServeConfig
 
 logger = logging.getLogger(__name__)
 
+#: after graceful_shutdown_s, how long the answers to the requests still running may take to be written
+SHUTDOWN_MARGIN_S = 2.0
+
 
 def run(config: ServeConfig) -> int:
     """Serve until interrupted; a model or corpus that fails to load stops the server with its error."""
-    import uvicorn
-
     if config.corpus is not None and not config.corpus.exists():
         raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
     if config.index is not None and "://" not in config.index and not Path(config.index).is_dir():
@@ -48,10 +58,8 @@ def run(config: ServeConfig) -> int:
             server.should_exit = True
 
     app = create_app(config, lambda: load_backend(config), api_key=api_key, on_load_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=config.port, timeout_graceful_shutdown=int(config.graceful_shutdown_s),
-        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(), lifespan="on",
-    ))
+    server = graceful_server(app, config.graceful_shutdown_s, host=config.host, port=config.port,
+                             log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower())
     logger.info("serving on http://%s:%d (API key %s)", config.host, config.port,
                 "required" if api_key else "not required")
     server.run()
@@ -59,6 +67,30 @@ def run(config: ServeConfig) -> int:
         error = failure[0]
         raise error if isinstance(error, SelfragError) else InputError(f"loading failed: {error}")
     return 0
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server whose shutdown, past ``graceful_shutdown_s``, calls ``expire`` (``ServerState.expire``:
+    the requests still running are answered 503) instead of letting uvicorn cancel them (a bare text 500, a cut
+    stream, a traceback each); uvicorn's own cut comes :data:`SHUTDOWN_MARGIN_S` later, for those answers."""
+
+    def __init__(self, config: uvicorn.Config, graceful_shutdown_s: float, expire: Callable[[], object]) -> None:
+        super().__init__(config)
+        self.graceful_shutdown_s, self.expire = graceful_shutdown_s, expire
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timer = asyncio.get_running_loop().call_later(self.graceful_shutdown_s, self.expire)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            timer.cancel()
+
+
+def graceful_server(app: FastAPI, graceful_shutdown_s: float, **options: Any) -> GracefulServer:
+    """A :class:`GracefulServer` for an app of :func:`~.app.create_app` (``options``: uvicorn's host, port, ...)."""
+    config = uvicorn.Config(app, timeout_graceful_shutdown=graceful_shutdown_s + SHUTDOWN_MARGIN_S,  # type: ignore[arg-type]
+                            lifespan="on", **options)
+    return GracefulServer(config, graceful_shutdown_s, app.state.selfrag.expire)
 
 
 def _is_loopback(host: str) -> bool:

@@ -1,10 +1,11 @@
 """One ``selfrag serve`` replica for the replica tests, in its own process (so a test can kill it): the server tests'
 scripted engine (no model) behind the real app and uvicorn on 127.0.0.1.
 
-    python tests/inference/replica_server.py --port 8001 [--ready-file PATH] [--delay 0.1]
+    python tests/inference/replica_server.py --port 8001 [--ready-file PATH] [--delay 0.1] [--grace 5]
 
 ``--ready-file``: the backend "loads" until that file exists (``/health`` 503 meanwhile), as a real replica loads
-its model; ``--delay``: seconds each engine call takes, so that requests overlap under load.
+its model; ``--delay``: seconds each engine call takes, so that requests overlap under load; ``--grace``: the
+server's graceful_shutdown_s (served as ``selfrag serve`` serves: ``graceful_server``).
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ sys.path.insert(0, str(HERE))  # server_harness
 def main() -> None:
     import importlib.util
 
-    import uvicorn
     from server_harness import MODEL, FixedRetriever, ScriptedBackendEngine, serve_config
 
     from selfrag.inference.server.app import create_app
     from selfrag.inference.server.backend import Backend
+    from selfrag.inference.server.run import graceful_server
     from selfrag.reflection import TOKENS, reflection_ids
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--grace", type=float, default=5.0)
     args = parser.parse_args()
     spec = importlib.util.spec_from_file_location("tests_conftest", HERE.parent / "conftest.py")  # the tiny tokenizer
     assert spec is not None and spec.loader is not None
@@ -48,8 +50,8 @@ def main() -> None:
             time.sleep(0.05)
         return Backend(engine, FixedRetriever(), MODEL)
 
-    app = create_app(serve_config(max_queue=256), load)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    app = create_app(serve_config(max_queue=256, graceful_shutdown_s=args.grace), load)
+    graceful_server(app, args.grace, host="127.0.0.1", port=args.port, log_level="warning").run()
 
 
 if __name__ == "__main__":
