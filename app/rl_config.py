@@ -1,0 +1,163 @@
+"""The settings of ``selfrag rl``: GRPO on the reflection-token policy with retrieval in the loop.
+
+    config = load_config(RLConfig, "configs/rl/smollm2-135m-cpu.yaml", ["training.max_steps=20"])
+
+Every field is documented; ``trl`` keys pass through to ``trl.GRPOConfig`` and are checked against its real fields
+when the config loads, so a typo fails before a model loads. The reward's terms and their weights are
+:class:`RewardConfig` (see :mod:`selfrag.app.rl_reward`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any, Literal
+
+from selfrag.config import check_options, help_field
+from selfrag.inference.retrievers.spec import RetrieverConfig
+from selfrag.training.config import LoraOptions
+
+#: GRPOConfig fields this recipe sets from the typed config; setting them in ``trl`` is an error.
+TRL_OWNED: dict[str, str] = {
+    "output_dir": "output_dir",
+    "learning_rate": "training.learning_rate",
+    "max_steps": "training.max_steps",
+    "per_device_train_batch_size": "training.questions_per_step x training.generations",
+    "num_generations": "training.generations",
+    "beta": "training.beta",
+    "seed": "training.seed",
+    "logging_steps": "training.logging_steps",
+    "save_steps": "training.save_steps",
+    "reward_weights": "reward.* (each term's weight)",
+    "temperature": "rollout.temperature",
+    "use_vllm": "(the rollouts decode through the runtime's engine)",
+}
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.app.rl_rollout`)."""
+
+    mode: Literal["adaptive", "always"] = help_field(
+        "adaptive: the model decides when to retrieve; always: every rollout starts with [Retrieval] and every "
+        "[Retrieval] is followed (the runtime's mode: always)", "adaptive")
+    top_k: int = help_field("passages searched a retrieval step; the best one not yet in context goes in", 1)
+    depth: int = help_field("most retrieval rounds in one rollout (after that a [Retrieval] becomes [No Retrieval])", 2)
+    max_segments: int = help_field("most sentences in one rollout", 3)
+    segment_tokens: int = help_field("most new tokens per segment decode", 48)
+    temperature: float = help_field("sampling temperature of the rollouts (> 0: GRPO compares sampled answers)", 1.0)
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("top_k", "depth", "max_segments", "segment_tokens"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.temperature > 0:
+            problems.append(f"temperature must be > 0, got {self.temperature}; GRPO needs sampled rollouts, e.g. 1.0")
+        return problems
+
+
+@dataclasses.dataclass
+class RewardConfig:
+    """The reward: a weighted sum of terms, each logged on its own (``rewards/<term>/mean``). A weight of 0 drops
+    a term."""
+
+    correct: float = help_field(
+        "weight of correctness on answerable questions: the shipped answer holds a gold answer (correctness: "
+        "contains) or its token F1 against the golds (correctness: f1); an abstention scores 0", 1.0)
+    correctness: Literal["contains", "f1"] = help_field("how correctness is measured: contains or f1", "contains")
+    abstain: float = help_field(
+        "weight of abstention: +1 for abstaining on an unanswerable question, -1 for answering it, -1 for "
+        "abstaining on an answerable one", 0.5)
+    support: float = help_field(
+        "weight of support: the share of shipped sentences the claim judge finds supported by the passage they "
+        "came from (a sentence without a passage counts unsupported; an abstention scores 0)", 0.5)
+    format: float = help_field("weight of well-formedness: -1 when the rollout breaks the grammar", 0.5)
+    retrieval: float = help_field("weight of the cost per retrieval round: -1 per passage retrieved", 0.05)
+    judge: Literal["overlap", "nli"] = help_field(
+        "the claim judge of the support term (selfrag.evaluation.claims): overlap (content words, no model) or "
+        "nli (judge_model, an entailment classifier)", "overlap")
+    judge_model: str | None = help_field("with judge=nli: the classifier (a local directory)", None)
+    judge_threshold: float = help_field("the judge's threshold (overlap share or P(entailment))", 0.5)
+    abstain_text: str = help_field("what counts as abstaining besides an empty answer", "The sources do not say.")
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("correct", "abstain", "support", "format", "retrieval"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                problems.append(f"{name} must be a weight >= 0, got {value!r}; 0 drops the term")
+        if self.judge == "nli" and not self.judge_model:
+            problems.append("judge=nli needs judge_model (an entailment classifier directory); or use judge=overlap")
+        if not 0 <= self.judge_threshold <= 1:
+            problems.append(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
+        return problems
+
+
+@dataclasses.dataclass
+class RLTrainingOptions:
+    learning_rate: float = help_field("AdamW learning rate of the LoRA weights.", 1e-4)
+    max_steps: int = help_field("GRPO optimizer steps.", 50)
+    questions_per_step: int = help_field("Questions per step; each is answered `generations` times.", 2)
+    generations: int = help_field("Rollouts per question (GRPO's group: advantages are relative to its mean).", 4)
+    beta: float = help_field("KL coefficient against the starting policy (0: no reference model is kept).", 0.0)
+    seed: int = help_field("Seed of sampling, shuffling and LoRA initialisation.", 0)
+    logging_steps: int = help_field("Log rewards per term every this many steps.", 1)
+    save_steps: int = help_field("Write a resumable checkpoint every this many steps.", 10)
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("max_steps", "questions_per_step", "logging_steps", "save_steps"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.generations < 2:
+            problems.append(f"generations must be at least 2, got {self.generations}; GRPO compares a group's rollouts")
+        if self.beta < 0:
+            problems.append(f"beta must be >= 0, got {self.beta}")
+        return problems
+
+
+@dataclasses.dataclass
+class RLConfig:
+    """``selfrag rl``: GRPO on a trained Self-RAG model, rollouts with retrieval in the loop."""
+
+    model: str = help_field(
+        "The policy to start from: an adapter from `selfrag train` (its LoRA goes on training) or a merged model with "
+        "the reflection tokens (`selfrag export --merge`, or a released checkpoint: a new LoRA is trained on it).")
+    queries: Path = help_field(
+        "Questions with gold answers: queries JSONL (question, answers, answerable; the format `selfrag generate` "
+        "reads).")
+    output_dir: Path = help_field("Where the adapter, selfrag.json, rewards and checkpoints go.")
+    records: Path | None = help_field(
+        "Records from `selfrag generate`: only the questions they were made from (meta.query_id) are used; null: every "
+        "question of `queries` the split selects.", None)
+    split: str = help_field("meta.split of the questions to train on; all: every question.", "train")
+    limit: int | None = help_field("The first N questions after the split (null: all).", None)
+    retriever: RetrieverConfig = help_field(
+        "Where passages come from (retriever.index for a prebuilt index, retriever.corpus for a small corpus).",
+        default_factory=RetrieverConfig)
+    rollout: RolloutConfig = help_field("How rollouts decode.", default_factory=RolloutConfig)
+    reward: RewardConfig = help_field("The reward's terms and weights.", default_factory=RewardConfig)
+    lora: LoraOptions = help_field("LoRA settings for a merged starting model (an adapter keeps its own).",
+                                   default_factory=LoraOptions)
+    training: RLTrainingOptions = help_field("Optimisation settings.", default_factory=RLTrainingOptions)
+    trl: dict[str, Any] = help_field("Further trl.GRPOConfig options (e.g. epsilon, loss_type).", default_factory=dict)
+    restart: bool = help_field(
+        "Start over when output_dir holds a run with different settings or data; without it such a rerun is refused "
+        "with the differences, and the same settings resume from the last checkpoint.", False)
+
+    def validate(self) -> list[str]:
+        problems = check_options("trl", self.trl, _grpo_config(), TRL_OWNED)
+        if not self.retriever.is_set():
+            problems.append("retriever: no passages; set retriever.index (a prebuilt index) or retriever.corpus")
+        if self.lora.layers is not None:
+            problems.append(f"lora.layers={self.lora.layers} is a selfrag train setting; selfrag rl adapts every "
+                            "block of a merged model (an adapter keeps its own): remove lora.layers")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"limit must be at least 1 or null, got {self.limit}")
+        return problems
+
+
+def _grpo_config() -> type:
+    return importlib.import_module("trl").GRPOConfig  # type: ignore[no-any-return]

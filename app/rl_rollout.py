@@ -1,0 +1,261 @@
+"""GRPO rollouts: the policy decodes as the runtime's long form does, and the retriever writes its passages in.
+
+    rollouts = Rollouts(PolicyEngine(model, tokenizer, token_ids, "auto"), retriever, RolloutConfig())
+    (rollout,) = rollouts.run(["Who wrote Hamlet?"])
+    rollout.completion_ids, rollout.env_mask, rollout.trajectory.well_formed
+
+One rollout is one answer decoded segment by segment, as ``form=long`` decodes with one beam and one passage a
+step (:mod:`selfrag.inference.longform`: the same requests, stop ids and constraints): every decode stops at the next
+decision (a retrieve token, ``<paragraph>``, a utility token); where the model wrote ``[Retrieval]`` (or
+``<paragraph>``) the question plus the text so far is searched and the best passage not yet in context goes in as
+``[Retrieval]<paragraph>…</paragraph>`` (``selfrag.prompting.passage_ids``, as the runtime inserts it); the model
+then writes its relevance token, the sentence, its support token and its next decision, and may retrieve again up to
+``depth`` times. A utility token ends the answer.
+
+The differences from serving, on purpose: decisions are the model's **sampled** tokens (the runtime reads the same
+distribution with thresholds: RL needs the choices the policy made), and a rollout that breaks the grammar is kept
+as it is (the reward's format term sees it) where the runtime would repair it. ``tests/app/test_rl_rollout.py`` replays
+a rollout's tokens through :class:`~selfrag.inference.runtime.SelfRAG` and gets the same text, segments and citations.
+
+``env_mask`` is 1 where the policy sampled the id and 0 where the environment wrote it (each passage with its
+``<paragraph>`` markup, and a decision the depth limit replaced): TRL's GRPO takes it as its tool mask, so the loss
+never trains the retrieved text (Search-R1's retrieved-token masking). The text is parsed by the runtime's parser
+(``selfrag.trajectory.lex_ids`` + ``parse_trajectory``), never a second one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from selfrag import reflection as rf
+from selfrag.inference.engines.base import Engine, Generation, GenerationRequest, concat_generations
+from selfrag.inference.engines.hf import HFEngine
+from selfrag.inference.rounds import new_passages
+from selfrag.prompting import encode_prompt, passage_ids
+from selfrag.reflection import Group, ReflectionIds
+from selfrag.retrieval import Retriever
+from selfrag.trajectory import Passage, Trajectory, lex_ids, parse_trajectory
+
+from .rl_config import RolloutConfig
+
+
+@dataclass(frozen=True)
+class RolloutSegment:
+    """One sentence of a rollout: its text, the passage in context when it was written (None: no evidence), and
+    the model's relevance and support tokens for it."""
+
+    text: str
+    passage: Passage | None
+    relevance: str | None
+    support: str | None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled answer: prompt and completion ids, which completion ids the policy sampled, the parse."""
+
+    question: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    env_mask: tuple[int, ...]  # 1: sampled by the policy; 0: written by the environment (passages, their markup)
+    trajectory: Trajectory
+    segments: tuple[RolloutSegment, ...]
+    passages: tuple[Passage, ...]  # retrieved, in order
+    finish: str  # "utility", "eos", "length", "max_segments" or "no passage"
+
+    @property
+    def retrievals(self) -> int:
+        return len(self.passages)
+
+
+@dataclass
+class _State:
+    """A rollout being decoded (the long form's beam, with the mask beside its ids)."""
+
+    question: str
+    prompt: tuple[int, ...]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    current: Passage | None = None
+    steps: int = 0
+    done: str | None = None
+
+    def add(self, ids: Sequence[int], sampled: bool) -> None:
+        self.ids += [int(i) for i in ids]
+        self.mask += [int(sampled)] * len(ids)
+
+
+class PolicyEngine(HFEngine):
+    """The hf engine's decode loop on the model being trained (in memory). It keeps no prompt KV between calls: the
+    weights change after every step."""
+
+    def __init__(self, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0,
+                 batch_size: int = 16) -> None:
+        device = str(next(model.parameters()).device)
+        training = model.training
+        self._setup(tokenizer, model, token_ids, prompt_template, "hf:policy", device, batch_size, seed, 0)
+        model.train(training)  # _setup puts the model in eval mode; the rollouts set the mode themselves
+        self.calibration = None
+
+
+class Rollouts:
+    """Decode rollouts for a batch of questions (one engine call per step for all of them)."""
+
+    def __init__(self, engine: Engine, retriever: Retriever, config: RolloutConfig) -> None:
+        self.engine, self.retriever, self.config = engine, retriever, config
+        self.ids = engine.token_ids
+        self.retrieval_id = self.ids.id(rf.RETRIEVAL)
+        self.no_retrieval_id = self.ids.id(rf.NO_RETRIEVAL)
+        self.stop_ids = (*self.ids.ids(Group.RETRIEVE), self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
+        self.after_no_retrieval_banned = tuple(i for i in self.ids.all_ids if i not in self.stop_ids)
+
+    def run(self, questions: Sequence[str]) -> list[Rollout]:
+        states = [_State(q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
+                  for q in questions]
+        if self.config.mode == "always":  # the environment's choice, not the policy's: masked
+            for state in states:
+                state.add([self.retrieval_id], False)
+        model = getattr(self.engine, "model", None)
+        training = bool(getattr(model, "training", False))
+        if model is not None:
+            model.eval()  # no dropout while sampling
+        try:
+            while any(state.done is None for state in states):
+                self._step([state for state in states if state.done is None])
+        finally:
+            if model is not None:
+                model.train(training)
+        return [self._rollout(state) for state in states]
+
+    # -- one step: fetch evidence where asked, then decode one segment for every live rollout -------------------
+
+    def _step(self, live: list[_State]) -> None:
+        with_passage = [state for state in live
+                        if state.ids and state.ids[-1] == self.retrieval_id and self._retrieve(state)]
+        fetched = {id(state) for state in with_passage}
+        live = [state for state in live if state.done is None]
+        plain = [state for state in live if id(state) not in fetched]
+        generations = dict(zip(map(id, plain), self._decode(plain), strict=True))
+        if with_passage:  # the relevance token first, then the rest (the long form's pruning step, no pruning)
+            first = self._decode(with_passage, max_tokens=1)
+            going = [(s, g) for s, g in zip(with_passage, first, strict=True) if g.finish_reason == "length"]
+            rest = self._decode([s for s, _ in going], prefixes=[g.token_ids for _, g in going])
+            for state, generation in zip(with_passage, first, strict=True):
+                generations[id(state)] = generation
+            for (state, generation), more in zip(going, rest, strict=True):
+                generations[id(state)] = concat_generations(generation, more)
+        for state in live:
+            self._extend(state, generations[id(state)])
+
+    def _retrieve(self, state: _State) -> bool:
+        """Put the best passage not yet in context after the ``[Retrieval]``; False (the rollout ends) when none."""
+        query = " ".join(f"{state.question} {' '.join(state.texts)}".split())
+        (hits,) = new_passages(self.retriever, [query], [{p.id for p in state.passages}], self.config.top_k)
+        if not hits:
+            state.done = "no passage"
+            return False
+        passage = hits[0].passage
+        sampled = state.mask.pop()  # the [Retrieval] itself is re-inserted with the passage, as the runtime does
+        state.ids.pop()
+        ids = passage_ids(self.engine.tokenizer, self.ids, passage)
+        state.add(ids[:1], bool(sampled))
+        state.add(ids[1:], False)
+        state.passages.append(passage)
+        state.current = passage
+        return True
+
+    def _decode(self, states: list[_State], max_tokens: int | None = None,
+                prefixes: Sequence[Sequence[int]] | None = None) -> list[Generation]:
+        if not states:
+            return []
+        requests = []
+        for index, state in enumerate(states):
+            prompt = state.prompt + tuple(state.ids) + tuple(prefixes[index] if prefixes else ())
+            request = GenerationRequest(prompt_ids=prompt, max_tokens=max_tokens or self.config.segment_tokens,
+                                        stop_token_ids=self.stop_ids, temperature=self.config.temperature,
+                                        score_token_ids=self.ids.all_ids)
+            if prompt[-1] == self.no_retrieval_id:  # text first after [No Retrieval], as the runtime asks
+                request = GenerationRequest(
+                    prompt_ids=prompt, max_tokens=request.max_tokens, stop_token_ids=self.stop_ids,
+                    temperature=self.config.temperature, score_token_ids=self.ids.all_ids,
+                    banned_token_ids=self.after_no_retrieval_banned, min_tokens=1,
+                )
+            requests.append(request)
+        return self.engine.generate(requests)
+
+    def _extend(self, state: _State, generation: Generation) -> None:
+        """Append one decoded segment; then the decision its last id asks for (the long form's ``_after``)."""
+        generated = list(generation.token_ids)
+        stop = generated[-1] if generated and generation.finish_reason == "stop" else None
+        body = generated[:-1] if stop is not None or generation.finish_reason == "eos" else generated
+        state.add(body, True)
+        state.steps += 1
+        pieces = lex_ids(body, self.ids, self._decode_text)
+        text = "".join(content for content, is_token in pieces if not is_token).strip()
+        if text:
+            state.texts.append(text)
+        if state.current is not None and self._last_retrieve(state) == rf.NO_RETRIEVAL:
+            state.current = None
+        if generation.finish_reason == "eos":
+            state.done = "eos"
+        elif stop is None:
+            state.done = "length"
+        elif self.ids.token(stop) in rf.UTILITY_TOKENS:
+            state.add([stop], True)
+            state.done = "utility"
+        else:
+            state.add(*self._decision(state, stop))
+        limit = self.config.max_segments
+        if state.done is None and (len(state.texts) >= limit or state.steps >= 2 * limit + 1):
+            state.done = "max_segments"
+
+    def _decision(self, state: _State, stop: int) -> tuple[list[int], bool]:
+        """The decision after a segment: what the model sampled, except ``<paragraph>`` (asks for evidence: the
+        environment writes ``[Retrieval]``), ``[Continue to Use Evidence]`` without a passage, and ``[Retrieval]``
+        past ``depth`` in adaptive mode (``[No Retrieval]``), as the runtime's long form decides."""
+        token = self.ids.token(stop)
+        asks = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN)
+        wants = asks and (len(state.passages) < self.config.depth or self.config.mode == "always")
+        if wants:
+            chosen = rf.RETRIEVAL
+        elif token == rf.CONTINUE_EVIDENCE and state.current is not None:
+            chosen = rf.CONTINUE_EVIDENCE
+        else:
+            chosen = rf.NO_RETRIEVAL
+        return [self.ids.id(chosen)], chosen == token
+
+    def _last_retrieve(self, state: _State) -> str | None:
+        for token_id in reversed(state.ids):
+            if self.ids.group_of_id(token_id) is Group.RETRIEVE:
+                return self.ids.token(token_id)
+        return None
+
+    def _decode_text(self, run: list[int]) -> str:
+        return str(self.engine.tokenizer.decode(run, skip_special_tokens=False))
+
+    # -- the finished rollout -------------------------------------------------------------------------------------
+
+    def _rollout(self, state: _State) -> Rollout:
+        trajectory = parse_trajectory(lex_ids(state.ids, self.ids, self._decode_text))
+        return Rollout(state.question, state.prompt, tuple(state.ids), tuple(state.mask), trajectory,
+                       segments_of(trajectory, state.passages), tuple(state.passages), state.done or "length")
+
+
+def segments_of(trajectory: Trajectory, passages: Sequence[Passage]) -> tuple[RolloutSegment, ...]:
+    """The parsed segments with their passages: each ``<paragraph>`` is the next retrieved passage,
+    ``[Continue to Use Evidence]`` keeps the one before, ``[No Retrieval]`` has none."""
+    remaining = list(passages)
+    current: Passage | None = None
+    segments = []
+    for segment in trajectory.segments:
+        if segment.passage is not None:
+            current = remaining.pop(0) if remaining else None
+        elif segment.retrieve != rf.CONTINUE_EVIDENCE:
+            current = None
+        if segment.text.strip():
+            segments.append(RolloutSegment(segment.text.strip(), current, segment.relevance, segment.support))
+    return tuple(segments)
