@@ -35,6 +35,7 @@ from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .backend import Backend
 from .batcher import BatchWorker, Job, QueueFull, ShuttingDown
+from .body import body_error
 from .checks import question_of, refuse_unsupported, settings_of
 from .config import ServeConfig
 from .errors import ApiError
@@ -386,19 +387,29 @@ def _add_error_handlers(app: FastAPI) -> None:
         unauthorised = _key_error(request) if request.url.path.startswith("/v1/") else None
         if unauthorised is not None:
             return unauthorised.response()
+        not_an_object = _body_error(request)
+        if not_an_object is not None:
+            return not_an_object.response()
         json_error = next((item for item in error.errors() if item.get("type") == "json_invalid"), None)
         if json_error is not None:
             return _invalid_json(request, json_error).response()
         problems = []
         for item in error.errors():
             location = [str(part) for part in item.get("loc", ()) if part != "body"]
-            problems.append((".".join(location), str(item.get("msg", "invalid value"))))
+            message = str(item.get("msg", "invalid value"))
+            if item.get("type") == "finite_number":  # NaN/Infinity: pydantic's range check would say "<= 1"
+                message = f"{json.dumps(item.get('input'))} is not a finite number; send a JSON number"
+            problems.append((".".join(location), message))
         param = problems[0][0] if problems else None
         message = "; ".join(f"{field}: {msg}" if field else msg for field, msg in problems) or "invalid request body"
         return ApiError(400, message, param=param or None).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        if error.status_code == 400 and request.method == "POST":  # FastAPI could not parse the body
+            refused = _key_error(request) or _body_error(request)
+            if refused is not None:
+                return refused.response()
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
         return ApiError(error.status_code, str(error.detail), kind).response()
 
@@ -406,6 +417,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
         return ApiError(500, "internal error; the server log has the details", "server_error").response()
+
+
+def _body_error(request: Request) -> ApiError | None:
+    """400 ``invalid_json`` for a POST body that is not one JSON object (see :mod:`.body`); None otherwise."""
+    if request.method != "POST":
+        return None
+    return body_error(request.scope.get(BODY_SCOPE_KEY), request.headers.get("content-type"))
 
 
 def _invalid_json(request: Request, item: dict[str, Any]) -> ApiError:

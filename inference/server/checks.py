@@ -43,9 +43,13 @@ def question_of(body: ChatCompletionRequest, config: ServeConfig) -> str:
     content = last.content
     if isinstance(content, list):
         for part_index, part in enumerate(content):
-            if part.type != "text" or part.text is None:
-                raise ApiError(400, f"only text content parts are supported, got type {part.type!r}",
-                               param=f"messages.{index}.content.{part_index}")
+            param = f"messages.{index}.content.{part_index}"
+            if part.type != "text":
+                raise ApiError(400, f"only text content parts are supported, got type {part.type!r}; send "
+                               '{"type": "text", "text": "..."}', param=param)
+            if part.text is None:
+                raise ApiError(400, f"{param}: the 'text' field is missing from this text part; send "
+                               '{"type": "text", "text": "..."}', param=f"{param}.text")
         content = "\n".join(part.text or "" for part in content)
     question = (content or "").strip()
     if not question:

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # NaN and Infinity parse as JSON numbers here; refused as "should be a finite number", not as out of range
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class ContentPart(_Lenient):

@@ -211,7 +211,7 @@ def _user(question: str = CAPITAL) -> list[dict[str, Any]]:
     ({"model": MODEL, "messages": _user("x" * 4001)}, 400, "messages.0.content"),
     ({"messages": _user()}, 400, "model"),
     ({"model": "gpt-4o", "messages": _user()}, 404, "model"),
-    ([1, 2, 3], 400, None),
+    ([1, 2, 3], 400, "body"),
 ])
 def test_bad_requests_get_openai_errors_naming_the_field(server: LiveServer, body: Any, status: int,
                                                           param: str | None) -> None:

@@ -212,3 +212,55 @@ def test_a_question_that_fits_but_not_with_its_passages_is_refused_up_front(
         assert _post(live, _body(question, max_tokens=16, mode="never")).status_code == 200  # no passage
     finally:
         live.stop()
+
+
+# -- bodies that are not one JSON object, non-finite numbers, a text part without text (issue 44) -------------
+
+
+JSON = "application/json"
+
+
+@pytest.mark.parametrize(("content", "content_type", "words"), [
+    (b"", JSON, "the request body is empty"),
+    (b'{"model": "m\xff", "messages": []}', JSON, "byte 0xff at byte 12 (line 1, column 13) is not UTF-8"),
+    (b"[" * 20000 + b"]" * 20000, JSON, "more than 100 levels deep (at line 1, column 101)"),
+    (json.dumps(_body()).encode(), "text/plain", "must be JSON, got Content-Type 'text/plain'"),
+    (b"[1, 2]", JSON, "must be one JSON object {...}, got an array"),
+])
+def test_a_body_that_is_not_one_json_object_is_400_invalid_json(live: LiveServer, engine: ScriptedBackendEngine,
+                                                                 content: bytes, content_type: str, words: str) -> None:
+    response = httpx.post(f"{live.url}/v1/chat/completions", content=content, timeout=30,
+                          headers={"content-type": content_type})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_json" and error["param"] == "body", error
+    assert words in error["message"] and "Content-Type: application/json" in error["message"], error["message"]
+    assert engine.calls == []
+
+
+def test_a_body_fastapi_cannot_parse_is_401_without_the_key(engine: ScriptedBackendEngine) -> None:
+    live = start_server(engine, api_key="k3y")
+    try:
+        for content in (b"\xff\xfe{", b"[" * 20000):
+            response = _post(live, content)
+            assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+        assert _post(live, b"\xff", authorization="Bearer k3y").json()["error"]["code"] == "invalid_json"
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize(("field", "value"), [("threshold", "NaN"), ("support_bound", "Infinity"),
+                                              ("temperature", "-Infinity")])
+def test_a_non_finite_number_is_named_as_such(live: LiveServer, field: str, value: str) -> None:
+    raw = json.dumps(_body())[:-1] + f', "{field}": {value}}}'
+    error = _post(live, raw.encode()).json()["error"]
+    assert error["param"] == field
+    assert error["message"] == f"{field}: {value} is not a finite number; send a JSON number", error["message"]
+
+
+def test_a_text_part_without_text_says_the_text_field_is_missing(live: LiveServer) -> None:
+    response = _post(live, {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text"}]}]})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "messages.0.content.0.text"
+    assert "the 'text' field is missing" in error["message"] and "got type" not in error["message"]
