@@ -75,6 +75,7 @@ class Outcome:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    split: str | None = None  # the question's meta.split: a dev or test one goes to the held-out files
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +87,7 @@ class Outcome:
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            **({"split": self.split} if self.split is not None else {}),
         }
 
 
@@ -135,7 +137,8 @@ class Recipe:
         self.temperature = temperature
 
     def steps(self, query: Query, seed_passage: Passage | None = None) -> Steps:
-        outcome = Outcome(query.id, str(query.meta.get("source", "")))
+        split = query.meta.get("split")
+        outcome = Outcome(query.id, str(query.meta.get("source", "")), split=None if split is None else str(split))
         try:
             if seed_passage is not None:
                 query = yield from self._write_question(query, seed_passage, outcome)

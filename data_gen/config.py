@@ -251,12 +251,15 @@ class GenerateConfig:
     chunk_words: int = help_field("Corpus folder: words per chunk of a .txt/.md/.pdf file.", default=200)
     chunk_overlap: int = help_field("Corpus folder: words shared by consecutive chunks.", default=40)
     restart: bool = help_field(
-        "Start over: delete what an earlier run with other settings wrote into output (the teacher-call cache "
-        "is kept: calls with the same model and prompt are still not paid twice).",
+        "Start over: delete what an earlier run wrote into output, with the same settings or not (the teacher-call "
+        "cache is kept: calls with the same model and prompt are still not paid twice; a reply that was unusable is "
+        "asked again).",
         default=False,
     )
     split: Literal["train", "test", "all"] = help_field(
-        "Which queries to use, by their meta.split; 'all' also takes queries without a split.", default="train"
+        "Which queries to use, by their meta.split; 'all' takes every query, but those marked dev or test go to "
+        "heldout.jsonl, never records.jsonl (calibrate and eval refuse a model trained on their questions); "
+        "'test' makes records of the test questions (e.g. for train eval_records).", default="train"
     )
     distractors: int = help_field(
         "BM25 distractor passages per question: top-ranked passages that are not gold, not from the question's "

@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from selfrag.corpus import Query
+from selfrag.corpus import Query, retrieval_needed
 from selfrag.retrieval import Retriever
 from selfrag.sentences import split_sentences
 from selfrag.trajectory import Passage
@@ -233,7 +233,7 @@ def _erased(query: Query, passages_by_id: Mapping[str, Passage]) -> tuple[Passag
 def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:
     forms: dict[str, list[str]] = {}
     for query in pool:
-        if query.answerable and query.answers and query.needs_retrieval is not False:
+        if query.answerable and query.answers and retrieval_needed(query.needs_retrieval):
             forms.setdefault(answer_form(query.answers[0]), []).append(query.answers[0])
     return {form: sorted(set(answers)) for form, answers in forms.items()}
 

@@ -53,7 +53,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from selfrag import reflection as rf
-from selfrag.corpus import Query
+from selfrag.corpus import Query, retrieval_needed
 from selfrag.data_gen.distractors import Evidence
 from selfrag.errors import InputError
 from selfrag.sentences import split_sentences
@@ -125,12 +125,12 @@ class GoldLabeler:
         if has_judged_output(query):
             if query.output is None:
                 return "meta.support without output"
-            if query.needs_retrieval is False or not query.gold_passage_ids:
+            if not retrieval_needed(query.needs_retrieval) or not query.gold_passage_ids:
                 return "meta.support without gold passage"
             return None
         if query.answerable and not query.answers:
             return "answerable without answers"
-        if query.needs_retrieval is not False and query.answerable and not query.gold_passage_ids:
+        if retrieval_needed(query.needs_retrieval) and query.answerable and not query.gold_passage_ids:
             return "answerable without gold passage"
         return None
 
@@ -141,7 +141,7 @@ class GoldLabeler:
         if has_judged_output(query):
             return [self._judged_output(query)]
         sentences = list(query.answers[:1]) if query.output is None else split_sentences(query.output) or [query.output]
-        if query.needs_retrieval is False:
+        if not retrieval_needed(query.needs_retrieval):
             segments = [Segment(_joined(i, text), retrieve=_label(rf.NO_RETRIEVAL)) for i, text in enumerate(sentences)]
             return [self._record(query, "no-retrieval", "no-retrieval", segments, BEST_UTILITY)]
         records = []

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from selfrag.config import write_resolved
-from selfrag.corpus import Query, load_corpus, load_queries
+from selfrag.corpus import Query, load_corpus, load_queries, retrieval_needed
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
@@ -35,7 +35,7 @@ from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line
 from selfrag.retrieval import BM25Retriever, PrecomputedRetriever, Retriever
 from selfrag.runs import file_digest
 from selfrag.sentences import SPLITTER
-from selfrag.splits import in_fraction
+from selfrag.splits import in_fraction, kept_out
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -175,7 +175,9 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
                 else:
                     counts["queries_labelled" if new else "queries_already_done"] += 1
                 done.update(record.id for record in new)
-                rows[in_fraction(query.id, config.heldout, config.seed)] += [record.to_json() for record in new]
+                held = kept_out(query.meta.get("split"), config.split) or in_fraction(query.id, config.heldout,
+                                                                                       config.seed)
+                rows[held] += [record.to_json() for record in new]
             appender.write(rows[False])
             heldout_appender.write(rows[True])
             counts["records_written"] += len(rows[False]) + len(rows[True])
@@ -214,7 +216,7 @@ def negatives_short(
 ) -> Counter[str]:
     """Negatives of each same-article kind asked for but not drawn, by why (no article known, too few passages)."""
     short: Counter[str] = Counter()
-    if query.needs_retrieval is False or has_judged_output(query):
+    if not retrieval_needed(query.needs_retrieval) or has_judged_output(query):
         return short
     for kind, asked, got in (("hard", mix.hard, found.hard), ("article", mix.article, found.article)):
         if asked and len(got) < asked:
@@ -253,7 +255,7 @@ def evidence_for(
     ``answer_pool``: the questions whose answers may serve as support negatives (all selected ones, so a
     batch boundary does not change a record).
     """
-    searches = [query.needs_retrieval is not False and not has_judged_output(query) for query in queries]
+    searches = [retrieval_needed(query.needs_retrieval) and not has_judged_output(query) for query in queries]
     searching = [query for query, search in zip(queries, searches, strict=True) if search]
     found = iter(
         find_evidence(searching, retriever, passages_by_id, distractors, answer_pool=answer_pool) if searching else []

@@ -115,7 +115,8 @@ def _merge_llm(shards: list[Path], output: Path, config: dict[str, Any]) -> dict
     write_jsonl_atomic(output / JOURNAL_FILE, ordered)
     teacher = config.get("teacher") or {}
     prices = (float(teacher.get("price_input_per_million", 0)), float(teacher.get("price_output_per_million", 0)))
-    stats = write_outputs(output, ordered, float(config.get("heldout", 0)), int(config.get("seed", 0)), prices)
+    stats = write_outputs(output, ordered, float(config.get("heldout", 0)), int(config.get("seed", 0)), prices,
+                          str(config.get("split", "train")))
     _merge_caches(_shard_caches(shards), output / CACHE_FILE)
     return stats
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, read_jsonl, truncate_partial_line, write_jsonl_atomic
-from selfrag.splits import in_fraction
+from selfrag.splits import in_fraction, kept_out
 
 JOURNAL_FILE = "journal.jsonl"
 OUTPUT_FILES = (
@@ -58,13 +58,17 @@ class Journal:
 
 
 def write_outputs(
-    output: Path, entries: Iterable[Mapping[str, Any]], heldout: float, seed: int, prices: tuple[float, float]
+    output: Path, entries: Iterable[Mapping[str, Any]], heldout: float, seed: int, prices: tuple[float, float],
+    split: str = "train",
 ) -> dict[str, Any]:
-    """Render every output file from journal entries; returns the stats."""
+    """Render every output file from journal entries; returns the stats. ``split``: the run's setting, by which a
+    question marked dev or test goes to the held-out files (:func:`selfrag.splits.kept_out`)."""
     entries = sorted(entries, key=lambda entry: str(entry["query_id"]))
     files: dict[str, list[dict[str, Any]]] = {name: [] for name in OUTPUT_FILES if name.endswith(".jsonl")}
     for entry in entries:
-        held = in_fraction(str(entry["query_id"]), heldout, seed)  # per question: the same on every shard
+        marked = entry.get("split", ((entry.get("record") or {}).get("meta") or {}).get("split"))
+        # per question: the same on every shard
+        held = kept_out(marked, split) or in_fraction(str(entry["query_id"]), heldout, seed)
         if entry.get("record") is not None:
             files["heldout.jsonl" if held else "records.jsonl"].append(entry["record"])
         files["critic-heldout.jsonl" if held else "critic.jsonl"] += entry.get("critic") or []

@@ -153,7 +153,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     entries = [entry for query_id, entry in journal.done.items() if query_id in selected and query_id not in failed]
     entries += [Outcome(query_id, "", drops=[reason]).to_json() for query_id, reason in failed.items()]
     prices = (config.teacher.price_input_per_million, config.teacher.price_output_per_million)
-    stats = write_outputs(output, entries, config.heldout, config.seed, prices)
+    stats = write_outputs(output, entries, config.heldout, config.seed, prices, config.split)
     run_info = {
         "questions_already_done": len(tasks) - len(todo),
         "questions_labelled_now": len(todo) - len(failed),

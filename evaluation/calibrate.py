@@ -7,7 +7,8 @@ On every dev question: one decode step gives ``p_retrieve``; one step on each re
 score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:
 
 * threshold: maximises the balanced accuracy of ``p_retrieve > threshold`` against the gold ``needs_retrieval``
-  (kept at the default when the dev data has no such labels);
+  (a question without it needs retrieval, as generate labels it: :func:`selfrag.corpus.retrieval_needed`; kept at
+  the default when no dev question says ``false``);
 * relevance_threshold: the balanced accuracy of ``relevance score >= t`` against the gold passages (a retrieved
   passage is relevant when its id is in the question's ``gold_passage_ids``; kept at the default when no dev question
   names one), the cut nearest the model's own verdict (0.5) among those within one standard error of the best: a
@@ -33,6 +34,7 @@ from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
+from selfrag.corpus import retrieval_needed
 from selfrag.errors import InputError
 from selfrag.fsutil import claim_output, write_json
 from selfrag.inference.engines.base import GenerationRequest
@@ -41,7 +43,7 @@ from selfrag.models import resolve_model
 from selfrag.prompting import encode_prompt
 
 from .config import CalibrateConfig
-from .data import DEV_SPLIT_HINT, check_passages, load_examples, passage_ids, searched
+from .data import DEV_SPLIT_HINT, check_not_trained_on, check_passages, load_examples, passage_ids, searched
 from .metrics import rate
 
 logger = logging.getLogger(__name__)
@@ -105,6 +107,8 @@ def run(config: CalibrateConfig) -> CalibrationResult:
         claim_output(config.output_dir, "calibrate", key="output_dir",
                      legacy=lambda path: (path / "calibration.json").is_file())
     examples = _dev_examples(config)
+    check_not_trained_on(examples, config.model, config.data, config.split, "calibrate",
+                         config.allow_trained_questions)
     check_passages(examples, searched(config.corpus, config.retriever), None, True)
     opened = open_retriever(config.retriever, corpus=config.corpus)
     check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), True)
@@ -177,7 +181,7 @@ def simulate(rows: Sequence[dict[str, Any]], threshold: float, bound: float) -> 
     outcome = []
     for row in rows:
         p = row["p_retrieve"]
-        retrieved = (p > threshold) if p is not None else bool(row["needs_retrieval"])
+        retrieved = (p > threshold) if p is not None else retrieval_needed(row["needs_retrieval"])
         unsupported = row["relevance_token"] != rf.RELEVANT or row["support_token"] in (None, rf.NO_SUPPORT) or (
             bound > 0 and (row["support"] is None or row["support"] < bound)
         )
@@ -187,11 +191,15 @@ def simulate(rows: Sequence[dict[str, Any]], threshold: float, bound: float) -> 
 
 def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
     """The threshold of best balanced accuracy against gold ``needs_retrieval`` (the middle of a tied range)."""
-    labelled = [r for r in rows if r["needs_retrieval"] is not None and r["p_retrieve"] is not None]
-    positives = [r for r in labelled if r["needs_retrieval"]]
-    negatives = [r for r in labelled if not r["needs_retrieval"]]
-    if not positives or not negatives:
-        return None, "the dev data lacks questions that need and that do not need retrieval; kept the default"
+    labelled = [r for r in rows if r["p_retrieve"] is not None]
+    # a question without needs_retrieval needs retrieval, as generate labels it (one rule: retrieval_needed)
+    positives = [r for r in labelled if retrieval_needed(r["needs_retrieval"])]
+    negatives = [r for r in labelled if not retrieval_needed(r["needs_retrieval"])]
+    if not negatives:
+        return None, ("no dev question has needs_retrieval: false (a question without the field needs retrieval, as "
+                      "generate labels it); kept the default")
+    if not positives:
+        return None, "every dev question has needs_retrieval: false; kept the default"
 
     def balanced(t: float) -> float:
         hit = sum(r["p_retrieve"] > t for r in positives) / len(positives)
@@ -305,7 +313,7 @@ def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:
     bound = max(feasible) if feasible else 0.0
     outcome = simulate(rows, threshold, bound)
     pairs = zip(outcome, rows, strict=True)
-    decided = [(o[0], r["needs_retrieval"]) for o, r in pairs if r["needs_retrieval"] is not None]
+    decided = [(o[0], retrieval_needed(r["needs_retrieval"])) for o, r in pairs]
     return {
         "threshold": threshold,
         "threshold_reason": reason,

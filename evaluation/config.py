@@ -114,6 +114,9 @@ class EvalConfig:
         "cores: ~24 engine calls) runs only when listed", default_factory=lambda: list(DEFAULT_MODES)
     )
     limit: int | None = help_field("evaluate only the first N examples; null: all", None)
+    allow_trained_questions: bool = help_field(
+        "evaluate even where questions of data are among those the model was trained on (its trained-questions.json); "
+        "false: refused, naming how many", False)
     top_k: int = help_field("passages per question in every retrieving mode", 3)
     max_tokens: int = help_field("most new tokens per decode, in every mode", 64)
     batch_size: int = help_field(
@@ -170,6 +173,9 @@ class CalibrateConfig:
     top_k: int = help_field("passages per question, as at run time", 3)
     max_tokens: int = help_field("most new tokens per decode", 64)
     limit: int | None = help_field("use only the first N dev examples; null: all", None)
+    allow_trained_questions: bool = help_field(
+        "calibrate even where dev questions are among those the model was trained on (its trained-questions.json); "
+        "false: refused, naming how many", False)
     write: bool = help_field("write the values into the model's selfrag.json (false: only report them)", True)
     engine: Literal["hf", "vllm", "openai"] = help_field(ENGINE_HELP + "; measure on the engine you serve with", "hf")
     engine_options: EngineOptions = help_field(OPTIONS_HELP, default_factory=EngineOptions)

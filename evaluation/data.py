@@ -18,12 +18,14 @@ Formats, one JSON object a line:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from selfrag import reflection as rf
+from selfrag.artifacts import TRAINED_FILE, load_trained_questions, question_key
 from selfrag.corpus import Query, parse_ctxs
 from selfrag.errors import ConfigError, InputError
 from selfrag.jsonl import read_jsonl
@@ -40,6 +42,7 @@ LABEL_GROUPS: dict[str, Group] = {
     "support": Group.SUPPORT,
     "utility": Group.UTILITY,
 }
+logger = logging.getLogger(__name__)
 CLAIM_PROMPT = "Is the following claim true or false? Answer true or false.\nClaim: {claim}"
 
 
@@ -308,6 +311,38 @@ DEV_SPLIT_HINT = (
     "them) and pass data=QUESTIONS split=dev; see docs/own-data.md (the quickstart writes its own to "
     "<output_dir>/splits/dev.jsonl)"
 )
+
+
+#: the setting that evaluates on a model's own training questions anyway (eval and calibrate)
+ALLOW_TRAINED = "allow_trained_questions"
+
+
+def check_not_trained_on(examples: Sequence[Example], model: str, data: str | Path, split: str | None, command: str,
+                         allow: bool) -> int:
+    """Refuse, before any model loads, examples whose question ``model`` was trained on (its ``trained-questions.json``,
+    written by ``selfrag train``; a model without one is not checked); with ``allow``, warn instead. Returns how many
+    examples are among the training questions."""
+    directory = Path(model).expanduser()
+    trained = load_trained_questions(directory) if directory.is_dir() else None
+    if not trained:
+        return 0
+    seen = [example for example in examples
+            if question_key(example.question) in trained or question_key(example.prompt) in trained]
+    if not seen:
+        return 0
+    which = f"{data}" + (f" split={split}" if split is not None else "")
+    what = (f"{len(seen)} of {len(examples)} questions of {which} (first: {seen[0].id!r}) are among the questions "
+            f"{model} was trained on ({TRAINED_FILE})")
+    if allow:
+        logger.warning("%s: %s; measured anyway (%s=true): their figures flatter the model", command, what,
+                       ALLOW_TRAINED)
+        return len(seen)
+    held = "dev" if command == "calibrate" else "test"
+    raise InputError(
+        f"{what}; {command} needs questions the model never saw: mark them \"{held}\" in meta.split and train on "
+        f"records made without them (generate's default split=train, or split=all, keeps dev and test questions out of "
+        f"records.jsonl), or set {ALLOW_TRAINED}=true to {command} on them anyway"
+    )
 
 
 def check_passages(examples: Sequence[Example], corpus: object | None, passage_ids: Collection[str] | None,

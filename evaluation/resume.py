@@ -39,6 +39,7 @@ RESUME_DIR = "resume"
 STATE_FILE = "state.json"
 #: settings that do not change what a mode answers
 NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model",
+               "allow_trained_questions",
                # how a remote engine is reached, not what it answers
                "engine_options.concurrency", "engine_options.timeout", "engine_options.max_retries",
                "engine_options.backoff", "engine_options.api_key_env")

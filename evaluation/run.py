@@ -31,7 +31,7 @@ from . import metrics, report
 from .claims import Claim, CriticJudge, Judge, LLMJudge, NLIJudge, OverlapJudge
 from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
 from .counting import CountingEngine, base_model_of
-from .data import check_passages, load_examples, load_reflection_labels, passage_ids, searched
+from .data import check_not_trained_on, check_passages, load_examples, load_reflection_labels, passage_ids, searched
 from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
 from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
 
@@ -88,6 +88,7 @@ def run(config: EvalConfig) -> EvalResult:
     started = time.monotonic()
     claim_output(config.output_dir, "eval", key="output_dir", legacy=_is_eval_run)
     examples = load_examples(config.data, config.format, config.limit, config.split)
+    check_not_trained_on(examples, config.model, config.data, config.split, "eval", config.allow_trained_questions)
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
     check_passages(examples, searched(config.corpus, config.retriever), None, needs_passages)

@@ -44,6 +44,13 @@ class Query:
         }
 
 
+def retrieval_needed(needs_retrieval: bool | None) -> bool:
+    """Whether a question needs retrieval by its ``needs_retrieval`` field: only ``false`` says no, so a question
+    without the field needs it. One rule for every stage: generate labels it ``[Retrieval]``, calibrate fits the
+    threshold with it on the retrieving side."""
+    return needs_retrieval is not False
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A passage cut from a file of a corpus folder, with where it came from (words ``start``..``end``)."""

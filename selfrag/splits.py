@@ -46,6 +46,17 @@ def stable_hash(key: str, seed: int | None = None, *, algorithm: Algorithm = "sh
     return int.from_bytes(digest if width is None else digest[:width], "big")
 
 
+#: ``meta.split`` values that mark a question for calibration or evaluation: ``generate`` never puts one into
+#: ``records.jsonl`` unless ``split`` selects that very split by name (``split=all`` sends them to ``heldout.jsonl``).
+HELD_SPLITS = ("dev", "test")
+
+
+def kept_out(meta_split: object, selected: str) -> bool:
+    """Whether a question marked ``meta_split`` stays out of the training records of ``generate split=selected``:
+    a dev or test question does, unless that split was asked for by name (``split=test`` for judgement records)."""
+    return meta_split in HELD_SPLITS and meta_split != selected
+
+
 def in_fraction(key: str, fraction: float, seed: int | None = None) -> bool:
     """Whether ``key`` falls in the stable ``fraction`` of all keys (a larger fraction keeps every key a smaller
     one took; 0 takes none). ``seed`` draws another such subset."""

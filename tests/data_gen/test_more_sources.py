@@ -72,7 +72,11 @@ def test_split_and_shard_select_from_the_further_files_too(sources: dict[str, Pa
     halves = [{r.meta["query_id"] for r in _run(sources, tmp_path / f"shard{i}", shard=f"{i}/2", split="all")
                if r.meta["kind"] == "gold"} for i in range(2)]
     assert not halves[0] & halves[1]  # each further question in one shard only (they were in every shard)
-    assert halves[0] | halves[1] == {f"a-{n}" for n in range(4)} | {f"b-{n}" for n in range(6)}
+    # split=all: the test questions go to heldout.jsonl, never to the training records
+    assert halves[0] | halves[1] == {f"a-{n}" for n in range(3)} | {f"b-{n}" for n in range(4)}
+    held = {json.loads(line)["meta"]["query_id"] for i in range(2)
+            for line in (tmp_path / f"shard{i}" / "heldout.jsonl").read_text().splitlines()}
+    assert held == test
 
 
 def test_clashing_ids_are_one_line_naming_both_places(sources: dict[str, Path], tmp_path: Path) -> None:

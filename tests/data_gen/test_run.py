@@ -228,9 +228,12 @@ def test_shards_partition_the_queries(tiny_data: tuple[Path, Path], tmp_path: Pa
     assert sorted(ids) == sorted(query.id for query in queries)
     assert all(shards)
     outputs = [run(make_config(tmp_path / f"s{i}", *tiny_data, shard=f"{i}/3", split="all")) for i in range(3)]
-    query_ids = [json.loads(line)["meta"]["query_id"] for out in outputs for line in lines(out.records_path)]
+    # a question marked test goes to heldout.jsonl (split=all never trains on it)
+    written = [path for out in outputs for path in (out.records_path, out.output / "heldout.jsonl")]
+    query_ids = [json.loads(line)["meta"]["query_id"] for path in written for line in lines(path)]
     assert set(query_ids) == {query.id for query in queries}
-    assert sum(out.stats["queries"] for out in outputs) == len(queries)
+    held = {query.id for query in queries if query.meta.get("split") == "test"}
+    assert held and sum(out.stats["queries"] for out in outputs) == len(queries) - len(held)
 
 
 def test_split_selection(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
@@ -238,6 +241,22 @@ def test_split_selection(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:
     assert result.stats["queries"] == 1 and result.stats["kinds"] == {"gold": 1, "distractor": 1}
     with pytest.raises(InputError, match="split=all"):
         run(make_config(tmp_path / "none", tiny_data[0], _no_split(tmp_path), split="train"))
+
+
+def test_the_readmes_own_data_example_keeps_dev_and_test_questions_out_of_training(tmp_path: Path) -> None:
+    """Before: `split=all heldout=0.1` (the README's example) put the questions marked dev and test into
+    records.jsonl. Now split=all sends them to heldout.jsonl; the default (split=train) takes only train ones."""
+    own = REPO / "tests" / "assets" / "own_data"
+    marked = {query.id: query.meta.get("split") for query in load_queries(own / "questions.jsonl")}
+    for name, extra in (("all", {"split": "all", "heldout": 0.1}), ("default", {})):
+        result = run(make_config(tmp_path / name, own / "corpus.jsonl", own / "questions.jsonl", **extra))
+        trained = {json.loads(line)["meta"]["query_id"] for line in lines(result.records_path)}
+        held = {json.loads(line)["meta"]["query_id"] for line in lines(tmp_path / name / "heldout.jsonl")}
+        assert trained and {marked[query_id] for query_id in trained} == {"train"}, name
+        critic = {json.loads(line)["query_id"] for line in lines(tmp_path / name / "critic.jsonl")}
+        assert {marked[query_id] for query_id in critic} == {"train"}, name
+        if name == "all":
+            assert {query_id for query_id, split in marked.items() if split in ("dev", "test")} <= held
 
 
 def _no_split(tmp_path: Path) -> Path:
@@ -283,15 +302,18 @@ def test_begin_slice_yields_both_support_labels(tmp_path: Path) -> None:
     begin = REPO / "data_gen" / "slices" / "begin"
     result = run(make_config(tmp_path / "out", begin / "corpus.jsonl", begin / "queries.jsonl", split="all"))
     assert result.stats["run"]["skipped"] == {}
-    assert result.stats["queries"] == result.stats["records"] == 60  # one record each, no negatives
+    # one record each, no negatives; split=all sends the test questions to heldout.jsonl
+    assert result.stats["records"] + result.stats["heldout_records"] == 60 and result.stats["heldout_records"]
+    assert result.stats["queries"] == result.stats["records"]
     support = result.stats["labels"]["support"]
     assert set(support) == {rf.FULLY_SUPPORTED, rf.NO_SUPPORT}
-    assert result.stats["labels"]["relevance"] == {rf.RELEVANT: 60}
+    assert result.stats["labels"]["relevance"] == {rf.RELEVANT: result.stats["records"]}
     assert result.stats["kinds"] == {"gold": support[rf.FULLY_SUPPORTED], "support-negative": support[rf.NO_SUPPORT]}
     for row in map(json.loads, lines(result.records_path)):
         unsupported = row["segments"][0]["support"]["value"] == rf.NO_SUPPORT
         assert row["meta"].get("untrained_text", False) is unsupported, row["id"]
-    assert result.stats["critic_labels"]["support"] == support
+    critic = result.stats["critic_labels"]["support"]  # train and held-out critic rows: one per question
+    assert set(critic) == set(support) and sum(critic.values()) == 60
 
 
 def test_bad_support_label_names_file_query_and_fix(tiny_data: tuple[Path, Path], tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ def test_hard_negatives_without_meta_title_come_from_the_gold_passage_title(tmp_
     corpus = write_jsonl(tmp_path / "corpus.jsonl", PASSAGES)
     queries = write_jsonl(tmp_path / "queries.jsonl", untitled(QUERIES[:4]))
     result = run(make(tmp_path / "out", corpus, queries, "distractors=0", "hard_negatives=1"))
-    hard = [json.loads(line) for line in result.records_path.read_text().splitlines()]
+    written = [result.records_path, result.records_path.with_name("heldout.jsonl")]  # q-rome is a test question
+    hard = [json.loads(line) for path in written for line in path.read_text().splitlines()]
     hard = [row for row in hard if row["meta"]["kind"] == "hard"]
     # q-rome's gold passage (rome-0-1) is titled Rome: its hard negative is the other Rome passage. The answerable
     # Paris question has none ("Paris" is in every Paris passage's title: none is safe to call irrelevant), the

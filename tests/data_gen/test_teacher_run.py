@@ -155,6 +155,23 @@ def test_heldout_split_is_by_question(data: tuple[Path, Path], tmp_path: Path) -
     assert result.stats["records"] == {"train": len(train), "heldout": len(held)}
 
 
+def test_split_all_never_puts_a_dev_or_test_question_into_the_training_records(tmp_path: Path) -> None:
+    """Before: split=all trained on every question marked dev or test. Now they go to the held-out files; split=test
+    (asked for by name) still makes records of the test questions."""
+    marked = [dict(query, meta={"split": split}) for query, split in zip(QUERIES[:3], ("train", "dev", "test"),
+                                                                         strict=True)]
+    unmarked = dict(QUERIES[0], id="q7", question="Which city is the capital of France?")
+    data = write_inputs(tmp_path, [*marked, unmarked])
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "all")
+        generate(server.url, data, tmp_path / "test", "split=test")
+    train = {row["meta"]["query_id"] for row in rows(tmp_path / "all" / "records.jsonl")}
+    held = {row["meta"]["query_id"] for row in rows(tmp_path / "all" / "heldout.jsonl")}
+    assert train == {"q1", "q7"} and held == {"q2", "q3"}
+    assert {row["query_id"] for row in rows(tmp_path / "all" / "critic.jsonl")} == {"q1", "q7"}
+    assert {row["meta"]["query_id"] for row in rows(tmp_path / "test" / "records.jsonl")} == {"q3"}
+
+
 def test_shards_merge_to_the_unsharded_output(data: tuple[Path, Path], tmp_path: Path) -> None:
     with TeacherServer() as server:
         generate(server.url, data, tmp_path / "whole")

@@ -46,6 +46,26 @@ def test_threshold_separates_the_gold_decisions() -> None:
     assert choose_threshold([row(0.9, None, True, None, None)])[0] is None  # no gold labels: keep the default
 
 
+def test_a_question_without_needs_retrieval_needs_it_as_generate_labels_it() -> None:
+    """Before: a dev set of unmarked questions and needs_retrieval: false ones was said to lack questions "that need
+    and that do not need retrieval". generate labels an unmarked question [Retrieval]; calibrate now agrees."""
+    from selfrag.corpus import Query, retrieval_needed
+    from selfrag.data_gen.distractors import Evidence
+    from selfrag.data_gen.gold import GoldLabeler
+    from selfrag.trajectory import Passage
+
+    rows = [row(0.9, None, True, None, None), row(0.7, None, True, None, None),
+            row(0.2, False, True, None, None), row(0.1, False, True, None, None)]
+    threshold, reason = choose_threshold(rows)
+    assert threshold is not None and 0.2 <= threshold < 0.7 and "on 4 labelled dev questions" in reason
+    assert choose(rows, 0.1)["measured"]["retrieve_decision_accuracy"] == 1.0
+    gold = Passage("p1", "T", "Ada wrote it.")
+    unmarked = Query("q", "Who wrote it?", ("Ada",), gold_passage_ids=("p1",))
+    records = GoldLabeler({"p1": gold}).label(unmarked, Evidence(()))
+    assert retrieval_needed(unmarked.needs_retrieval) and records[0].segments[0].retrieve.value == rf.RETRIEVAL
+    assert "no dev question has needs_retrieval: false" in choose_threshold(rows[:2])[1]
+
+
 def test_support_bound_is_the_largest_within_the_target() -> None:
     full, none = rf.FULLY_SUPPORTED, rf.NO_SUPPORT
     rows = [row(0.9, True, True, full, 0.9), row(0.9, True, True, full, 0.8), row(0.9, True, True, full, 0.7),
