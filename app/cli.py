@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--per-stratum", type=int, help="labels sampled per type and teacher label (default 10)")
     audit.add_argument("--seed", type=int, help="the sample's seed (default 0)")
 
+    pg = commands.add_parser("pg", help="a local PostgreSQL + pgvector server for retriever.url (pgserver's binaries)")
+    pg.add_argument("action", choices=("start", "stop", "status"), help="start it in the background, stop it, or ask")
+    pg.add_argument("directory", type=Path, help="the server's folder (created; keeps its data between starts)")
+    pg.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (default: the one it used last, else a free one)")
     quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (~15 min)")
     _add_config_arguments(quickstart)
     return parser
@@ -380,6 +384,30 @@ def _audit(args: argparse.Namespace) -> int:
     return run(args.data_dir, report=args.report, port=args.port, per_stratum=args.per_stratum, seed=args.seed)
 
 
+def _pg(args: argparse.Namespace) -> int:
+    from selfrag.inference.retrievers.localpg import USER, LocalPostgres
+
+    server = LocalPostgres(args.directory, port=args.port)
+    up = server.running()
+    if args.action == "stop":
+        if up:
+            server.stop()
+        print(f"stopped the server in {args.directory}" if up else f"no server is running in {args.directory}")
+        return 0
+    if args.action == "start" and not up:
+        server.start()
+    elif args.action == "status" and not up:
+        print(f"no server is running in {args.directory}; start one: selfrag pg start {args.directory}")
+        return 1
+    url = f"postgresql://{USER}@127.0.0.1:{server.port}/postgres?table=passages"  # the password stays in a file
+    print(f"PostgreSQL + pgvector {'started' if args.action == 'start' and not up else 'running'} on "
+          f"127.0.0.1:{server.port} (folder {args.directory}); stop it: selfrag pg stop {args.directory}\n"
+          f"  export PGPASSWORD=$(cat {args.directory / 'password'})\n"
+          f"  selfrag index kind=pgvector corpus=FILE output='{url}'\n"
+          f"  then retriever.url='{url}' in any command")
+    return 0
+
+
 def _quickstart(args: argparse.Namespace) -> int:
     from selfrag.app.quickstart import QuickstartConfig, run
 
@@ -400,6 +428,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "quickstart": _quickstart,
     "serve": _serve,
     "audit": _audit,
+    "pg": _pg,
 }
 
 
