@@ -10,7 +10,6 @@ second data set with the same prompts pays no call twice. Several processes may 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from selfrag.runs import text_key
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS calls (
 def call_key(model: str, messages: Any, params: Mapping[str, Any]) -> str:
     """A stable hash of one call: the same model, messages and parameters give the same key everywhere."""
     payload = json.dumps({"model": model, "messages": messages, "params": dict(params)}, sort_keys=True)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return text_key(payload)
 
 
 #: Environment variable naming the folder of the per-teacher caches (default: ``<selfrag cache dir>/teacher``).
@@ -48,7 +49,7 @@ def default_cache_path(backend: str, model: str) -> Path:
 
     root = Path(os.environ.get(CACHE_ENV) or cache_dir() / "teacher")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_.")[:80] or "model"
-    digest = hashlib.sha256(f"{backend}\0{model}".encode()).hexdigest()[:8]
+    digest = text_key(f"{backend}\0{model}", 8)
     return root / f"{backend}--{slug}--{digest}.sqlite"
 
 

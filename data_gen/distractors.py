@@ -22,7 +22,6 @@ shape. For an unanswerable question, its own paragraph's best BM25 match is the 
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from selfrag.corpus import Query, retrieval_needed
 from selfrag.retrieval import Retriever
 from selfrag.sentences import split_sentences
+from selfrag.splits import stable_hash
 from selfrag.trajectory import Passage
 
 #: How many BM25 hits to look through per question for distractors and the own passage.
@@ -95,8 +95,7 @@ def answer_form(answer: str) -> str:
 
 
 def _rng(query: Query, salt: str, seed: int) -> random.Random:
-    digest = hashlib.sha1(f"{seed}/{salt}/{query.id}".encode()).hexdigest()
-    return random.Random(int(digest[:16], 16))
+    return random.Random(stable_hash(f"{seed}/{salt}/{query.id}", algorithm="sha1", width=8))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ the labeler gives up at once when the teacher repeats a reply; then the item is 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Literal
 from selfrag import reflection as rf
 from selfrag.data_gen.critic_prompts import DEMONSTRATIONS, INSTRUCTIONS, Demonstration
 from selfrag.data_gen.teachers import ChatRequest, Teacher
+from selfrag.runs import text_key
 from selfrag.trajectory import Label, Passage
 
 LABELER = "llm"
@@ -57,7 +57,7 @@ def prompt_hash(kind: str) -> str:
     """Identifies the prompt version a label came from (instruction, demonstrations, format), recorded in every
     label."""
     text = SYSTEM + _preamble(kind) + FORMAT.format(labels=", ".join(VOCABULARY[kind]))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return text_key(text, 16)
 
 
 @dataclass(frozen=True)

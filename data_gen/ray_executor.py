@@ -29,7 +29,6 @@ whichever worker gets which question: the keeper alone opens the SQLite cache, s
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from selfrag.config import from_dict, to_dict
 from selfrag.corpus import Query, parse_ctxs
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
+from selfrag.runs import bytes_digest
 from selfrag.trajectory import Passage
 
 logger = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ def write_shards(output: Path, names: Sequence[str], per_shard: int) -> dict[str
             path = folder / f"{Path(name).stem}-{number:05d}.jsonl"
             data = "".join(chunk).encode("utf-8")
             path.write_bytes(data)
-            shards.append({"path": f"{SHARDS_DIR}/{path.name}", "lines": len(chunk), "sha256": _sha(data)})
+            shards.append({"path": f"{SHARDS_DIR}/{path.name}", "lines": len(chunk), "sha256": bytes_digest(data)})
         manifest["files"][name] = {"lines": len(lines), "shards": shards}
     write_json(output / MANIFEST_FILE, manifest)
     return manifest
@@ -324,5 +324,3 @@ def _chunks(lines: list[str], size: int) -> Iterator[list[str]]:
         yield lines[start : start + size]
 
 
-def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()

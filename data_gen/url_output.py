@@ -23,7 +23,6 @@ labelling workers never touch the URL (the driver does every read and write), so
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ import yaml
 
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import OWNER_FILE, foreign_output, write_owner
+from selfrag.runs import bytes_digest, text_key
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def staging_dir(url: str) -> Path:
     """The local working copy of the run at ``url`` (one per URL, emptied at the start of every run)."""
     from selfrag.models import cache_dir
 
-    return cache_dir() / "generate-staging" / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+    return cache_dir() / "generate-staging" / text_key(url, 16)
 
 
 class UrlOutput:
@@ -147,7 +147,7 @@ class UrlOutput:
             except FileNotFoundError:
                 continue
             (self.staging / name).write_bytes(data)
-            self._pushed[name] = _sha(data)
+            self._pushed[name] = bytes_digest(data)
         parts = self._journal_parts()
         with self.journal.open("wb") as out:
             for part in parts:
@@ -223,9 +223,9 @@ class UrlOutput:
             if name == "config.yaml":  # the resolved config names the URL, not the staging folder
                 settings = yaml.safe_load(data) or {}
                 data = yaml.safe_dump({**settings, "output": self.url}, sort_keys=False).encode("utf-8")
-            if self._pushed.get(name) != _sha(data):
+            if self._pushed.get(name) != bytes_digest(data):
                 write_to(self.fs, f"{self.root}/{name}", data)
-                self._pushed[name] = _sha(data)
+                self._pushed[name] = bytes_digest(data)
 
     def _existing(self, *names: str) -> list[str]:
         return [f"{self.root}/{name}" for name in names if self.fs.exists(f"{self.root}/{name}")]
@@ -269,8 +269,6 @@ def write_to(fs: Any, path: str, data: bytes) -> None:
     fs.pipe_file(path, data)
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def run_at_url(config: Any, run_in: Callable[[Any], Any]) -> Any:

@@ -77,6 +77,18 @@ def file_digest(path: str | Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def bytes_digest(data: bytes) -> str:
+    """SHA-256 of bytes in memory, as ``sha256:<hex>`` (a shard's or a pushed part's contents)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def text_key(text: str, length: int | None = None) -> str:
+    """The bare hex SHA-256 of ``text`` (UTF-8), its first ``length`` digits where given: the one hash behind every
+    cache key, file name and prompt version the project stores without the ``sha256:`` prefix."""
+    hexdigest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hexdigest if length is None else hexdigest[:length]
+
+
 def content_digest(data: Any) -> str:
     """SHA-256 of JSON-able data (keys sorted), as ``sha256:<hex>``: a corpus as read, one question, a fingerprint."""
     payload = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
