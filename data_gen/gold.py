@@ -134,6 +134,16 @@ class GoldLabeler:
             return "answerable without gold passage"
         return None
 
+    def gold_ids_used(self, query: Query) -> tuple[str, ...]:
+        """The gold passage ids :meth:`label` reads from the corpus for ``query`` (checked before a run starts)."""
+        if self.problem(query) is not None:
+            return ()
+        if has_judged_output(query):
+            return query.gold_passage_ids[:1]
+        if not retrieval_needed(query.needs_retrieval) or not query.answerable:
+            return ()
+        return query.gold_passage_ids
+
     def label(self, query: Query, evidence: Evidence) -> list[Record]:
         """The records of one query; empty when :meth:`problem` names a reason."""
         if self.problem(query) is not None:
@@ -195,8 +205,8 @@ class GoldLabeler:
             return self.passages_by_id[passage_id]
         except KeyError:
             raise InputError(
-                f"query {query.id!r}: gold passage {passage_id!r} is not in the corpus; "
-                "use the corpus the queries were made for"
+                f"query {query.id!r}: gold passage {passage_id!r} is not in the corpus; correct the id in the "
+                "queries file, or add the passage to the corpus"
             ) from None
 
     def _evidence_record(

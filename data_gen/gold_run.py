@@ -27,7 +27,7 @@ from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
-from selfrag.data_gen.queries import select_queries
+from selfrag.data_gen.queries import check_gold_ids, select_queries
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
@@ -131,6 +131,10 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
         [path for _, path in answers_files(config)],
     )
     check_support_labels(selected, str(config.queries))
+    labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
+    corpora = ", ".join(str(path) for path in (config.corpus, *config.more_corpora))
+    check_gold_ids(selected, labeler.gold_ids_used, passages_by_id, [Path(config.queries), *config.more_queries],
+                   f"corpus {corpora}")
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
@@ -139,7 +143,6 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
         logger.info("resuming: %d records already in %s", len(done), records_path)
 
     # --- Label each batch of queries and append the new records ---------------------------------
-    labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
     mix = NegativeMix(
         retrieved=config.distractors, easy=config.easy_negatives, hard=config.hard_negatives,
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,

@@ -259,6 +259,37 @@ def test_the_readmes_own_data_example_keeps_dev_and_test_questions_out_of_traini
             assert {query_id for query_id, split in marked.items() if split in ("dev", "test")} <= held
 
 
+def test_a_gold_id_not_in_the_corpus_is_refused_up_front_and_the_corrected_file_reruns(
+    tiny_data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the error came mid-run, without file:line, told the user to use another corpus, and the output it left
+    refused the corrected rerun as "made differently" until restart=true."""
+    from selfrag.data_gen import gold_run
+
+    corpus, queries = tiny_data
+    good = queries.read_text()
+    lines_ = good.splitlines()
+    row = json.loads(lines_[3])
+    assert row["gold_passage_ids"] == ["rome-0-1"]
+    lines_[3] = json.dumps({**row, "gold_passage_ids": ["rome-0-7"]})
+    queries.write_text("\n".join(lines_) + "\n")
+
+    def no_slow_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the gold ids are checked before any passage is searched")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(gold_run, "evidence_for", no_slow_work)
+        with pytest.raises(InputError) as error:
+            run(make_config(tmp_path / "out", corpus, queries, split="all"))
+    message = str(error.value)
+    assert message.startswith(f"{queries}:4: gold_passage_ids names 'rome-0-7' (query 'q-rome')")
+    assert "closest id there is 'rome-0-1'" in message and "correct the id on that line" in message
+    assert not (tmp_path / "out" / "records.jsonl").exists()
+    queries.write_text(good)  # corrected: the same command runs, no restart=true needed
+    result = run(make_config(tmp_path / "out", corpus, queries, split="all"))
+    assert result.stats["records"] + result.stats["heldout_records"] > 0
+
+
 def _no_split(tmp_path: Path) -> Path:
     path = tmp_path / "plain.jsonl"
     path.write_text('{"id": "a", "question": "Who?", "answers": ["x"], "needs_retrieval": false}\n')
