@@ -228,6 +228,9 @@ def label_with_ray(
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if settings.address is None:
             options["num_cpus"] = stage_cpus(settings) if settings.stages else settings.workers
+        forwarded = forwarded_environment(config.teacher.api_key_env)
+        if forwarded:  # the workers of a cluster started elsewhere do not have the driver's environment
+            options["runtime_env"] = {"env_vars": forwarded}
         ray.init(address=settings.address, **options)
     failed: dict[str, str] = {}
     fresh = hits = 0
@@ -287,6 +290,16 @@ def label_with_ray(
         if started_here:
             ray.shutdown()
     return failed, fresh, hits, {}
+
+
+def forwarded_environment(api_key_env: str | None) -> dict[str, str]:
+    """The variables every Ray worker needs from the driver: the teacher's key (read at call time, in the worker).
+
+    Ray passes them as the job's ``runtime_env``, so a cluster whose nodes were started without the key exported
+    labels as the driver would; the key goes to the cluster's own processes only, never into a file of the run.
+    """
+    value = os.environ.get(api_key_env) if api_key_env else None
+    return {api_key_env: value} if api_key_env and value else {}
 
 
 def stage_cpus(settings: Any) -> int:
