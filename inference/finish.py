@@ -27,6 +27,10 @@ def with_passages(work: Work, config: InferenceConfig, tally: dict[str, Any]) ->
     assert work.outcome is not None, "every retrieving question ends with an outcome"
     action, best, why = work.outcome
     chosen = work.candidates[best]
+    if action != "accept" and cut_before_support(chosen):
+        # max_tokens ended the decode before the model could give its verdict: not an abstention, a cut answer
+        action, why = "flag", f"{length_reason(config, 'before its support verdict')}: {why}"
+        work.trace.append({"step": "length", "chosen": "flag", "reason": why})
     reasons = [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {why}"]
     segments: list[AnswerSegment] = []
     if action != "abstain":
@@ -87,6 +91,10 @@ def without_passages(
         reasons.append("abstained: the model wrote no answer without retrieval" + (f" ({why})" if why else ""))
         return answer_of(work, config.abstain_text, chosen, [], reasons, abstained=True)
     work.trace.append(step)
+    flag = _unfinished(candidate, config)
+    if flag is not None:
+        work.trace.append(flag)
+        reasons.append(f"flagged: {flag['reason']}")
     segments = [AnswerSegment(candidate.answer, None, None)]
     if work.choices is not None:
         choice = closedset.match(candidate.answer, work.choices)
@@ -95,6 +103,30 @@ def without_passages(
             reasons.append("closed set: the answer matches none of the choices")
     text = join_or_choice(work, segments)
     return answer_of(work, text, chosen, segments, reasons, low_confidence=bool(reasons))
+
+
+def _unfinished(candidate: Candidate, config: InferenceConfig) -> dict[str, Any] | None:
+    """The trace step flagging an answer without passages that max_tokens cut or whose reflection tokens are out of
+    place (nothing then vouches for its text), or None."""
+    if candidate.finish_reason == "length":
+        return {"step": "length", "chosen": "flag", "reason": length_reason(config)}
+    malformed = [problem for problem in candidate.problems if problem != candidate.truncated]
+    if malformed:
+        return {"step": "malformed", "chosen": "flag",
+                "reason": f"the answer is malformed ({'; '.join(dict.fromkeys(malformed))})"}
+    return None
+
+
+def cut_before_support(candidate: Candidate) -> bool:
+    """Whether ``max_tokens`` cut the candidate's answer text before its support verdict (a passage candidate)."""
+    score = candidate.score
+    return (candidate.finish_reason == "length" and candidate.passage is not None and bool(candidate.answer.strip())
+            and score is not None and score.relevance_token == rf.RELEVANT and score.support_token is None)
+
+
+def length_reason(config: InferenceConfig, where: str = "") -> str:
+    """Why a cut answer is flagged: ``where`` says what the cut left out."""
+    return f"the answer was cut at max_tokens={config.max_tokens}{' ' + where if where else ''} (raise max_tokens)"
 
 
 def answer_of(

@@ -205,8 +205,14 @@ class Trajectory:
 
     @property
     def answer(self) -> str:
-        """The generated text with every reflection token and passage removed."""
-        return "".join(segment.text for segment in self.segments).strip()
+        """The generated text with every reflection token and passage removed; where a token stood between two
+        words (``is[Fully supported]Madrid``), a space keeps them apart."""
+        text = ""
+        for segment in self.segments:
+            if text and segment.text and not text[-1].isspace() and not segment.text[0].isspace():
+                text += " "
+            text += segment.text
+        return text.strip()
 
     def render(self) -> str:
         return render_segments(self)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
 
 from selfrag import reflection as rf
-from selfrag.inference import policy
+from selfrag.inference import finish, policy
 from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.events import FinalEvent, SegmentEvent
 from selfrag.inference.runtime import SelfRAG
@@ -344,7 +344,9 @@ def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, prunin
         assert not any(policy.shipped_segments(c, rag.config)[0] for c in answer.candidates)
     else:
         assert last["chosen"] == ("accept" if supported else action)
-    if last["chosen"] == "abstain" or not answer.segments:
+    cut = not supported and finish.cut_before_support(chosen)  # max_tokens ended it before its verdict: flagged
+    assert bool(step(answer, "length")) is cut
+    if (last["chosen"] == "abstain" and not cut) or not answer.segments:
         assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
         return
     assert not answer.abstained
