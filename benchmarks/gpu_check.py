@@ -1,8 +1,16 @@
 """Validate the GPU path on a fresh machine: train a few dozen steps, export, serve through vLLM, judge.
 
-    bash scripts/gpu_check.sh                       # the 8B recipe (Llama-3.1-8B-Instruct, >= 40 GB card)
+    bash scripts/gpu_check.sh --random-init         # no hub, no download: the 8B shape, random weights (<= 8 min, H100)
+    bash scripts/gpu_check.sh                       # the 8B recipe (Llama-3.1-8B-Instruct, >= 40 GB card, hub access)
     bash scripts/gpu_check.sh --stand-in 1b         # Llama-3.2-1B-Instruct with the same recipe (a smaller card)
-    bash scripts/gpu_check.sh --dry-run             # no CUDA needed: configs, versions, the memory estimate
+    bash scripts/gpu_check.sh --dry-run             # no CUDA needed: configs, versions, the memory estimate, 8B counts
+
+``--random-init`` trains ``configs/models/llama-3.1-8b`` (the architecture; seeded random bf16 weights built on the
+GPU) with the real ``selfrag train`` for strategies reserved and add, kills and resumes a run, times the HF engine's
+short form at top_k 5, and checks CUDA-vs-CPU log-prob parity of the quickstart model's shape; the stages are
+benchmarks/gpu_random_init.py's. It writes ``gpu_check.json`` and ``gpu_check.md`` (the table). ``--device cpu``
+runs the same stages on a CPU, with ``--shape 1b --scale num_hidden_layers=2 hidden_size=128 ...`` to shrink it
+(tests/training/test_gpu_check_random_init.py).
 
 Stages (GPU): (1) the demo data's gold trajectories (train split, and the test split's held-out questions with
 their easy/hard/support negatives); (2) ``selfrag train`` with the recipe for ``--steps`` steps: tokens/s, peak
@@ -13,8 +21,10 @@ step; (3) relevance and support AUROC on the held-out questions (the judgement r
 One table on stdout and the same as JSON (``--output``).
 
 ``--dry-run`` checks what needs no CUDA: every configs/train and configs/accelerate file parses (the training
-configs against the real TRL/PEFT classes), the installed versions, and the memory estimate of the chosen
-recipe and batch with its formula (selfrag.training.memory). Without a GPU and without ``--dry-run`` it refuses
+configs against the real TRL/PEFT classes), the installed versions, the memory estimate of the chosen
+recipe and batch with its formula (selfrag.training.memory), and the 8B shape built on the meta device (no memory):
+its parameter count (asserted: 8.03B) and the recipe's LoRA trainable count for strategies reserved and add (the
+recipe's real LoraConfig applied by PEFT). Without a GPU and without ``--dry-run`` it refuses
 in one line. Needs the hub (or HF_HOME holding the base) for the GPU run; the gated Llama bases need a token.
 """
 
@@ -33,6 +43,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "train" / "llama-3.1-8b-instruct-lora.yaml"
+SHAPE_8B = ROOT / "configs" / "models" / "llama-3.1-8b"
 STAND_INS = {"8b": "meta-llama/Llama-3.1-8B-Instruct", "3b": "meta-llama/Llama-3.2-3B-Instruct",
              "1b": "meta-llama/Llama-3.2-1B-Instruct"}
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "bitsandbytes")
@@ -42,8 +53,21 @@ PROBABILITY_TOLERANCE = 2e-3  # as tests/inference/test_vllm_parity.py (bf16 on 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="check what needs no CUDA and exit")
+    parser.add_argument("--random-init", action="store_true",
+                        help="the shape of configs/models with seeded random weights: no hub, no download")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="--random-init: cpu rehearses every stage on a CPU (use --scale to shrink the shape)")
+    parser.add_argument("--shape", choices=["8b", "1b"], default="8b", help="--random-init: configs/models shape")
+    parser.add_argument("--scale", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="--random-init: config.json overrides (num_hidden_layers=2 hidden_size=128 ...)")
+    parser.add_argument("--strategies", nargs="+", default=["reserved", "add"], choices=["reserved", "add"])
+    parser.add_argument("--stages", nargs="*", default=["resume", "engine", "parity"],
+                        choices=["resume", "engine", "parity"], help="--random-init: stages after the trainings")
+    parser.add_argument("--questions", type=int, default=32, help="--random-init: questions the engine answers")
+    parser.add_argument("--train-override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="--random-init: extra selfrag train settings (e.g. training.batch_size=2)")
     parser.add_argument("--stand-in", choices=sorted(STAND_INS), default="8b", help="the base (8b: the recipe's)")
-    parser.add_argument("--steps", type=int, default=40, help="training steps")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (40; --random-init: 6)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=2048)
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "gpu_check", help="folder for runs + JSON")
@@ -86,7 +110,40 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def dry_run(args: argparse.Namespace) -> dict[str, Any]:
-    return {"mode": "dry-run", "versions": versions(), "configs": check_configs(), "memory": memory(args)}
+    return {"mode": "dry-run", "versions": versions(), "configs": check_configs(), "memory": memory(args),
+            "meta_8b": meta_counts()}
+
+
+def meta_counts() -> dict[str, Any]:
+    """configs/models/llama-3.1-8b built on the meta device (shapes, no memory) by the one loader: its parameter
+    count, and per strategy the recipe's LoRA trainable count (its real LoraConfig through PEFT's get_peft_model)."""
+    from peft import get_peft_model
+    from transformers import AutoTokenizer
+
+    from selfrag.config import load_config
+    from selfrag.loading import load_base_model
+    from selfrag.models import resolve_model
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.memory import SHAPES as ESTIMATED
+    from selfrag.training.model import lora_config
+    from selfrag.training.tokens import prepare_tokens
+
+    shape = resolve_model(str(SHAPE_8B))  # builds the shape's tokenizer the first time
+    counts: dict[str, Any] = {"shape": str(SHAPE_8B.relative_to(ROOT))}
+    for strategy in ("reserved", "add"):
+        config = load_config(TrainConfig, RECIPE, [f"model={shape}", "random_init=true", "records=records.jsonl",
+                                                  "output_dir=out", f"tokens.strategy={strategy}"])
+        model = load_base_model(shape, config.dtype, random_init=True, device="meta")
+        counts["parameters"] = sum(parameter.numel() for parameter in model.parameters())
+        token_ids = prepare_tokens(model, AutoTokenizer.from_pretrained(shape), strategy)
+        trainable, total = get_peft_model(model, lora_config(config, token_ids, model, strategy)) \
+            .get_nb_trainable_parameters()
+        counts[strategy] = {"lora_trainable": trainable, "total": total, "reflection_ids": sorted(token_ids.all_ids)}
+    counts["billions"] = round(counts["parameters"] / 1e9, 2)
+    if counts["billions"] != 8.03 or counts["parameters"] != ESTIMATED["meta-llama/Llama-3.1-8B-Instruct"].parameters:
+        raise RuntimeError(f"{SHAPE_8B}: {counts['parameters']} parameters on the meta device, expected 8.03B (the "
+                           "count selfrag.training.memory computes from the same shape)")
+    return counts
 
 
 def gpu_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,12 +268,16 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.steps = args.steps or (6 if args.random_init else 40)
     import torch
 
-    if not args.dry_run and not torch.cuda.is_available():
+    on_cpu = args.dry_run or (args.random_init and args.device == "cpu")
+    if not on_cpu and not torch.cuda.is_available():
         print("gpu_check: no CUDA GPU visible (torch.cuda.is_available() is False); run it on a GPU machine, "
-              "or pass --dry-run to check what needs none", file=sys.stderr)
+              "or pass --dry-run (or --random-init --device cpu) to check what needs none", file=sys.stderr)
         return 2
+    if args.random_init and not args.dry_run:
+        return random_init_main(args)
     report = dry_run(args) if args.dry_run else gpu_run(args)
     args.output.mkdir(parents=True, exist_ok=True)
     path = args.output / ("gpu_check_dry_run.json" if args.dry_run else "gpu_check.json")
@@ -224,6 +285,29 @@ def main(argv: list[str] | None = None) -> int:
     print(table(report))
     print(f"written to {path}")
     return 0
+
+
+def random_init_main(args: argparse.Namespace) -> int:
+    """``--random-init``: gpu_random_init's stages; gpu_check.json and the table gpu_check.md; 1 if a check failed."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from gpu_random_init import failures, log, markdown, random_init_run
+
+    plan = dry_run(args) if args.device == "cuda" else {"versions": versions()}
+    counted = f"; 8B on the meta device: {plan['meta_8b']['parameters']:,} parameters" if "meta_8b" in plan else ""
+    log(f"plan: versions {json.dumps(plan['versions'])}{counted}")
+    report = random_init_run(args, plan)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    table_text = markdown(report)
+    (args.output / "gpu_check.md").write_text(table_text, encoding="utf-8")
+    print(table_text)
+    print(f"written to {args.output / 'gpu_check.json'} and {args.output / 'gpu_check.md'}")
+    problems = failures(report)
+    for problem in problems:
+        print(f"gpu_check: FAILED {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

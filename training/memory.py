@@ -18,6 +18,13 @@ share of positions that carry a label):
   fp32 copy and its gradient.
 * overhead     1.5 GB: the CUDA context, cuBLAS workspaces and allocator fragmentation (a rule of thumb).
 
+The CPU branch (``Setup(device="cpu")``, a CPU recipe: fp32 weights, ``dtype: float32``) is the same sum with
+4-byte elements: weights ``P * 4``, activations ``34 * 2`` bytes per layer element (``* 2`` kept with
+checkpointing), logits ``B*L*f*V*8`` (fp32 logits and their gradient: the loss's fp32 copy is the same tensor),
+and instead of the CUDA overhead the resident memory of a training process before its model loads
+(``CPU_OVERHEAD_GB``: Python, torch, transformers, TRL, PEFT, the records and a 128k-entry tokenizer, measured
+on the development machine); the estimate is then of the process's peak RSS.
+
 An estimate, not a measurement: no GPU has run these recipes in this project yet; scripts/gpu_check.sh
 reports the measured peak next to it.
 """
@@ -29,10 +36,12 @@ from typing import Any, Literal
 
 GB = 1024**3
 #: Bytes per base weight: bf16, and bitsandbytes NF4 with double quantisation (4 + 8/64 + 32/(64*256) bits).
-WEIGHT_BYTES = {"bf16": 2.0, "nf4": (4 + 8 / 64 + 32 / (64 * 256)) / 8}
+WEIGHT_BYTES = {"bf16": 2.0, "nf4": (4 + 8 / 64 + 32 / (64 * 256)) / 8, "fp32": 4.0}
 #: Bytes per activation element kept by one transformer layer per token and hidden unit (16-bit, SDPA attention).
 LAYER_ACTIVATION_BYTES = 34
 OVERHEAD_GB = 1.5
+#: Resident memory of a ``selfrag train`` process on CPU before its model loads (measured: see the docstring).
+CPU_OVERHEAD_GB = 0.9
 CARDS_GB = (24, 40, 80)
 
 
@@ -51,6 +60,14 @@ class ModelShape:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+        """The shape of a ``config.json`` (its dict)."""
+        return cls(int(config["num_hidden_layers"]), int(config["hidden_size"]), int(config["intermediate_size"]),
+                   int(config["num_attention_heads"]), int(config.get("num_key_value_heads")
+                                                           or config["num_attention_heads"]),
+                   int(config["vocab_size"]), bool(config.get("tie_word_embeddings", False)))
 
     def linear_shapes(self) -> list[tuple[int, int]]:
         """(in, out) of every linear layer of one block: q, k, v, o, gate, up, down."""
@@ -84,12 +101,13 @@ class Setup:
     batch_size: int = 4
     max_length: int = 2048
     rank: int = 16
-    quantization: Literal["bf16", "nf4"] = "bf16"
+    quantization: Literal["bf16", "nf4", "fp32"] = "bf16"  # the base weights; fp32: a CPU recipe
     optimizer_state_bytes: float = 8.0  # AdamW: two fp32 moments; 2.0 for paged_adamw_8bit
     gradient_checkpointing: bool = True
     lora_on_embeddings: bool = True  # tokens.strategy reserved: LoRA on embed_tokens and lm_head too
     shards: int = 1  # GPUs that FSDP shards the weights and LoRA states over
     labelled_share: float = 0.5  # f: share of positions with a label (the loss projects only those)
+    device: Literal["cuda", "cpu"] = "cuda"  # cpu: 4-byte activations and logits, the process's RSS overhead
 
 
 @dataclass(frozen=True)
@@ -129,17 +147,21 @@ def lora_parameters(shape: ModelShape, rank: int, on_embeddings: bool) -> int:
 def estimate_memory(shape: ModelShape, setup: Setup) -> MemoryEstimate:
     """The per-GPU peak of one training step (see the module docstring for each term)."""
     base = shape.parameters - shape.embedding_parameters
-    weights = (base * WEIGHT_BYTES[setup.quantization] + shape.embedding_parameters * 2) / setup.shards
+    embedding_bytes = 4 if setup.quantization == "fp32" else 2  # bitsandbytes keeps the embedding and head in bf16
+    weights = (base * WEIGHT_BYTES[setup.quantization] + shape.embedding_parameters * embedding_bytes) / setup.shards
     n = lora_parameters(shape, setup.rank, setup.lora_on_embeddings)
     lora = n * (4 + 4 + setup.optimizer_state_bytes) / setup.shards
     tokens = setup.batch_size * setup.max_length
-    layer = tokens * shape.hidden * LAYER_ACTIVATION_BYTES
+    element = 4 if setup.device == "cpu" else 2  # bytes of an activation: fp32 on CPU, bf16 autocast on GPU
+    layer = tokens * shape.hidden * LAYER_ACTIVATION_BYTES * element // 2
     if setup.gradient_checkpointing:
-        activations = shape.layers * tokens * shape.hidden * 2 + layer
+        activations = shape.layers * tokens * shape.hidden * element + layer
     else:
         activations = shape.layers * layer
-    logits = tokens * setup.labelled_share * shape.vocab * 10
-    return MemoryEstimate(weights / GB, lora / GB, activations / GB, logits / GB, OVERHEAD_GB, n, setup)
+    logit_bytes = 8 if element == 4 else 10  # logits + fp32 copy + its gradient (fp32 logits are their own copy)
+    logits = tokens * setup.labelled_share * shape.vocab * logit_bytes
+    overhead = CPU_OVERHEAD_GB if setup.device == "cpu" else OVERHEAD_GB
+    return MemoryEstimate(weights / GB, lora / GB, activations / GB, logits / GB, overhead, n, setup)
 
 
 def recipe_setups(batch_size: int = 4, max_length: int = 2048) -> dict[str, Setup]:

@@ -214,7 +214,11 @@ def set_rows_to_words(model: Any, tokenizer: Any, tokens_by_id: dict[int, str]) 
 def is_tied(model: Any) -> bool:
     """Whether the output head shares its weight with the input embeddings."""
     head = model.get_output_embeddings()
-    return head is not None and head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    if head is None:
+        return False
+    weight, embedding = head.weight, model.get_input_embeddings().weight
+    # on the meta device every data_ptr() is 0: only the same Parameter object counts as tied there
+    return weight is embedding or (weight.device.type != "meta" and weight.data_ptr() == embedding.data_ptr())
 
 
 # --- Strategy reserved: the reflection rows through plain LoRA modules ---------------------------------

@@ -111,6 +111,20 @@ class HFEngine:
             _upcast_output_head(engine.model)
         return engine
 
+    @classmethod
+    def from_model(
+        cls, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str = "auto", device: str = "cpu",
+        batch_size: int = 16, seed: int = 0, name: str = "in-memory",
+    ) -> HFEngine:
+        """An engine over a model already in memory with its reflection tokens (e.g. one built with random weights by
+        benchmarks/gpu_check.py, which has no directory to load): no calibration; a bf16/fp16 model's output head
+        runs in fp32, as when loaded from a directory."""
+        engine = cls.__new__(cls)
+        engine._setup(tokenizer, model, token_ids, prompt_template, f"hf:{name}", device, batch_size, seed, 512)
+        if next(model.parameters()).dtype != torch.float32:
+            _upcast_output_head(engine.model)
+        return engine
+
     @property
     def max_context(self) -> int | None:
         """Longest prompt + output the model was trained for (``max_position_embeddings``), or None."""
