@@ -2,6 +2,7 @@
 
     engine = ENGINES["hf"](model_dir="runs/smollm2-selfrag")
     engine = build_engine(config, "runs/smollm2-selfrag")   # config.engine (hf|vllm|openai) + config.engine_options
+    engine = load_engine("runs/smollm2-selfrag", "vllm", dtype="bfloat16")   # from Python: selfrag.load_engine
 
 Backends import their heavy dependencies only when built, so importing this package stays cheap.
 """
@@ -9,9 +10,11 @@ Backends import their heavy dependencies only when built, so importing this pack
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from selfrag.config import from_dict, nested_problems
 from selfrag.errors import ConfigError
 
 from .base import Engine, FinishReason, Generation, GenerationRequest
@@ -104,6 +107,25 @@ def build_engine(config: _EngineSettings, model: str | Path) -> Engine:
     return ENGINES[config.engine](model_dir=model, **arguments)
 
 
+@dataclass(frozen=True)
+class _Chosen:
+    engine: str
+    engine_options: EngineOptions
+
+
+def load_engine(model: str | Path, engine: str = "hf", **options: Any) -> Engine:
+    """The engine ``engine`` (hf, vllm or openai) over ``model`` (a trained model or adapter folder), with
+    ``options`` as the ``engine_options.*`` settings spell them (``device="cuda"``, ``dtype="bfloat16"``,
+    ``base_url=...``): what :func:`build_engine` builds for a command's config. A wrong key or value is a
+    :class:`ConfigError` naming it."""
+    if engine not in ENGINE_NAMES:
+        raise ConfigError([f"engine must be one of {', '.join(ENGINE_NAMES)}, got {engine!r}"])
+    problems = nested_problems(EngineOptions, options, "engine_options.")
+    if problems:
+        raise ConfigError(problems)
+    return build_engine(_Chosen(engine, from_dict(EngineOptions, options)), model)
+
+
 def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
     """A model without reflection tokens (a base model) behind ``config.engine``'s decode loop: the baselines' engine.
 
@@ -142,4 +164,5 @@ __all__ = [
     "build_engine",
     "build_plain_engine",
     "engine_arguments",
+    "load_engine",
 ]

@@ -103,10 +103,13 @@ def merge_legacy(
 
 
 def open_retriever(
-    spec: RetrieverConfig | None, corpus: str | Path | None = None, index: str | Path | None = None,
+    spec: RetrieverConfig | None = None, corpus: str | Path | None = None, index: str | Path | None = None,
     field: str = "retriever",
 ) -> Retriever | None:
-    """The retriever a stage's settings name (None when none is named); every stage opens retrievers here."""
+    """The retriever a stage's settings name (None when none is named); every stage opens retrievers here.
+
+    From Python (``selfrag.open_retriever``): ``open_retriever(index="runs/index")`` or ``open_retriever(corpus=
+    "corpus.jsonl")`` (BM25 built now), or a :class:`RetrieverConfig`."""
     spec = merge_legacy(spec, corpus, index, field)
     problems = spec_problems(spec, field)
     if problems:
