@@ -1,24 +1,57 @@
 #!/usr/bin/env bash
-# One command for a fresh GPU machine: install the GPU extras, train the 8B recipe (or a stand-in) for a few dozen
-# steps on the shipped demo data, export, serve through vLLM, check HF-vs-vLLM parity, score the judgement AUROC.
-# The logic is benchmarks/gpu_check.py; its docstring lists the stages and the JSON it writes.
+# One command for a GPU machine. The logic is benchmarks/gpu_check.py (stages, JSON) and benchmarks/gpu_random_init.py.
 #
-#     bash scripts/gpu_check.sh                   # Llama-3.1-8B-Instruct, the recipe's settings, 40 steps
+#     bash scripts/gpu_check.sh --random-init     # no hub, no registry: the 8B shape with random weights (<= 8 min, H100)
+#     bash scripts/gpu_check.sh                   # Llama-3.1-8B-Instruct from the hub, the recipe, export, vLLM parity
 #     bash scripts/gpu_check.sh --stand-in 1b     # Llama-3.2-1B-Instruct (a 24 GB card or less)
-#     bash scripts/gpu_check.sh --dry-run         # no CUDA needed: configs, versions, memory estimate; exits 0
+#     bash scripts/gpu_check.sh --dry-run         # no CUDA needed: configs, versions, memory estimate, 8B meta counts
+#     bash scripts/gpu_check.sh --random-init --device cpu --shape 1b --scale num_hidden_layers=2 ...   # CPU rehearsal
+#
+# --random-init on a machine that reaches no registry (the lent GPU): run `bash scripts/gpu_wheels.sh` here first and
+# carry .whl/; this installs those wheels (pip --no-index --find-links .whl --no-deps) into /tmp/site for the image's
+# python3, which already has torch, transformers, peft and accelerate. --source-digest prints the digest of the source
+# that selfrag's wheel must be built from (gpu_wheels.sh records it; a stale wheel is refused).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry=0
-for arg in "$@"; do [ "$arg" = "--dry-run" ] && dry=1; done
-if [ "$dry" = 1 ]; then
-    [ -x .venv/bin/python ] || bash scripts/setup.sh
-else
-    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-        echo "gpu_check: no NVIDIA GPU here (nvidia-smi finds none); run it on a GPU machine, or pass --dry-run" >&2
+source_digest() {
+    find selfrag app data_gen training inference evaluation pyproject.toml -type f -not -path '*/__pycache__/*' \
+        -not -name '*.pyc' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1
+}
+dry=0; random=0; cpu=0; previous=""
+for arg in "$@"; do
+    case "$arg" in
+        --source-digest) source_digest; exit 0 ;;
+        --dry-run) dry=1 ;;
+        --random-init) random=1 ;;
+    esac
+    [ "$previous" = "--device" ] && [ "$arg" = "cpu" ] && cpu=1
+    previous="$arg"
+done
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-$random}" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+PY=.venv/bin/python
+if [ "$dry" = 1 ] || { [ "$random" = 1 ] && [ "$cpu" = 1 ]; }; then
+    [ -x "$PY" ] || bash scripts/setup.sh
+    exec "$PY" benchmarks/gpu_check.py "$@"
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu_check: no NVIDIA GPU here (nvidia-smi finds none); run it on a GPU machine, or pass --dry-run" >&2
+    exit 2
+fi
+nvidia-smi -L
+if [ "$random" = 1 ] && [ -d .whl ]; then
+    if [ "$(cat .whl/selfrag-source.sha256)" != "$(source_digest)" ]; then
+        echo "gpu_check: .whl/ holds a selfrag wheel of other source; run bash scripts/gpu_wheels.sh again" >&2
         exit 2
     fi
-    # The CUDA torch wheel (the default index), then selfrag with the GPU extras (vLLM, bitsandbytes).
-    TORCH_SPEC="${TORCH_SPEC:-torch}" bash scripts/setup.sh
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[gpu]"
+    python3 -m pip install --quiet --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c "import importlib.metadata as m; print('gpu_check: image', {n: m.version(n) for n in \
+('torch', 'transformers', 'peft', 'accelerate', 'pyarrow', 'trl', 'datasets', 'selfrag')})"
+    exec python3 benchmarks/gpu_check.py "$@"
 fi
+# A GPU box with a registry: the CUDA torch wheel (the default index), then selfrag with the GPU extras (vLLM,
+# bitsandbytes); --random-init there needs no extras.
+TORCH_SPEC="${TORCH_SPEC:-torch}" bash scripts/setup.sh
+[ "$random" = 1 ] || .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[gpu]"
 exec .venv/bin/python benchmarks/gpu_check.py "$@"

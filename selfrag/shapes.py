@@ -32,7 +32,6 @@ from selfrag.errors import ModelNotFoundError
 logger = logging.getLogger(__name__)
 
 SHAPE_FILE = "selfrag-shape.json"
-REPO = Path(__file__).resolve().parents[1]
 #: Llama-3's pre-tokenizer split (its tokenizer.json).
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
@@ -53,7 +52,7 @@ LLAMA3_CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
 #: The shipped text the merges are learned from (the demo's passages and questions: the text these checks train on).
-TRAINING_TEXT = (REPO / "data_gen" / "demo" / "corpus.jsonl", REPO / "data_gen" / "demo" / "queries.jsonl")
+TRAINING_TEXT = ("corpus.jsonl", "queries.jsonl")
 
 
 def llama3_special_tokens() -> list[str]:
@@ -64,8 +63,11 @@ def llama3_special_tokens() -> list[str]:
 
 
 def _texts() -> Iterator[str]:
-    for path in TRAINING_TEXT:
-        with path.open(encoding="utf-8") as lines:
+    from importlib.resources import files
+
+    demo = files("selfrag.data_gen.demo")  # data files shipped in the package (editable or installed alike)
+    for name in TRAINING_TEXT:
+        with demo.joinpath(name).open(encoding="utf-8") as lines:
             for line in lines:
                 row = json.loads(line)
                 yield from (str(row[key]) for key in ("title", "text", "question") if row.get(key))
