@@ -235,6 +235,11 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     print(f"\nplots: {out / 'eval' / 'quality.png'}  {out / 'eval' / 'cost.png'}")
     print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
           f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
+    modes = results.get("modes") or {}
+    if "single_pass" in modes and "plain_rag" in modes:
+        from selfrag.evaluation.report import latency_ratio
+
+        print(f"single-pass / plain RAG latency (p50, p95): {latency_ratio(modes['single_pass'], modes['plain_rag'])}")
     steps = train_config.training.max_steps
     length, longer = ((f"{steps} steps", f"max_steps={max(300, 2 * steps)}") if steps > 0 else
                       (f"{train_config.training.epochs:g} epochs", f"epochs={2 * train_config.training.epochs:g}"))

@@ -29,11 +29,14 @@ def base_model_of(model: str) -> str:
 class Usage:
     calls: int = 0
     prompt_tokens: int = 0
+    #: the prompt ids the engine computed: fewer than prompt_tokens where it reused kept KV (Generation's figure)
+    prompt_tokens_computed: int = 0
     generated_tokens: int = 0
 
 
 class CountingEngine:
-    """Wraps an engine; counts engine calls, prompt and generated tokens since the last :meth:`reset`."""
+    """Wraps an engine; counts engine calls, prompt tokens (sent and computed) and generated tokens since the last
+    :meth:`reset`."""
 
     def __init__(self, engine: Engine) -> None:
         self.inner = engine
@@ -50,5 +53,6 @@ class CountingEngine:
         generations = self.inner.generate(requests)
         self.usage.calls += 1
         self.usage.prompt_tokens += sum(len(request.prompt_ids) for request in requests)
+        self.usage.prompt_tokens_computed += sum(generation.prompt_tokens_computed for generation in generations)
         self.usage.generated_tokens += sum(len(generation.token_ids) for generation in generations)
         return generations

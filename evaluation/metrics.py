@@ -176,6 +176,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "re_retrieval_rate": rate(sum(r.get("retrieval_rounds", 0) > 1 for r in records), n),
         "engine_calls_per_query": rate(sum(r["engine_calls"] for r in records), n),
         "prompt_tokens_per_query": rate(sum(r["prompt_tokens"] for r in records), n),
+        # records kept by a run before this figure existed count their whole prompts
+        "prompt_tokens_computed_per_query": rate(
+            sum(r.get("prompt_tokens_computed", r["prompt_tokens"]) for r in records), n),
         "generated_tokens_per_query": rate(sum(r["generated_tokens"] for r in records), n),
         "latency_p50": percentile(seconds, 50),
         "latency_p95": percentile(seconds, 95),

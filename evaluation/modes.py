@@ -176,6 +176,7 @@ def answer_all(
             record.update({
                 "engine_calls": usage.calls,  # calls are shared by the batch: each question waits for all of them
                 "prompt_tokens": usage.prompt_tokens / len(batch),
+                "prompt_tokens_computed": usage.prompt_tokens_computed / len(batch),
                 "generated_tokens": usage.generated_tokens / len(batch),
                 "seconds": seconds / len(batch) if len(batch) > 1 else seconds,
             })

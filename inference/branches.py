@@ -21,7 +21,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 from .answer import Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations
-from .rounds import stopped_branches
+from .rounds import hopeless_round, stopped_branches
 from .scoring import RelevanceVerdict, relevance_entry, relevance_verdict, score_continuation
 from .work import Work, call
 
@@ -270,8 +270,9 @@ class Decoding:
         relevant = (self.engine.token_ids.id(rf.RELEVANT),)
         owners = [work for work, _ in prompts]
         opening = call(self.engine, [
+            # kept (keep_prefix): the rest extends it by the one id decoded here, so it prefills only that id
             replace(self.continuation_request(prompt + relevant, 1),
-                    banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
+                    banned_token_ids=self.after_no_retrieval_banned, min_tokens=1, keep_prefix=True)
             for _, prompt in prompts
         ], owners)
         rest = call(self.engine, [
@@ -319,7 +320,15 @@ class Decoding:
                     f"(below {pruning.relevance_bound} or more than {pruning.margin} behind the best {max(known):.4f})",
                 }
             )
+            hopeless = hopeless_round([relevance[i] for i in mine], self.config)
+            if hopeless is not None:  # skip.relevance_gap: the rest of the round stops here too
+                work.trace.append({"step": "skip", "round": work.round, "rule": "relevance_gap",
+                                   "chosen": [branches[i][1].passage.id for i in mine if not pruned[i]],
+                                   "reason": hopeless})
+                for i in mine:
+                    pruned[i] = True
         return pruned
+
 
 def _head(generation: Generation, text: str) -> Generation:
     """The generation's first position only (a branch's relevance verdict, ``text``), to be continued from."""

@@ -45,6 +45,26 @@ class PruningConfig:
 
 
 @dataclass
+class SkipConfig:
+    """Short-form work not worth its decode: each skip writes a trace entry (step ``skip``, its ``rule`` and reason).
+    ``benchmarks/runtime_cost.py`` measures what each saves and costs against plain RAG."""
+
+    repeated: bool = help_field(
+        "a passage whose title and text repeat one already read for the question (a duplicate under another id) is "
+        "not decoded again, and a re-retrieval round whose rewritten query repeats an earlier round's (case and "
+        "spacing ignored) or finds only such repeats is not run (the question gives up, as when nothing new is "
+        "found)", True,
+    )
+    relevance_gap: float | None = help_field(
+        "with on_unsupported=abstain and pruning on: a round whose best relevance score (each branch's first "
+        "position) is more than this below relevance_threshold is not decoded past that position: each of its "
+        "branches would go on from [Irrelevant], which the policy never accepts; the round is judged (re-retrieve "
+        "or give up) on its verdicts alone. 0 skips every round below the cut; null: off (every surviving branch "
+        "is decoded to its end)", 0.0,
+    )
+
+
+@dataclass
 class LongFormConfig:
     """Segment-level beam search (``form=long``)."""
 
@@ -160,6 +180,7 @@ class InferenceConfig:
         "{text} (only partly supported by the source)",
     )
     pruning: PruningConfig = help_field("early branch pruning on the relevance token", default_factory=PruningConfig)
+    skip: SkipConfig = help_field("rounds and passages not worth decoding (short form)", default_factory=SkipConfig)
     long_form: LongFormConfig = help_field("segment beam search settings (form=long)", default_factory=LongFormConfig)
 
     def validate(self) -> list[str]:
@@ -258,6 +279,9 @@ class InferenceConfig:
                 problems.append(
                     f"pruning.{name} must be in [0, 1], got {value}; use pruning.enabled=false to turn it off"
                 )
+        gap = self.skip.relevance_gap
+        if gap is not None and not 0.0 <= gap <= 1.0:
+            problems.append(f"skip.relevance_gap must be in [0, 1], got {gap}; skip.relevance_gap=null turns it off")
         for name in ("width", "depth", "max_segments", "segment_tokens"):
             value = getattr(self.long_form, name)
             if value < (0 if name == "depth" else 1):

@@ -58,6 +58,11 @@ def new_passages(retriever: Retriever, queries: Sequence[str], seen: Sequence[se
     return [[hit for hit in hits if hit.passage.id not in ids][:k] for hits, ids in zip(results, seen, strict=True)]
 
 
+def normalise(text: str) -> str:
+    """A query or passage as :class:`~selfrag.inference.config.SkipConfig` compares them: case and spacing ignored."""
+    return " ".join(text.casefold().split())
+
+
 def stopped_branches(relevance: Sequence[float | None], pruning: PruningConfig) -> list[bool]:
     """Which branches stop after their relevance token: below ``relevance_bound`` or more than ``margin`` behind the
     best branch (a branch whose score cannot be read is never stopped)."""
@@ -65,6 +70,21 @@ def stopped_branches(relevance: Sequence[float | None], pruning: PruningConfig) 
     best = max(known, default=0.0)
     return [value is not None and (value < pruning.relevance_bound or best - value > pruning.margin)
             for value in relevance]
+
+
+def hopeless_round(relevance: Sequence[float | None], config: InferenceConfig) -> str | None:
+    """Why a round is not decoded past its branches' relevance position (skip.relevance_gap), or None: its best
+    relevance is more than the gap below the cut, so every branch goes on from ``[Irrelevant]``, which the policy
+    never accepts (with on_unsupported=abstain nothing of it could ship)."""
+    gap, cut = config.skip.relevance_gap, config.relevance_cut
+    known = [value for value in relevance if value is not None]
+    if gap is None or config.on_unsupported != "abstain" or not known or len(known) < len(relevance):
+        return None
+    best = max(known)
+    if best >= cut - gap:
+        return None
+    return (f"the best relevance {best:.4f} is more than {gap} below relevance_threshold {cut:.4f}: every branch "
+            f"would go on from {rf.IRRELEVANT}, which is never accepted; not decoded further")
 
 
 W = TypeVar("W", bound=Work)
@@ -158,10 +178,12 @@ class Rounds(ABC, Generic[W]):
             return []
         k = self.config.top_k
         found = []
+        works = [work for work in works if not self._repeated_query(work)]
         results = new_passages(self.retriever, [work.query for work in works], [work.seen for work in works], k)
         for work, hits in zip(works, results, strict=True):
-            work.hits = hits
-            work.seen.update(hit.passage.id for hit in work.hits)
+            work.queries.append(normalise(work.query))
+            work.seen.update(hit.passage.id for hit in hits)
+            work.hits, repeated = self._unread(work, hits)
             entry: dict[str, Any] = {
                 "step": "retrieve",
                 "round": work.round,
@@ -172,9 +194,15 @@ class Rounds(ABC, Generic[W]):
                 if work.round == 0
                 else f"top {k} passages not tried yet for the rewritten query",
             }
+            if repeated:
+                entry["repeated"] = repeated
+                entry["reason"] += f"; {len(repeated)} repeat the text of a passage already read, not decoded again"
             work.trace.append(entry)
             if work.hits:
                 found.append(work)
+            elif repeated:
+                self._skip(work, "repeated_passages", f"every passage found ({', '.join(repeated)}) repeats the text "
+                           "of one already read; the round would decode nothing new")
             elif work.round == 0:
                 work.retrieve = False
                 entry["reason"] = f"the retriever found nothing; answering from {self.alone_from}"
@@ -182,6 +210,33 @@ class Rounds(ABC, Generic[W]):
                 entry["reason"] = "the rewritten query found no passage not tried yet"
                 self.give_up(work, "re-retrieval found no new passage")
         return found
+
+    def _repeated_query(self, work: W) -> bool:
+        """skip.repeated: a re-retrieval round whose query repeats an earlier round's is not run (traced)."""
+        if not self.config.skip.repeated or normalise(work.query) not in work.queries:
+            return False
+        earlier = work.queries.index(normalise(work.query))
+        self._skip(work, "repeated_query", f"the rewritten query {work.query!r} repeats round {earlier}'s query; "
+                   "it would only reach lower-ranked passages of the same search")
+        return True
+
+    def _unread(self, work: W, hits: Sequence[Hit]) -> tuple[list[Hit], list[str]]:
+        """``hits`` without those whose title and text repeat a passage already read for ``work`` (skip.repeated),
+        and the ids left out; records what is read."""
+        kept, repeated = [], []
+        for hit in hits:
+            key = (normalise(hit.passage.title), normalise(hit.passage.text))
+            if self.config.skip.repeated and key in work.read:
+                repeated.append(hit.passage.id)
+            else:
+                kept.append(hit)
+                work.read.add(key)
+        return kept, repeated
+
+    def _skip(self, work: W, rule: str, reason: str) -> None:
+        """A round not run: traced (step ``skip``), then the question gives up as when nothing new is found."""
+        work.trace.append({"step": "skip", "round": work.round, "rule": rule, "chosen": "give_up", "reason": reason})
+        self.give_up(work, f"round {work.round} was not run: {reason}")
 
     def judge_round(self, work: W) -> bool:
         """Rank this round's candidates and act on the verdict; returns True when the work should re-retrieve."""

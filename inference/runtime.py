@@ -55,8 +55,10 @@ logger = logging.getLogger(__name__)
 #: banned, the segment's stops held back one id); 4 = where the model chose [No Retrieval] itself and its own decode
 #: went on without answer text, the answer is decoded once more, text first (it was an abstain). `selfrag eval`'s
 #: single-pass answers and the quickstart's calibration stage are fingerprinted with it. 5 = a passage branch that
-#: judged its passage [Relevant] and wrote no answer text is decoded once more from [Relevant], text first.
-BEHAVIOUR_VERSION = 5
+#: judged its passage [Relevant] and wrote no answer text is decoded once more from [Relevant], text first. 6 = rounds
+#: not worth their decode are skipped (skip.repeated, skip.relevance_gap: a duplicate passage is decoded once, a round
+#: whose query or passages repeat is not run, a round far below the relevance cut stops at its verdicts).
+BEHAVIOUR_VERSION = 6
 
 
 class SelfRAG(Rounds[PromptWork]):

@@ -27,6 +27,8 @@ class Work:
     alone: Any = None  # the answer written without passages once decoded (the mode's own form: a Generation, a reply)
     round: int = 0
     seen: set[str] = field(default_factory=set)
+    queries: list[str] = field(default_factory=list)  # every round's query, as searched (skip.repeated)
+    read: set[tuple[str, str]] = field(default_factory=set)  # every passage's (title, text), normalised (skip.repeated)
     hits: list[Hit] = field(default_factory=list)  # this round's passages
     candidates: list[Candidate] = field(default_factory=list)  # every round's
     outcome: tuple[str, int, str] | None = None  # (accept | abstain | flag | no_retrieval, candidate index, reason)

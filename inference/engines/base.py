@@ -77,6 +77,10 @@ class Generation:
     ``score_bounds`` is empty when every score id was scored exactly. A backend that can only return the top-k
     log-probs (an older vLLM, an OpenAI server without ``logprob_token_ids``) leaves ids outside the top k absent
     and records here, per position, the k-th log-prob: an upper bound on every absent id's log-prob.
+
+    ``computed_prompt_tokens``: the prompt ids the backend computed for this request, fewer than ``prompt_tokens``
+    where it reused the KV of a prompt it had seen (the hf engine's :class:`PrefixCache`, vLLM's prefix caching);
+    None where the backend does not say (count the whole prompt: :attr:`prompt_tokens_computed`).
     """
 
     token_ids: tuple[int, ...]
@@ -86,6 +90,12 @@ class Generation:
     prompt_tokens: int
     seconds: float
     score_bounds: tuple[float, ...] = ()
+    computed_prompt_tokens: int | None = None
+
+    @property
+    def prompt_tokens_computed(self) -> int:
+        """The prompt ids this request cost: ``computed_prompt_tokens`` where the backend reported it, else all."""
+        return self.prompt_tokens if self.computed_prompt_tokens is None else self.computed_prompt_tokens
 
 
 @runtime_checkable
@@ -130,6 +140,7 @@ def concat_generations(first: Generation, rest: Generation) -> Generation:
         prompt_tokens=first.prompt_tokens,
         seconds=first.seconds + rest.seconds,
         score_bounds=bounds,
+        computed_prompt_tokens=first.prompt_tokens_computed + rest.prompt_tokens_computed,
     )
 
 
@@ -141,12 +152,14 @@ def build_generation(
     exact: bool,
     eos_ids: Sequence[int],
     seconds: float,
+    cached_tokens: int | None = None,
 ) -> Generation:
     """A :class:`Generation` from a remote or batched backend's raw output (the vllm and openai engines).
 
     ``tokens`` are cut exactly where the hf engine stops (the first stop id or eos, kept); ``positions`` are the
     log-probs the backend returned per generated position (any ids: the requested score ids are picked out).
     With ``exact`` false (top-k log-probs only), each position's lowest returned log-prob is its bound.
+    ``cached_tokens``: the prompt ids the backend's prefix cache served (None: it does not say).
     """
     tokens = [int(token_id) for token_id in tokens]
     finish: FinishReason = "length"
@@ -170,6 +183,7 @@ def build_generation(
         prompt_tokens=len(request.prompt_ids),
         seconds=seconds,
         score_bounds=tuple(bounds),
+        computed_prompt_tokens=None if cached_tokens is None else len(request.prompt_ids) - int(cached_tokens),
     )
 
 

@@ -42,6 +42,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     scores: list[dict[int, float]] = field(default_factory=list)
     finish: FinishReason | None = None
+    computed: int | None = None  # prompt ids prefilled (None: all of them)
 
 
 class HFEngine:
@@ -158,12 +159,14 @@ class HFEngine:
         prompts = [tuple(request.prompt_ids) for request in batch]
         cache: Any = None
         resumed = self.prefixes.take(prompts)
+        rows = [_Row() for _ in batch]
         if resumed is not None:  # every prompt extends a kept prompt: prefill only what follows it
             input_ids, attention_mask, position_ids, cache = self._resume(prompts, resumed)
+            for row, prompt, (_, length) in zip(rows, prompts, resumed, strict=True):
+                row.computed = len(prompt) - length
         else:
             input_ids, attention_mask = self._left_pad(prompts)
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, length)
-        rows = [_Row() for _ in batch]
         # a prompt the caller will extend keeps its KV (keep_prefix): the runtime's decision (its passage branches
         # extend the question) and a pruning step's one-token decode (its continuation adds that token); a plain
         # relevance score (calibration, evaluation) is never continued and keeps nothing
@@ -284,6 +287,7 @@ class HFEngine:
             finish_reason=row.finish or "length",
             prompt_tokens=len(request.prompt_ids),
             seconds=seconds,
+            computed_prompt_tokens=len(request.prompt_ids) if row.computed is None else row.computed,
         )
 
 

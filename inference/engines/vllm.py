@@ -139,7 +139,8 @@ class VLLMEngine:
         )
         seconds = time.monotonic() - started
         return [
-            self._generation(request, output.outputs[0], seconds)
+            # num_cached_tokens: the prompt ids vLLM's prefix cache served (the question every branch shares)
+            self._generation(request, output.outputs[0], seconds, getattr(output, "num_cached_tokens", None))
             for request, output in zip(requests, outputs, strict=True)
         ]
 
@@ -183,13 +184,16 @@ class VLLMEngine:
 
         return LoRARequest(name, self._lora_ids[name], str(self.adapters[name]))
 
-    def _generation(self, request: GenerationRequest, completion: Any, seconds: float) -> Generation:
+    def _generation(
+        self, request: GenerationRequest, completion: Any, seconds: float, cached: int | None = None
+    ) -> Generation:
         positions = [
             {int(token_id): float(getattr(item, "logprob", item)) for token_id, item in (entry or {}).items()}
             for entry in (completion.logprobs or [])
         ]
         return build_generation(
-            self.tokenizer, request, completion.token_ids, positions, self._exact, self.eos_ids, seconds
+            self.tokenizer, request, completion.token_ids, positions, self._exact, self.eos_ids, seconds,
+            cached if isinstance(cached, int) else None,
         )
 
 

@@ -390,6 +390,7 @@ def test_branches_resume_from_the_kept_question(merged_dir: Path) -> None:
     steps = [GenerationRequest(b, max_tokens=1, score_token_ids=score_ids, keep_prefix=True) for b in branches]
     first = cached.generate(steps)
     assert cached.prefixes.hits == 1 and question in cached.prefixes.entries  # shared: it stays for the next round
+    assert [g.computed_prompt_tokens for g in first] == [len(p) for p in passages]  # the passage, not the question
     reference_first = plain.generate(steps)
     for mine, theirs in zip(first, reference_first, strict=True):
         assert mine.token_ids == theirs.token_ids
@@ -398,6 +399,8 @@ def test_branches_resume_from_the_kept_question(merged_dir: Path) -> None:
             for b, g in zip(branches, first, strict=True)]
     resumed = cached.generate(more)
     assert cached.prefixes.hits == 2 and all(b not in cached.prefixes.entries for b in branches)  # used once
+    assert [g.computed_prompt_tokens for g in resumed] == [1, 1, 1]
+    assert all(g.computed_prompt_tokens == g.prompt_tokens for g in plain.generate(more))
     for mine, theirs in zip(resumed, plain.generate(more), strict=True):
         assert mine.token_ids == theirs.token_ids and len(mine.token_ids) > 1
         for a, b in zip(mine.score_logprobs, theirs.score_logprobs, strict=True):
@@ -415,3 +418,37 @@ def test_a_prompt_resumes_from_its_longest_kept_prefix(merged_dir: Path) -> None
     assert engine.prefixes.kept_length(question) == 0 and engine.prefixes.kept_length(question[:3]) == 0
     engine.prefixes.clear()
     assert engine.prefixes.kept_length(longer + (14,)) == 0 and not engine.prefixes.lengths
+
+
+def test_kept_prompt_kv_changes_no_answer_and_prefills_less(merged_dir: Path) -> None:
+    """Issue 45's parity: the runtime answers the same with the question's KV kept (decide -> branches -> their rest)
+    as with every prompt prefilled in full, scores equal within 1e-4; the engine reports what it prefilled, and
+    each passage branch prefills at least the question less."""
+    from selfrag.evaluation.counting import CountingEngine
+    from selfrag.inference.config import InferenceConfig, PruningConfig
+    from selfrag.inference.runtime import SelfRAG
+    from selfrag.retrieval import BM25Retriever
+    from selfrag.trajectory import Passage
+
+    passages = [Passage("a", "Paris", "Paris is the capital of France."), Passage("b", "Rhine", "A river."),
+                Passage("c", "Seine", "The Seine flows through Paris to the sea at Le Havre.")]
+    # every branch is decoded to its end: relevance read as [Relevant], nothing pruned, no round skipped
+    config = InferenceConfig(mode="always", top_k=3, max_tokens=6, max_rounds=0, relevance_threshold=0.0,
+                             pruning=PruningConfig(relevance_bound=0.0, margin=1.0))
+    questions = ["What is the capital of France?", "Which river?"]
+    runs = []
+    for cache_mb in (512, 0):
+        engine = CountingEngine(HFEngine(merged_dir, batch_size=4, prefix_cache_mb=cache_mb))
+        answers = SelfRAG(engine, BM25Retriever(passages), config).answer_many(questions)  # type: ignore[arg-type]
+        runs.append((answers, engine.usage))
+    (kept, kept_usage), (full, full_usage) = runs
+    for mine, theirs in zip(kept, full, strict=True):
+        assert mine.answer == theirs.answer and len(mine.candidates) == len(theirs.candidates) == 3
+        for a, b in zip(mine.candidates, theirs.candidates, strict=True):
+            assert a.trajectory == b.trajectory and a.score is not None and b.score is not None
+            assert a.score.total == pytest.approx(b.score.total, abs=1e-4)
+    assert kept_usage.calls == full_usage.calls and kept_usage.prompt_tokens == full_usage.prompt_tokens
+    assert full_usage.prompt_tokens_computed == full_usage.prompt_tokens  # nothing kept: every prompt in full
+    question_ids = sum(len(encode_prompt(engine.tokenizer, question)) for question in questions)
+    # 3 branches a question: each prefills its passage, not the question again
+    assert kept_usage.prompt_tokens_computed <= full_usage.prompt_tokens - 3 * question_ids

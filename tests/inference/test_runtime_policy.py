@@ -231,7 +231,9 @@ def test_all_irrelevant_answers_without_passages_when_configured(build) -> None:
     assert support["chosen"] == "answer_without_retrieval" and "on_all_irrelevant=no_retrieval" in support["why"]
     assert step(answer, "generate")[0]["chosen"] == "answer_without_retrieval"
     assert len(answer.candidates) == 3 and answer.chosen == 2 and answer.candidates[2].passage is None
-    assert answer.engine_calls == len(engine.calls) == 3  # relevance step, the rest, the answer without passages
+    # the relevance step (both verdicts below the cut: not decoded further, skip.relevance_gap), the answer without
+    # passages
+    assert answer.engine_calls == len(engine.calls) == 2
     events = list(rag.stream(Q))
     assert [e.text for e in events if isinstance(e, SegmentEvent)] == ["Paris alone."]
     assert events[-1].answer.low_confidence
@@ -241,7 +243,9 @@ def test_all_irrelevant_by_default_is_unsupported(build) -> None:  # type: ignor
     table = {"prompt": ALONE, PARIS: seg("Lyon.", relevance=IRR), LYON: seg("Nice.", relevance=IRR)}
     rag, _, retriever = build(table, passages=[PARIS, LYON], top_k=1, max_rounds=1)
     answer = rag.answer(Q)
-    assert answer.abstained and len(retriever.queries) == 2 and not step(answer, "generate")
+    assert answer.abstained and not step(answer, "generate")
+    # round 0 stopped at its verdict, so the rewritten query is the question again: not searched twice (skip.repeated)
+    assert retriever.queries == [Q] and [e["rule"] for e in step(answer, "skip")] == ["relevance_gap", "repeated_query"]
 
 
 def test_a_relevant_passage_in_an_earlier_round_means_no_fallback(build) -> None:  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import pytest
 from runtime_scripts import FixedRetriever, KeyedEngine, Segments, logprobs, passage_key
 
 from selfrag import reflection as rf
-from selfrag.inference.config import InferenceConfig, PruningConfig
+from selfrag.inference.config import InferenceConfig, PruningConfig, SkipConfig
 from selfrag.inference.engines import Script
 from selfrag.inference.engines.base import Generation
 from selfrag.inference.runtime import SelfRAG
@@ -50,6 +50,9 @@ def world(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
         engine = KeyedEngine(reflection_tokenizer, token_ids, table, resume=0)
         config.setdefault("mode", "always")
         config.setdefault("max_rounds", 0)
+        # these tests read what a branch goes on from after its verdict: a round below the cut is decoded to its end
+        # (skip.relevance_gap would stop it there: tests/inference/test_runtime_skip.py)
+        config.setdefault("skip", SkipConfig(relevance_gap=None))
         return SelfRAG(engine, FixedRetriever(list(passages)), InferenceConfig(**config)), engine
 
     return make, segments, token_ids
