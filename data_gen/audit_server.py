@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 PAGE = Path(__file__).parent / "audit_page"
 _FILES = {"/": ("index.html", "text/html; charset=utf-8"), "/audit.js": ("audit.js", "text/javascript; charset=utf-8"),
-          "/audit.css": ("audit.css", "text/css; charset=utf-8")}
+          "/audit.css": ("audit.css", "text/css; charset=utf-8"), "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+          "/favicon.ico": ("favicon.svg", "image/svg+xml")}  # .ico: what a browser asks for on its own
 MAX_BODY = 64 * 1024
 
 

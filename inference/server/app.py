@@ -227,6 +227,10 @@ def _add_page(app: FastAPI) -> None:
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def icon() -> FileResponse:  # what a browser asks for on its own, whatever the page links
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
 
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
     backend = state.ready_backend()

@@ -18,8 +18,9 @@ BODY_SCOPE_KEY = "selfrag.body"
 class BodyLimitAndMetrics:
     """Reads the body up to ``limit`` bytes (413 past it), replays it to the app, and records status and latency.
 
-    The metrics label is the route's template (``/v1/chat/completions``, ``/openapi.json``; a 413 or a 405 counts
-    under the route its path names) or ``unmatched``, so random paths cannot blow up the label set.
+    The metrics label is the route's template (``/v1/chat/completions``, ``/openapi.json``, ``/static`` for every
+    file of the page; a 413 or a 405 counts under the route its path names) or ``unmatched``, so random paths cannot
+    blow up the label set.
     """
 
     def __init__(self, app: ASGIApp, limit: int, metrics: ServerMetrics) -> None:
@@ -31,6 +32,7 @@ class BodyLimitAndMetrics:
             return
         started = time.monotonic()
         status = 500
+        before = dict(scope)  # the router rewrites scope for a mount (root_path): match on the request as it came
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
@@ -46,7 +48,7 @@ class BodyLimitAndMetrics:
             scope[BODY_SCOPE_KEY] = body
             await self.app(scope, _replay(body, receive), send_and_record)
         finally:
-            route = getattr(scope.get("route"), "path", None) or _route_of(scope)
+            route = getattr(scope.get("route"), "path", None) or _route_of(before)
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.monotonic() - started)
 

@@ -204,3 +204,16 @@ def test_the_api_answers_a_bad_verdict_with_a_message(tmp_path: Path) -> None:
         assert status == 200 and body["reviewed"] == 1
     finally:
         server.stop()
+
+
+def test_the_page_links_an_icon_and_a_browser_asking_for_favicon_ico_gets_it(tmp_path: Path) -> None:
+    server = AuditServer(Audit(write_run(tmp_path / "run"), per_stratum=1)).start()
+    try:
+        with urllib.request.urlopen(server.url, timeout=10) as response:
+            assert '<link rel="icon" href="/favicon.svg"' in response.read().decode()
+        for path in ("favicon.svg", "favicon.ico"):  # was 404 (issue 44)
+            with urllib.request.urlopen(server.url + path, timeout=10) as response:
+                assert response.status == 200 and response.headers["Content-Type"] == "image/svg+xml"
+                assert response.read().startswith(b"<svg")
+    finally:
+        server.stop()

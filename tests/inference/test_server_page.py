@@ -12,7 +12,15 @@ from typing import Any
 import httpx
 import pytest
 from browser import screenshot, start_chrome, wait_for
-from server_harness import CAPITAL, CAPITAL_ANSWER, MAYOR, LiveServer, ScriptedBackendEngine, start_server
+from server_harness import (
+    CAPITAL,
+    CAPITAL_ANSWER,
+    MAYOR,
+    MAYOR_ANSWER,
+    LiveServer,
+    ScriptedBackendEngine,
+    start_server,
+)
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, PruningConfig
@@ -131,6 +139,63 @@ def test_a_re_retrieval_round_and_an_abstention_with_its_reason(driver: Any, eng
         assert [block.get_attribute("data-round") for block in blocks] == ["0", "1"]
         assert "re-retrieve" in blocks[0].text  # round 1's support verdict sent the runtime back to retrieval
         assert "Round 2" in blocks[1].text and "No passage:" in blocks[1].text
+    finally:
+        server.stop()
+
+
+def test_the_icon_is_served_and_the_page_files_count_under_their_route(server: LiveServer) -> None:
+    page = httpx.get(server.url + "/").text
+    assert '<link rel="icon" href="static/favicon.svg"' in page
+    for path in ("/favicon.ico", "/static/favicon.svg"):  # favicon.ico was 404 (issue 44)
+        icon = httpx.get(server.url + path)
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml", path
+        assert icon.text.startswith("<svg")
+    assert httpx.get(server.url + "/static/inspector.js").status_code == 200
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'selfrag_requests_total{route="/static",status="200"}' in metrics  # was counted as unmatched
+    assert 'selfrag_requests_total{route="/favicon.ico",status="200"}' in metrics
+    assert 'route="unmatched",status="200"' not in metrics
+
+
+def test_a_re_retrieval_round_shows_its_own_query(driver: Any, engine: ScriptedBackendEngine) -> None:
+    server = start_server(engine, api_key=KEY, inference=InferenceConfig(max_rounds=1))
+    try:
+        _page(driver, server)
+        driver.find_element("id", "top-k").send_keys("1")  # round 2 then finds a passage not tried yet
+        _ask(driver, MAYOR)
+        wait_for(driver, lambda d: _state(d) == "done")
+        blocks = driver.find_elements("css selector", "#rounds .round")
+        assert [block.get_attribute("data-round") for block in blocks] == ["0", "1"]
+        queries = [block.find_element("css selector", "[data-query]").text for block in blocks]
+        assert queries == [f"· query: {MAYOR}", f"· query: {MAYOR} {MAYOR_ANSWER}"], queries
+        assert [row.get_attribute("data-passage") for row in blocks[1].find_elements("css selector", "tr")[1:]] == [
+            "p-lyon"]
+        # long form: every segment has its rounds; a segment's round is not merged into another segment's (one
+        # block whose query was the last segment's)
+        trace = [{"step": "retrieve", "segment": 0, "round": 0, "query": "q", "chosen": ["a"]},
+                 {"step": "support", "segment": 0, "round": 0, "chosen": "re-retrieve", "query": "q one"},
+                 {"step": "retrieve", "segment": 0, "round": 1, "query": "q one", "chosen": ["b"]},
+                 {"step": "retrieve", "segment": 1, "round": 0, "query": "q one two", "chosen": ["c"]}]
+        laid_out = driver.execute_script("return [...rounds(arguments[0]).values()]"
+                                         ".map((r) => [r.segment, r.number, r.query, [...r.passages.keys()]])", trace)
+        assert laid_out == [[0, 0, "q", ["a"]], [0, 1, "q one", ["b"]], [1, 0, "q one two", ["c"]]]
+    finally:
+        server.stop()
+
+
+def test_a_relevant_passage_without_a_support_verdict_says_why(driver: Any, engine: ScriptedBackendEngine) -> None:
+    # Lyon's relevance 0.3 is [Relevant] at 0.25, and more than the margin (0.5) behind Paris's 0.95: pruned
+    server = start_server(engine, api_key=KEY, inference=InferenceConfig(max_rounds=0, relevance_threshold=0.25))
+    try:
+        _page(driver, server)
+        _ask(driver, CAPITAL)
+        wait_for(driver, lambda d: _state(d) == "done")
+        row = driver.find_element("css selector", "#rounds tr[data-passage='p-lyon']")
+        assert rf.RELEVANT in row.text and rf.IRRELEVANT not in row.text
+        why = row.find_element("css selector", "td.support .why").text
+        assert why.startswith("not scored: stopped after its relevance token") and "behind the best" in why, why
+        paris = driver.find_element("css selector", "#rounds tr[data-passage='p-paris']")
+        assert rf.FULLY_SUPPORTED in paris.text and not paris.find_elements("css selector", ".why")
     finally:
         server.stop()
 

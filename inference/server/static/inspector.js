@@ -94,23 +94,25 @@ function renderDecide(steps) {
 
 // -- passages per retrieval round: retrieval score, relevance score and verdict, support, utility, rank ---------
 function rounds(steps) {
+  // keyed by segment (long form) and round: each block shows its own retrieve step's query, never another round's
   const byRound = new Map();
-  const get = (round) => {
-    if (!byRound.has(round)) byRound.set(round, { query: null, passages: new Map(), support: [], other: [] });
-    return byRound.get(round);
-  };
-  let current = 0;
+  let label = 0;
+  let segment;
   const passage = (round, id) => {
-    const entry = round.passages;
-    if (!entry.has(id)) entry.set(id, { id });
-    return entry.get(id);
+    if (!round.passages.has(id)) round.passages.set(id, { id });
+    return round.passages.get(id);
   };
   for (const step of steps) {
-    if (typeof step.round === "number") current = step.round;
-    const round = get(current);
+    if (step.segment !== undefined) segment = step.segment;
+    if (typeof step.round === "number") label = step.round;
+    const key = segment === undefined ? String(label) : `${segment}:${label}`;
+    if (!byRound.has(key)) {
+      byRound.set(key, { number: label, segment, query: null, passages: new Map(), support: [], other: [] });
+    }
+    const round = byRound.get(key);
     if (step.step === "retrieve") {
       round.retrieved = true;
-      round.query = step.query || round.query;
+      round.query = typeof step.query === "string" ? step.query : null;
       round.reason = step.reason;
       (Array.isArray(step.chosen) ? step.chosen : []).forEach((id, index) => { passage(round, id).retrieval = (step.scores || [])[index]; });
     } else if (step.step === "relevance" && step.relevance) {
@@ -125,49 +127,69 @@ function rounds(steps) {
       for (const candidate of step.candidates) {
         if (!candidate.passage_id) continue;
         const item = passage(round, candidate.passage_id);
-        item.score = candidate.score;
-        item.tokens = candidate.tokens || {};
-        item.components = candidate.components || {};
+        Object.assign(item, { score: candidate.score, tokens: candidate.tokens || {}, components: candidate.components || {},
+          pruned: candidate.pruned, truncated: candidate.truncated, problems: candidate.problems || [] });
       }
     } else if (step.step === "support") {
       round.support.push(step);
       if (step.passage_id) passage(round, step.passage_id).chosen = true;
-    } else if (["prune", "critique", "partial", "beam", "vote"].includes(step.step)) {
+    } else if (["prune", "skip", "critique", "partial", "beam", "vote", "length"].includes(step.step)) {
+      if (["prune", "skip"].includes(step.step) && Array.isArray(step.chosen)) {
+        const why = step.step === "prune" ? `stopped after its relevance token: ${step.reason}`
+          : `the round was cut short (skip.${step.rule}): ${step.reason}`;
+        step.chosen.forEach((id) => { passage(round, id).notScored = why; });
+      }
       round.other.push(step);
     }
   }
   return byRound;
 }
 
+// Why a passage row has no support verdict (shown beside the "—"), or null when it has one.
+function noSupportWhy(item) {
+  if (item.tokens && item.tokens.support) return null;
+  if (item.relevanceVerdict && !/Relevant\]/.test(item.relevanceVerdict)) return null; // judged irrelevant: no need
+  if (item.notScored) return item.notScored;
+  if (item.truncated) return item.truncated;
+  const problem = (item.problems || []).find((text) => /support/.test(text)) || (item.problems || [])[0];
+  if (problem) return `the model wrote no support token (${problem})`;
+  return item.tokens ? "the model wrote no support token" : "its continuation was not decoded past the relevance token";
+}
+
 function renderRounds(steps, citations) {
   const box = $("rounds");
-  const all = rounds(steps);
-  const shown = [...all.entries()].filter(([, round]) => round.retrieved || round.passages.size || round.support.length);
+  const all = [...rounds(steps).values()];
+  const shown = all.filter((round) => round.retrieved || round.passages.size || round.support.length);
   if (!shown.length) { box.replaceChildren(el("p", { class: "empty", textContent: "No retrieval yet." })); return; }
-  box.replaceChildren(...shown.map(([number_, round]) => {
+  box.replaceChildren(...shown.map((round) => {
     const head = el("tr", {}, ...["passage", "retrieval", "relevance", "verdict", "support", "utility", "score"]
       .map((name) => el("th", { textContent: name })));
     const rows = [...round.passages.values()].map((item) => {
       const cited = citations.get(item.id);
       const tokens = item.tokens || {};
+      const why = noSupportWhy(item);
       return el("tr", { class: item.chosen ? "chosen passage-row" : "passage-row", "data-passage": item.id },
         el("td", { textContent: cited && cited.title ? `${cited.title} (${item.id})` : item.id }),
         el("td", { class: "num", textContent: number(item.retrieval) }),
         el("td", { class: "num", textContent: number(item.relevance, 3) }),
         el("td", {}, verdict(item.relevanceVerdict), item.overridden ? " (overrode the token)" : null),
-        el("td", {}, verdict(tokens.support), item.components && typeof item.components.support === "number"
-          ? ` ${number(item.components.support)}` : null),
+        el("td", { class: "support" }, verdict(tokens.support), item.components && typeof item.components.support === "number"
+          ? ` ${number(item.components.support)}` : null,
+          why ? el("div", { class: "why", textContent: `not scored: ${why}` }) : null),
         el("td", {}, verdict(tokens.utility)),
         el("td", { class: "num", textContent: number(item.score) }));
     });
     const support = round.support.map((step) => el("div", { class: "support-step" },
       el("b", { textContent: "support: " }), verdict(step.verdict), ` on ${step.passage_id || "—"} → `,
       verdict(step.chosen), step.reason ? ` (${step.why || step.reason})` : null));
-    const other = round.other.map((step) => el("div", { class: "round query",
+    const other = round.other.map((step) => el("div", { class: "query step-note",
       textContent: `${step.step}: ${step.chosen === undefined ? "" : JSON.stringify(step.chosen)} ${step.reason || ""}` }));
-    return el("div", { class: "round", "data-round": String(number_) },
-      el("div", {}, el("b", { textContent: `Round ${number_ + 1}` }),
-        el("span", { class: "query", textContent: round.query ? ` · query: ${round.query}` : "" }),
+    const before = all.find((other_) => other_.segment === round.segment && other_.number === round.number - 1);
+    const same = round.query && before && before.query === round.query ? " (the same query as the round before)" : "";
+    return el("div", { class: "round", "data-round": String(round.number) },
+      el("div", {}, el("b", { textContent: `Round ${round.number + 1}` }),
+        round.segment === undefined ? null : el("span", { class: "query", textContent: ` · segment ${round.segment}` }),
+        el("span", { class: "query", "data-query": "", textContent: round.query ? ` · query: ${round.query}${same}` : "" }),
         typeof round.relevanceThreshold === "number"
           ? el("span", { class: "query", textContent: ` · relevant at ≥ ${round.relevanceThreshold}` }) : null),
       rows.length ? el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows))
