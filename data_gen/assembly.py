@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,9 +255,10 @@ class Recipe:
         outcome.completion_tokens += result.completion_tokens
 
     def _ask(
-        self, outcome: Outcome, messages: tuple[tuple[str, str], ...], attempt: int = 0
+        self, outcome: Outcome, messages: tuple[tuple[str, str], ...], attempt: int = 0,
+        usable: Callable[[str], bool] | None = None,
     ) -> Generator[Step, Any, str]:
-        request = ChatRequest(messages, 256, self.temperature, seed=self.seed, attempt=attempt)
+        request = ChatRequest(messages, 256, self.temperature, seed=self.seed, attempt=attempt, usable=usable)
         reply: ChatReply = yield Chat(request)
         outcome.calls += 1
         outcome.prompt_tokens += reply.prompt_tokens
@@ -271,7 +272,7 @@ class Recipe:
             ("user", ANSWER_PROMPT.format(evidence=evidence, question=query.question)),
         )
         for attempt in range(self.retries + 1):
-            text = yield from self._ask(outcome, messages, attempt)
+            text = yield from self._ask(outcome, messages, attempt, answer_usable)
             if text:
                 return text
             messages = (*messages, ("assistant", text), ("user", ANSWER_CORRECTION))
@@ -283,23 +284,39 @@ class Recipe:
         reason = "reply is not JSON"
         calls = 0
         for attempt in range(self.retries + 1):
-            text = yield from self._ask(outcome, messages, attempt)
+            text = yield from self._ask(outcome, messages, attempt, question_usable)
             calls += 1
-            try:
-                data = json.loads(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
-            except json.JSONDecodeError:
-                data, reason = None, "reply is not JSON"
-            question, answer = (data.get(k) if isinstance(data, dict) else None for k in ("question", "answer"))
-            if isinstance(question, str) and question.strip() and isinstance(answer, str) and answer.strip():
-                return Query(query.id, question.strip(), output=answer.strip(), meta=dict(query.meta))
-            if data is not None:
-                reason = "reply lacks a question or an answer"
+            written, reason = parse_question(text)
+            if written is not None:
+                return Query(query.id, written[0], output=written[1], meta=dict(query.meta))
             if text in replies:
                 reason += ", the same reply again after a correction"
                 break
             replies.append(text)
             messages = (*messages, ("assistant", text), ("user", QUESTION_CORRECTION.format(problem=reason)))
         raise QuestionDropped(f"question: {reason} ({calls} {'try' if calls == 1 else 'tries'})")
+
+
+def parse_question(text: str) -> tuple[tuple[str, str] | None, str]:
+    """A teacher-written ``{"question", "answer"}`` reply as ``((question, answer), "")``, or ``(None, reason)``."""
+    try:
+        data = json.loads(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
+    except json.JSONDecodeError:
+        return None, "reply is not JSON"
+    question, answer = (data.get(k) if isinstance(data, dict) else None for k in ("question", "answer"))
+    if isinstance(question, str) and question.strip() and isinstance(answer, str) and answer.strip():
+        return (question.strip(), answer.strip()), ""
+    return None, "reply lacks a question or an answer"
+
+
+def question_usable(text: str) -> bool:
+    """Whether a question-writing reply can be used (else it is not cached: a rerun asks again)."""
+    return parse_question(text)[0] is not None
+
+
+def answer_usable(text: str) -> bool:
+    """Whether an answer-writing reply can be used (else it is not cached: a rerun asks again)."""
+    return bool(text.strip())
 
 
 class Assembler:

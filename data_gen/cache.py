@@ -3,6 +3,8 @@
 A killed run (SIGKILL included) loses at most the calls in flight: each reply is committed as soon as it
 arrives, so rerunning the same command answers every earlier call from here and pays for none twice.
 The key never includes the API key or the server address: the same model at another URL is the same call.
+Only usable replies are kept (:class:`~selfrag.data_gen.teachers.CachedTeacher`): a malformed reply or a label outside
+the vocabulary is asked again by the next run, so a fixed teacher is not answered with its old failures.
 
 One cache per teacher, outside any one run (:func:`default_cache_path`): a new output directory, a restart or a
 second data set with the same prompts pays no call twice. Several processes may share one file (SQLite WAL).

@@ -18,6 +18,7 @@ the labeler gives up at once when the teacher repeats a reply; then the item is 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -144,6 +145,11 @@ def parse_label(text: str, kind: str) -> tuple[str | None, str | None]:
     return label, None
 
 
+def label_usable(kind: str, text: str) -> bool:
+    """Whether a reply gives a label of ``kind`` (else it is not cached: a rerun asks the teacher again)."""
+    return parse_label(text, kind)[0] is not None
+
+
 class LLMLabeler:
     """Labels any :class:`LabelItem` with a (cached) teacher; bounded re-asks, then a counted drop."""
 
@@ -164,7 +170,8 @@ class LLMLabeler:
         result = LabelResult(None)
         reason = ""
         for attempt in range(self.retries + 1):
-            request = ChatRequest(messages, self.max_tokens, self.temperature, seed=self.seed, attempt=attempt)
+            request = ChatRequest(messages, self.max_tokens, self.temperature, seed=self.seed, attempt=attempt,
+                                  usable=functools.partial(label_usable, item.kind))
             reply = await self.teacher.chat(request)  # TeacherError (transport) propagates: the query is retried
             result.calls += 1
             result.prompt_tokens += reply.prompt_tokens

@@ -28,13 +28,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """One chat call. ``attempt`` is part of the cache key: a retry after a malformed reply is a new call."""
+    """One chat call. ``attempt`` is part of the cache key: a retry after a malformed reply is a new call.
+    ``usable``: whether a reply can be used (parses, its label is in the vocabulary); :class:`CachedTeacher` stores
+    only usable replies and never answers from a cached unusable one, so a rerun against a fixed teacher asks again."""
 
     messages: tuple[tuple[str, str], ...]  # (role, content)
     max_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
     attempt: int = 0
+    usable: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)  # not part of the key
 
     def message_dicts(self) -> list[dict[str, str]]:
         return [{"role": role, "content": content} for role, content in self.messages]
@@ -371,7 +374,11 @@ def build_teacher(config: TeacherConfig) -> Teacher:
 
 
 class CachedTeacher:
-    """Answers from the cache when it can; otherwise asks the teacher and stores the reply at once."""
+    """Answers from the cache when it can; otherwise asks the teacher and stores the reply at once.
+
+    A reply the request finds unusable (``ChatRequest.usable``) is neither stored nor, when an older version stored
+    it, answered from the cache: the same prompt asks the teacher again, so a rerun after the teacher (or its prompt
+    template, or its server) was fixed labels the question instead of failing the same way for free."""
 
     def __init__(self, teacher: Teacher, cache: CallStore) -> None:
         self.teacher = teacher
@@ -383,11 +390,13 @@ class CachedTeacher:
     async def chat(self, request: ChatRequest) -> ChatReply:
         key = call_key(self.model, request.message_dicts(), request.params())
         hit = await self.cache.lookup(key)
-        if hit is not None:
+        if hit is not None and (request.usable is None or request.usable(hit.text)):
             self.cache_hits += 1
             return ChatReply(hit.text, hit.prompt_tokens, hit.completion_tokens, cached=True)
         reply = await self.teacher.chat(request)
-        await self.cache.store(key, self.model, CachedReply(reply.text, reply.prompt_tokens, reply.completion_tokens))
+        if request.usable is None or request.usable(reply.text):
+            await self.cache.store(key, self.model, CachedReply(reply.text, reply.prompt_tokens,
+                                                                reply.completion_tokens))
         self.fresh_calls += 1
         return reply
 

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from selfrag.data_gen.assembly import answer_usable, question_usable
 from selfrag.data_gen.cache import call_key
-from selfrag.data_gen.labelers import INSTRUCTIONS
+from selfrag.data_gen.labelers import INSTRUCTIONS, label_usable
 
 WORD = re.compile(r"[a-z0-9]+")
 
@@ -80,6 +81,15 @@ def scripted_reply(messages: list[dict[str, str]], seed: int) -> str:
     if "#hopeless" in question and kind == "retrieve":
         return "```\n{broken"
     return json.dumps({"explanation": "scripted", "label": scripted_label(kind, user)})
+
+
+def reply_usable(messages: list[dict[str, str]], text: str) -> bool:
+    """Whether the generator can use ``text`` as the reply to ``messages`` (only usable replies are cached)."""
+    user = next(message["content"] for message in messages if message["role"] == "user")
+    kind = next((kind for kind, prompt in INSTRUCTIONS.items() if user.startswith(prompt)), None)
+    if kind is not None:
+        return label_usable(kind, text)
+    return question_usable(text) if user.startswith("Write one question") else answer_usable(text)
 
 
 class TeacherServer:
@@ -176,6 +186,12 @@ class TeacherServer:
             handler.send_header(key, value)
         handler.end_headers()
         handler.wfile.write(raw)
+
+    def usable_answered(self) -> list[dict[str, Any]]:
+        """The answered bodies whose reply the generator could use (the others are asked again on a rerun)."""
+        with self.lock:
+            bodies = list(self.answered)
+        return [body for body in bodies if reply_usable(body["messages"], self.reply(body["messages"], body["seed"]))]
 
     def answered_keys(self, base_seed: int = 0) -> list[str]:
         """Cache keys (see selfrag.data_gen.cache.call_key) of the calls answered with a valid reply."""

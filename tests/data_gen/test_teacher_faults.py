@@ -198,6 +198,40 @@ def test_a_dropped_relevance_label_never_turns_the_evidence_into_irrelevant(
             assert all(segment[slot] is None or segment[slot]["labeler"] == "llm" for slot in ("relevance", "support"))
 
 
+def test_a_rerun_against_a_fixed_teacher_asks_again_what_failed_and_restart_starts_over(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Before: the unusable replies were cached, so the rerun against the fixed teacher made 0 calls and failed the
+    same way, even with label_retries=3 restart=true; and restart=true with the same settings quietly resumed."""
+
+    def broken(messages: list[dict[str, str]], seed: int) -> str:
+        """A teacher (or its server's chat template) that answers every relevance prompt outside the vocabulary."""
+        return '{"label": "[Maybe]"}' if kind_of(messages) == "relevance" else scripted_reply(messages, seed)
+
+    out = tmp_path / "out"
+    with TeacherServer(reply=broken) as server:
+        first = generate(server.url, data, out)
+        usable = {key for key, body in zip(server.answered_keys(), server.answered, strict=True)
+                  if kind_of(body["messages"]) != "relevance"}
+    assert first.stats["questions_labelled"] < 3 and first.stats["drops"] and usable
+    with TeacherServer() as fixed:  # the same model name, fixed
+        resumed = generate(fixed.url, data, out)  # a plain rerun keeps the finished (dropped) questions
+        assert resumed.stats["run"]["questions_already_done"] == 3 and not fixed.answered
+        restarted = generate(fixed.url, data, out, "restart=true")  # the same settings: starts over all the same
+        asked = fixed.answered_keys()
+        relevance = [body for body in fixed.answered if kind_of(body["messages"]) == "relevance"]
+    assert restarted.stats["run"]["questions_already_done"] == 0
+    assert restarted.stats["questions_labelled"] == 3 and not restarted.stats["drops"]
+    # what failed went to the teacher again (and the steps after it); no usable reply was paid twice
+    assert relevance and not set(asked) & usable and restarted.stats["run"]["teacher_calls_from_cache"] > 0
+    with TeacherServer(reply=broken) as server:  # and with label_retries=3 restart=true, as the user tried
+        generate(server.url, data, tmp_path / "again", "teacher.cache=" + str(tmp_path / "own.sqlite"))
+    with TeacherServer() as fixed:
+        retried = generate(fixed.url, data, tmp_path / "again", "teacher.cache=" + str(tmp_path / "own.sqlite"),
+                           "label_retries=3", "restart=true")
+    assert retried.stats["run"]["teacher_calls_made"] > 0 and retried.stats["questions_labelled"] == 3
+
+
 # --- inputs edited in place ---------------------------------------------------------------------------------
 
 
