@@ -12,7 +12,8 @@ Import parses ``output`` into segments (passage, labels) with the project's own 
 grammar allows beside the strict one: text before the first retrieve token or after a support verdict (a segment
 without a retrieve label), ``[Irrelevant]`` text with no support verdict, no utility token. A line whose ``output``
 would not render back to exactly the same text (an unclosed ``<paragraph>``, text after the utility token, a
-relevance token without a passage) is refused as ``file:line: what — the fix``, as is a missing or non-string field.
+relevance token without a passage) is refused as ``file:line: what — the fix``, as is a missing or non-string field
+and a broken token in the text (``[Utility:7]``, ``[Fully Supported]``: it would be read as answer text).
 The prompt is the paper's: ``instruction``, and when ``input`` is not empty ``\\n\\n### Input:\\n{input}`` after it,
 so the paper template (``### Instruction:\\n...\\n\\n### Response:\\n``) gives exactly the paper's prompt. Every
 other field is kept under ``meta.paper``, so export writes each imported line back as it was read.
@@ -33,6 +34,7 @@ from typing import Any
 from selfrag.errors import InputError
 from selfrag.fsutil import decode_utf8
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
+from selfrag.reflection import FULLY_SUPPORTED, RELEVANT, UTILITY_TOKENS, lookalikes
 from selfrag.trajectory import Label, Passage, Record, Segment, parse_trajectory
 
 LABELER = "paper"
@@ -104,6 +106,10 @@ def to_record(example: Mapping[str, Any], record_id: str) -> tuple[Record, list[
             raise ValueError(f"field {name!r} must be a string, got {example[name]!r}")
     output, given_input = str(example["output"]), str(example.get("input") or "")
     parsed = parse_trajectory(output)
+    for piece in parsed.segments:  # a broken token would be read as answer text
+        for broken in lookalikes(piece.text):
+            raise ValueError(f"output holds {broken!r} at character {output.index(broken) + 1}, which is not a "
+                             "reflection token")
     segments = []
     for number, piece in enumerate(parsed.segments):
         passage = None if piece.passage is None else _passage(f"{record_id}/p{number}", piece.passage)
@@ -177,6 +183,9 @@ def import_file(source: str | Path, target: str | Path) -> ImportReport:
 
 
 def _fix(error: str) -> str:
+    if "not a reflection token" in error:
+        return (f"write the token exactly as the paper does ({', '.join(UTILITY_TOKENS[:1])} … {UTILITY_TOKENS[-1]}, "
+                f"{FULLY_SUPPORTED}, {RELEVANT}, ...) or delete that line")
     if error.startswith("field"):
         return "give each line instruction and output (strings), and input, id, dataset_name as strings or omit them"
     return "correct or delete that line (each <paragraph> closed, nothing after the [Utility:k] token)"

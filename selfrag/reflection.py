@@ -11,6 +11,7 @@ so the released Self-RAG checkpoints and data sets work unchanged.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -77,6 +78,33 @@ def utility_value(token: str) -> int:
     if group_of(token) is not Group.UTILITY:
         raise ValueError(f"{token!r} is not a utility token; expected one of {UTILITY_TOKENS}")
     return UTILITY_TOKENS.index(token) + 1
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"[\s_-]+", "", text.lower())
+
+
+#: a bracketed string, and the squeezed names (lower case, no spaces) of the tokens' words and their near misses
+_BRACKETED = re.compile(r"\[[^\[\]\n]{1,40}\]")
+_NAMES = {_squeeze(token) for token in TOKENS if token.startswith("[")} | {
+    "[retrieve]", "[noretrieve]", "[nosupport]", "[contradictory]", "[supported]", "[unsupported]", "[continue]",
+}
+
+
+def lookalikes(text: str) -> list[str]:
+    """The bracketed strings in ``text`` that look like a reflection token but are not one: a utility outside 1-5
+    (``[Utility:7]``), another case or spacing (``[Fully Supported]``, ``[ Relevant ]``), a near name
+    (``[Retrieve]``). Text with one of them was written for the vocabulary and broke it; read as text, it would
+    become part of an answer."""
+    found = []
+    for match in _BRACKETED.finditer(text):
+        candidate = match.group(0)
+        if is_reflection_token(candidate):
+            continue
+        squeezed = _squeeze(candidate)
+        if squeezed in _NAMES or squeezed.startswith("[utility"):
+            found.append(candidate)
+    return found
 
 
 class _Tokenizer(Protocol):

@@ -46,3 +46,12 @@ def test_reflection_ids_must_be_complete_and_distinct() -> None:
         ReflectionIds({"[Retrieval]": 1})
     with pytest.raises(TokenizerError, match="share ids"):
         ReflectionIds(dict.fromkeys(rf.TOKENS, 7))
+
+
+def test_lookalikes_are_broken_tokens_not_other_brackets() -> None:
+    from selfrag.reflection import lookalikes
+
+    text = ("Paris[Utility:7] is [1] a [citation needed] city[Fully Supported][Relevant][ retrieve ][utility: 3]"
+            "[Utility:5][No Support]")
+    assert lookalikes(text) == ["[Utility:7]", "[Fully Supported]", "[ retrieve ]", "[utility: 3]", "[No Support]"]
+    assert lookalikes("".join(rf.TOKENS) + " [1] [a] [Paris]") == []

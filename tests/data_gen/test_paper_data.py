@@ -83,6 +83,11 @@ BAD = [
     ('{"instruction": "Q?", "output": "[No Retrieval][Relevant]A.[Utility:5]"}', "relevance token without a passage"),
     ('{"instruction": "Q?"}', "field 'output' must be a non-empty string"),
     ('{"instruction": "Q?", "output": "[No Retrieval]A.[Utility:5]", "input": 3}', "field 'input' must be a string"),
+    # a broken token was kept as answer text (issue 44)
+    ('{"instruction": "Q?", "output": "[No Retrieval]Paris.[Utility:7]"}',
+     "output holds '[Utility:7]' at character 21, which is not a reflection token — write the token exactly"),
+    ('{"instruction": "Q?", "output": "[Retrieval]<paragraph>T\\nx</paragraph>[Relevant]A.[Fully Supported]'
+     '[Utility:5]"}', "output holds '[Fully Supported]'"),
 ]
 
 
