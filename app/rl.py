@@ -1,0 +1,225 @@
+"""Learn from outcomes: GRPO on a trained Self-RAG model, with retrieval in the loop (TRL ``GRPOTrainer``).
+
+    selfrag rl --config configs/rl/smollm2-135m-cpu.yaml model=runs/smollm2-selfrag output_dir=runs/smollm2-rl
+
+Each step samples ``training.generations`` rollouts for each of ``training.questions_per_step`` questions: the
+policy decodes as the runtime's long form does and the retriever writes passages in where the model writes
+``[Retrieval]`` (:mod:`selfrag.app.rl_rollout`); each rollout is scored by the reward's terms
+(:mod:`selfrag.app.rl_reward`) and GRPO moves the LoRA weights toward the better rollouts of each group. Passage
+tokens are masked out of the loss (TRL's ``env_mask``, the rollout function's output).
+
+Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json`` (so ``selfrag ask``/``serve``/``eval`` load
+it as any trained model), the resolved ``config.yaml``, ``rewards.json`` (every logged step's mean reward per term)
+and ``run.json``. Checkpoints go to ``output_dir/checkpoints``; a killed run started again with the same settings
+resumes from the last one (:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused
+unless ``restart=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selfrag.artifacts import ModelMeta, save_meta
+from selfrag.config import to_dict, write_resolved
+from selfrag.corpus import Query, load_queries
+from selfrag.errors import InputError
+from selfrag.fsutil import write_json
+from selfrag.inference.retrievers.spec import open_retriever
+from selfrag.loading import describe_model, embedding_rows, grow_embeddings
+from selfrag.models import resolve_model
+from selfrag.reflection import ReflectionIds
+from selfrag.retrieval import Retriever
+from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
+from selfrag.training.dataset import read_records
+from selfrag.training.trainer import last_checkpoint
+
+from .rl_config import RLConfig, RolloutConfig
+from .rl_reward import TERMS, Reward, build_judge
+from .rl_rollout import PolicyEngine, Rollouts
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+REWARDS_FILE = "rewards.json"
+
+
+@dataclass(frozen=True)
+class RLResult:
+    """What a run produced: where, the logged rewards per term, and where it resumed from."""
+
+    output_dir: Path
+    history: list[dict[str, float]]
+    questions: int
+    resumed_from: str | None
+    model: Any = None
+
+    def summary(self) -> str:
+        if not self.history:
+            return f"adapter written to {self.output_dir} ({self.questions} questions); no step was logged"
+        first, last = self.history[0], self.history[-1]
+        terms = ", ".join(f"{term} {first.get(term, float('nan')):+.3f} -> {last.get(term, float('nan')):+.3f}"
+                          for term in ("reward", *TERMS))
+        return (f"adapter written to {self.output_dir} ({self.questions} questions, steps {int(first['step'])}-"
+                f"{int(last['step'])}{f', resumed from {self.resumed_from}' if self.resumed_from else ''})\n"
+                f"mean reward per term, first -> last logged step: {terms}")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The model GRPO trains (a PeftModel), its tokenizer and reflection ids, and what its selfrag.json says."""
+
+    model: Any
+    tokenizer: Any
+    token_ids: ReflectionIds
+    meta: ModelMeta
+
+
+def run(config: RLConfig) -> RLResult:
+    """Train the policy of ``config.model`` with GRPO and save the adapter into ``config.output_dir``."""
+    from transformers import set_seed
+
+    output_dir = Path(config.output_dir)
+    state = check_rerun(output_dir, rl_fingerprint(config), config.restart, defaults=setting_defaults(RLConfig))
+
+    # --- Questions and passages first: a bad file fails before a model loads ------------------------
+    questions = read_questions(config)
+    retriever = open_retriever(config.retriever)
+    assert retriever is not None  # validate() requires one
+    reward = Reward(config.reward, build_judge(config.reward))
+
+    # --- The policy: an adapter goes on training, a merged model gets a new LoRA --------------------
+    set_seed(config.training.seed)
+    policy = load_policy(config)
+
+    # --- GRPO: rollouts through the runtime's decode, the reward's terms, passage tokens masked ------
+    trainer = grpo_trainer(config, policy, questions, retriever, reward, output_dir / CHECKPOINTS)
+    resume = last_checkpoint(output_dir / CHECKPOINTS) if state == "resume" else None
+    if resume:
+        logger.info("resuming from %s", resume)
+    trainer.train(resume_from_checkpoint=resume)
+
+    # --- Save: adapter, tokenizer, selfrag.json, resolved config, rewards per term ------------------
+    policy.model.save_pretrained(str(output_dir))
+    policy.tokenizer.save_pretrained(str(output_dir))
+    meta = policy.meta
+    save_meta(output_dir, ModelMeta(policy.token_ids, meta.strategy, meta.prompt_template, meta.base_model, "adapter"))
+    write_resolved(config, output_dir)
+    history = reward_history(trainer.state.log_history)
+    write_json(output_dir / REWARDS_FILE, {"history": history, "resumed_from": resume, "questions": len(questions)})
+    return RLResult(output_dir, history, len(questions), resume, policy.model)
+
+
+def rl_fingerprint(config: RLConfig) -> dict[str, Any]:
+    """The settings and the data's content hashes that make a run; ``run.json`` in its output_dir."""
+    inputs = {"queries": config.queries, "records": config.records}
+    return run_fingerprint("rl", to_dict(config), inputs, ignore=("output_dir", "restart"))
+
+
+def read_questions(config: RLConfig) -> list[Query]:
+    """The questions to train on: the split (or the records' questions), each with gold answers or unanswerable."""
+    queries = load_queries(config.queries)
+    if config.records is not None:
+        wanted = {str(record.meta.get("query_id", record.id)) for record in read_records(config.records)}
+        queries = [query for query in queries if query.id in wanted]
+    elif config.split != "all":
+        queries = [query for query in queries if query.meta.get("split") == config.split]
+    queries = [query for query in queries if query.answers or not query.answerable]
+    queries = queries[: config.limit] if config.limit is not None else queries
+    if not queries:
+        where = f"records={config.records}" if config.records is not None else f"split={config.split}"
+        raise InputError(f"queries {str(config.queries)!r}: no question with gold answers (or answerable: false) "
+                         f"is selected by {where}; check the file, or use split=all")
+    return queries
+
+
+def load_policy(config: RLConfig) -> Policy:
+    """An adapter from ``selfrag train`` with its LoRA trainable, or a merged model wrapped in a new LoRA."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    served = describe_model(config.model)
+    meta, tokenizer = served.meta, served.tokenizer
+    if served.is_adapter:
+        base: Any = AutoModelForCausalLM.from_pretrained(resolve_model(meta.base_model), dtype=torch.float32)
+        grow_embeddings(base, embedding_rows(tokenizer, meta.token_ids))
+        model = PeftModel.from_pretrained(base, str(served.directory), is_trainable=True)
+    else:
+        merged: Any = AutoModelForCausalLM.from_pretrained(str(served.directory), dtype=torch.float32)
+        lora = config.lora
+        model = get_peft_model(merged, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                                  target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+        meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter")
+    return Policy(model, tokenizer, meta.token_ids, meta)
+
+
+class RolloutFunction:
+    """TRL's ``rollout_func``: the prompts (each repeated ``generations`` times by GRPO's sampler) -> rollouts of the
+    current policy. Sampling is seeded by the step, so a resumed run samples what the killed one would have."""
+
+    def __init__(self, policy: Policy, retriever: Retriever, config: RolloutConfig, seed: int) -> None:
+        self.policy, self.retriever, self.config, self.seed = policy, retriever, config, seed
+
+    def __call__(self, prompts: Sequence[str], trainer: Any) -> dict[str, Any]:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        seed = self.seed + 1009 * trainer.state.global_step + trainer.accelerator.process_index
+        engine = PolicyEngine(model, self.policy.tokenizer, self.policy.token_ids, self.policy.meta.prompt_template,
+                              seed=seed)
+        rollouts = Rollouts(engine, self.retriever, self.config).run(list(prompts))
+        completions, masks = [], []
+        for rollout in rollouts:
+            ids, mask = list(rollout.completion_ids), list(rollout.env_mask)
+            if rollout.finish == "eos":  # the model sampled the end of sequence: TRL reads it as a finished answer
+                ids, mask = ids + [engine.eos_ids[0]], mask + [1]
+            completions.append(ids)
+            masks.append(mask)
+        return {"prompt_ids": [list(r.prompt_ids) for r in rollouts], "completion_ids": completions,
+                "logprobs": None, "env_mask": masks, "rollout": rollouts}
+
+
+def grpo_trainer(config: RLConfig, policy: Policy, questions: Sequence[Query], retriever: Retriever, reward: Reward,
+                 checkpoints: Path) -> Any:
+    """TRL's GRPOTrainer (:class:`~.rl_trainer.SelfRAGGRPOTrainer`) with the runtime's rollouts, one reward function
+    per term and its weight."""
+    import os
+
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from .rl_trainer import SelfRAGGRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.x: pinned by tests
+    training = config.training
+    options: dict[str, Any] = {"bf16": False, "gradient_checkpointing": False, "report_to": "none",
+                               "save_strategy": "steps", "logging_first_step": True,
+                               "dataloader_pin_memory": False, **config.trl}
+    arguments = GRPOConfig(
+        output_dir=str(checkpoints), learning_rate=training.learning_rate, max_steps=training.max_steps,
+        per_device_train_batch_size=training.questions_per_step * training.generations,
+        num_generations=training.generations, beta=training.beta, seed=training.seed,
+        logging_steps=training.logging_steps, save_steps=training.save_steps, reward_weights=reward.weights,
+        temperature=config.rollout.temperature, **options,
+    )
+    data = Dataset.from_list([{"prompt": q.question, "answers": list(q.answers), "answerable": q.answerable}
+                              for q in questions])
+    return SelfRAGGRPOTrainer(
+        model=policy.model, reward_funcs=reward.functions(), args=arguments, train_dataset=data,
+        processing_class=policy.tokenizer,
+        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed),
+    )
+
+
+def reward_history(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """Each logged step's mean reward in all and per term (TRL's ``rewards/<term>/mean``)."""
+    rows = []
+    for entry in log_history:
+        if "reward" not in entry:
+            continue
+        row = {"step": float(entry["step"]), "reward": float(entry["reward"])}
+        row.update({term: float(entry[f"rewards/{term}/mean"]) for term in TERMS if f"rewards/{term}/mean" in entry})
+        rows.append(row)
+    return rows

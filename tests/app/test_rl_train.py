@@ -1,0 +1,171 @@
+"""``selfrag rl`` on the tiny model: GRPO learns a learnable reward, passage tokens get no gradient, a killed run
+resumes into the same run, and the outputs load as a trained model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import pytest
+
+from selfrag.app.rl import RolloutFunction, grpo_trainer, load_policy, read_questions, run
+from selfrag.app.rl_config import RewardConfig, RLConfig
+from selfrag.app.rl_reward import Reward
+from selfrag.config import load_config
+from selfrag.evaluation.claims import OverlapJudge
+from selfrag.retrieval import BM25Retriever
+from selfrag.runs import RunMismatchError
+from selfrag.trajectory import Passage
+
+PASSAGES = [Passage("p0", "France", "Paris is the capital of France."),
+            Passage("p1", "Sky", "The sky is blue on a clear day."),
+            Passage("p2", "Mars", "Mars is the fourth planet from the Sun.")]
+QUERIES = [{"id": "a", "question": "What is the capital of France?", "answers": ["Paris"]},
+           {"id": "b", "question": "What colour is the sky?", "answers": ["blue"]},
+           {"id": "c", "question": "Who is the king of Mars?", "answerable": False},
+           {"id": "d", "question": "No answers here?"}]  # answerable without gold answers: not trained on
+
+
+@pytest.fixture()
+def rl_files(tmp_path: Path, merged_model_dir) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+    corpus, queries = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl"
+    corpus.write_text("".join(json.dumps(p.to_json()) + "\n" for p in PASSAGES))
+    queries.write_text("".join(json.dumps(q) + "\n" for q in QUERIES))
+    return {"model": merged_model_dir(3), "corpus": corpus, "queries": queries, "out": tmp_path / "rl"}
+
+
+def _config(files: dict[str, Path], *overrides: str) -> RLConfig:
+    base = ["split=all", f"retriever.corpus={files['corpus']}", "rollout.segment_tokens=6", "rollout.max_segments=1",
+            "training.questions_per_step=2", "training.generations=4", "lora.r=4", "lora.dropout=0"]
+    return load_config(RLConfig, None, [*base, *overrides], model=str(files["model"]), queries=str(files["queries"]),
+                       output_dir=str(files["out"]))
+
+
+class TargetReward(Reward):
+    """A reward the policy can learn from its own samples: the share of the ids it sampled that lie in the upper half
+    of the plain vocabulary (about half at the start)."""
+
+    def __init__(self) -> None:
+        super().__init__(RewardConfig(), OverlapJudge())
+
+    @property
+    def weights(self) -> list[float]:
+        return [1.0]
+
+    def functions(self) -> list[Any]:
+        def target(rollout: list[Any], **_: Any) -> list[float]:
+            shares = []
+            for item in rollout:
+                sampled = [token for token, own in zip(item.completion_ids, item.env_mask, strict=True) if own]
+                shares.append(sum(300 <= token < 600 for token in sampled) / max(1, len(sampled)))
+            return shares
+
+        return [target]
+
+
+def test_grpo_learns_a_learnable_reward(rl_files: dict[str, Path]) -> None:
+    config = _config(rl_files, "training.learning_rate=0.1", "training.max_steps=16", "training.save_steps=100")
+    policy = load_policy(config)
+    retriever = BM25Retriever(PASSAGES)
+    trainer = grpo_trainer(config, policy, read_questions(config), retriever, TargetReward(),
+                           rl_files["out"] / "checkpoints")
+    trainer.train()
+    rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+    assert len(rewards) == 16
+    assert mean(rewards[-4:]) > mean(rewards[:4]) + 0.1, rewards
+
+
+def test_passage_tokens_get_no_gradient(rl_files: dict[str, Path]) -> None:
+    import torch
+
+    config = _config(rl_files, "rollout.mode=always", "training.max_steps=1", "training.save_steps=100")
+    policy = load_policy(config)
+    made: list[tuple[list[int], list[int], list[int]]] = []  # (prompt, completion, env_mask) of each rollout
+
+    class Recording(RolloutFunction):
+        def __call__(self, prompts: Any, trainer: Any) -> dict[str, Any]:
+            output = super().__call__(prompts, trainer)
+            made.extend(zip(output["prompt_ids"], output["completion_ids"], output["env_mask"], strict=True))
+            return output
+
+    trainer = grpo_trainer(config, policy, read_questions(config), BM25Retriever(PASSAGES), TargetReward(),
+                           rl_files["out"] / "checkpoints")
+    trainer.rollout_func = Recording(policy, BM25Retriever(PASSAGES), config.rollout, config.training.seed)
+    # TRL's fused head computes log-probs without logits, so the gradient is read where the head's input is: the
+    # final norm's output, one vector per position (the head reads position t alone to predict token t + 1)
+    inputs: list[torch.Tensor] = []
+    grads: list[torch.Tensor] = []
+    policy.model.register_forward_pre_hook(
+        lambda module, args, kwargs: inputs.append(kwargs["input_ids"]) if torch.is_grad_enabled() else None,
+        with_kwargs=True)
+    norm = policy.model.get_base_model().model.norm
+    norm.register_full_backward_hook(lambda module, grad_in, grad_out: grads.append(grad_out[0].detach().clone()))
+    trainer.train()
+    (ids,), (grad,) = inputs, grads  # (rollouts, left-padded prompt + right-padded completion), (..., hidden)
+    per_position = grad.abs().sum(-1)
+    start = ids.shape[1] - max(len(completion) for _, completion, _ in made)  # where every completion starts
+    passage_grads, own_grads = [], []
+    for row in range(ids.shape[0]):  # TRL shuffles the rollouts: find each row's own by its ids
+        found = [(completion, mask) for prompt, completion, mask in made
+                 if ids[row, start - len(prompt) : start].tolist() == prompt
+                 and ids[row, start : start + len(completion)].tolist() == completion]
+        completion, mask = found[0]
+        predicting = per_position[row, start - 1 : start - 1 + len(completion)]  # position j - 1 predicts token j
+        passage_grads += predicting[torch.tensor(mask) == 0].tolist()
+        own_grads += predicting[torch.tensor(mask) == 1].tolist()
+    assert len(passage_grads) > len(own_grads) > 0  # mode=always: every rollout holds a passage
+    assert max(passage_grads) == 0.0
+    assert max(own_grads) > 0.0  # the policy's own tokens are trained
+
+
+def test_a_killed_run_resumes_into_the_same_run(rl_files: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    steps = ["training.max_steps=4", "training.save_steps=2", "training.learning_rate=0.02"]
+    whole = run(_config({**rl_files, "out": tmp_path / "whole"}, *steps))
+    assert [row["step"] for row in whole.history] == [1, 2, 3, 4] and whole.resumed_from is None
+
+    shutil.copytree(tmp_path / "whole", rl_files["out"])  # the same run, killed after its step-2 checkpoint:
+    shutil.rmtree(rl_files["out"] / "checkpoints" / "checkpoint-4")
+    (rl_files["out"] / "adapter_model.safetensors").unlink()
+    again = run(_config(rl_files, *steps))
+    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
+    assert [row["step"] for row in again.history] == [1, 2, 3, 4]  # the checkpoint's log goes on
+    assert again.history == whole.history  # the steps after the kill sample the same questions and tokens
+    resumed = load_file(str(rl_files["out"] / "adapter_model.safetensors"))
+    straight = load_file(str(tmp_path / "whole" / "adapter_model.safetensors"))
+    assert resumed.keys() == straight.keys()
+    for key in resumed:
+        torch.testing.assert_close(resumed[key], straight[key])
+
+    with pytest.raises(RunMismatchError, match="training.max_steps"):
+        run(_config(rl_files, "training.max_steps=5", "training.save_steps=2", "training.learning_rate=0.02"))
+
+
+def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Path]) -> None:
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines.hf import HFEngine
+    from selfrag.inference.runtime import SelfRAG
+
+    result = run(_config(rl_files, "training.max_steps=1"))
+    assert (result.output_dir / "selfrag.json").is_file() and (result.output_dir / "rewards.json").is_file()
+    assert result.questions == 3  # "d" is answerable without gold answers
+    assert set(result.history[0]) == {"step", "reward", "correct", "abstain", "support", "format", "retrieval"}
+    engine = HFEngine(result.output_dir)
+    answer = SelfRAG(engine, BM25Retriever(PASSAGES), InferenceConfig(max_tokens=4)).answer("Who is the king?")
+    assert answer.engine_calls >= 1
+
+
+def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
+    from selfrag.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        _config(rl_files, "trl.beta=0.1", "trl.epsilonn=0.2", "training.generations=1", "rollout.temperature=0")
+    text = str(caught.value)
+    assert "trl.beta is set by this recipe; set training.beta instead" in text
+    assert "did you mean trl.epsilon" in text
+    assert "generations must be at least 2" in text and "temperature must be > 0" in text
