@@ -14,6 +14,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,17 +56,33 @@ class StepTimer(TrainerCallback):
                 "first_step_seconds": first}
 
 
+STATUS = Path("/proc/self/status")
+
+
 def reset_peak_memory() -> None:
-    """Start the GPU's peak-memory count here (the process's peak RSS cannot be reset: it counts from its start)."""
+    """Start the peak counts here: the CUDA allocator's, and on Linux the process's peak RSS (``VmHWM``, reset by
+    writing 5 to ``/proc/self/clear_refs``; elsewhere the peak RSS counts from the process's start)."""
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory since :func:`reset_peak_memory` (Linux ``VmHWM``), else since the process started."""
+    try:
+        line = next(line for line in STATUS.read_text().splitlines() if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024 / GB
+    except (OSError, StopIteration):
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / GB
 
 
 def peak_memory() -> dict[str, Any]:
     """The process's peak resident memory, and on CUDA the allocator's peak allocated and reserved bytes (GiB)."""
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    peak: dict[str, Any] = {"device": "cpu", "rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                                                                * scale / GB, 3)}
+    peak: dict[str, Any] = {"device": "cpu", "rss_gb": round(peak_rss_gb(), 3)}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         peak.update(device="cuda", name=torch.cuda.get_device_name(),
                     allocated_gb=round(torch.cuda.max_memory_allocated() / GB, 3),

@@ -130,7 +130,6 @@ def run(config: TrainConfig) -> TrainResult:
     eval_records = read_records(config.eval_records) if config.eval_records is not None else []
 
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
-    reset_peak_memory()
     prepared = prepare_model(config)
     model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
 
@@ -191,6 +190,7 @@ def run(config: TrainConfig) -> TrainResult:
     if resume:
         logger.info("resuming from %s", resume)
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
+    reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(checkpoints), input_side_detached(
             model, detached, bool(arguments.gradient_checkpointing)):
         trainer.train(resume_from_checkpoint=resume)
