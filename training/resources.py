@@ -2,7 +2,7 @@
 
     timer = StepTimer()                # a TrainerCallback: pass it to the trainer
     trainer.train(); timer.summary()   # {"steps": 4, "seconds": 3.1, "input_tokens": 8192, "tokens_per_second": ...}
-    peak_memory()                      # {"device": "cuda", "allocated_gb": ..., "reserved_gb": ..., "rss_gb": ...}
+    peak_memory()                      # {"device": "cuda", "allocated_gb": ..., "device_peak_gb": ..., "rss_gb": ...}
 
 The throughput leaves out the first optimizer step (kernel selection, allocator growth, lazy initialisation): it is
 the steps after it, each timed at its end with the GPU synchronised. Tokens are the non-padding input tokens the
@@ -84,7 +84,12 @@ def peak_memory() -> dict[str, Any]:
     """The process's peak resident memory, and on CUDA the allocator's peak allocated and reserved bytes (GiB)."""
     peak: dict[str, Any] = {"device": "cpu", "rss_gb": round(peak_rss_gb(), 3)}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
+        free, total = torch.cuda.mem_get_info()
+        # what the device holds beyond the allocator's pool now: the CUDA context, cuBLAS/cuDNN workspaces (and any
+        # other process on the card); with the pool's peak, the process's peak as nvidia-smi would have shown it
+        outside = max(0, total - free - torch.cuda.memory_reserved())
         peak.update(device="cuda", name=torch.cuda.get_device_name(),
                     allocated_gb=round(torch.cuda.max_memory_allocated() / GB, 3),
-                    reserved_gb=round(torch.cuda.max_memory_reserved() / GB, 3))
+                    reserved_gb=round(torch.cuda.max_memory_reserved() / GB, 3),
+                    device_peak_gb=round((torch.cuda.max_memory_reserved() + outside) / GB, 3))
     return peak

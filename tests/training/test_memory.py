@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from selfrag.training.memory import GB, SHAPES, Setup, estimate_memory, lora_parameters, memory_table
+from selfrag.training.memory import (
+    CPU_OVERHEAD_GB,
+    GB,
+    SHAPES,
+    ModelShape,
+    Setup,
+    estimate_memory,
+    lora_parameters,
+    memory_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +50,18 @@ def test_each_term_follows_its_formula() -> None:
     assert sharded.activations_gb == estimate.activations_gb
 
 
+def test_the_cpu_branch_counts_four_byte_elements_and_the_process() -> None:
+    shape = SHAPES["meta-llama/Llama-3.2-1B-Instruct"]
+    gpu = estimate_memory(shape, Setup(1, 512, gradient_checkpointing=False))
+    cpu = estimate_memory(shape, Setup(1, 512, quantization="fp32", gradient_checkpointing=False, device="cpu"))
+    assert cpu.weights_gb == pytest.approx(shape.parameters * 4 / GB)
+    assert cpu.activations_gb == pytest.approx(2 * gpu.activations_gb)
+    assert cpu.logits_gb == pytest.approx(gpu.logits_gb * 8 / 10)
+    assert cpu.overhead_gb == CPU_OVERHEAD_GB and cpu.lora_gb == gpu.lora_gb
+    assert ModelShape.from_config(json.loads((ROOT / "configs" / "models" / "llama-3.2-1b" / "config.json")
+                                             .read_text())) == shape
+
+
 def test_the_table_answers_for_each_card() -> None:
     rows = memory_table(SHAPES["meta-llama/Llama-3.1-8B-Instruct"])
     assert [row["recipe"] for row in rows] == ["LoRA bf16, 1 GPU", "QLoRA NF4, 1 GPU", "LoRA bf16, FSDP x8"]
@@ -66,6 +87,15 @@ def test_gpu_check_dry_run_checks_configs_and_writes_json(tmp_path: Path, capsys
     assert report["memory"]["model"] == "meta-llama/Llama-3.2-1B-Instruct"
     assert report["memory"]["chosen"]["setup"]["batch_size"] == 2 and report["versions"]["torch"]
     assert "GB per GPU" in capsys.readouterr().out
+    # configs/models/llama-3.1-8b on the meta device, through the one loader: the published 8.03B exactly, and the
+    # recipe's LoraConfig applied by PEFT: r=16 on every linear layer (41,943,040) plus, for reserved, LoRA on
+    # embed_tokens and the untied lm_head (2 x 16 x (128,256 + 4,096)), for add the 15 trainable rows of each
+    meta = report["meta_8b"]
+    assert meta["parameters"] == 8_030_261_248 and meta["billions"] == 8.03
+    assert meta["reserved"]["lora_trainable"] == 41_943_040 + 2 * 16 * (128_256 + 4_096) == 46_178_304
+    assert meta["add"]["lora_trainable"] == 41_943_040 + 2 * 15 * 4_096 == 42_065_920
+    assert meta["reserved"]["reflection_ids"] == list(range(128_241, 128_256))
+    assert meta["add"]["reflection_ids"] == list(range(128_256, 128_271))
 
 
 def test_gpu_check_without_a_gpu_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
