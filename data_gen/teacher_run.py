@@ -117,9 +117,10 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     journal = Journal(output / JOURNAL_FILE)
     digests = {query.id: query_digest(query, None if s is None else passages_by_id[s]) for query, s in tasks}
     todo = [(query, seed) for query, seed in tasks if not _finished(journal.done.get(query.id), digests[query.id])]
-    changed = sum(1 for query, _ in todo if query.id in journal.done)
+    changed = [query.id for query, _ in todo if query.id in journal.done]
     if changed:
-        logger.warning("%d questions changed since the run in %s; labelling them again", changed, output)
+        logger.warning("%d question(s) changed since the run in %s (%s; from %s): labelling them again", len(changed),
+                       output, _first(changed), _query_files(config))
     cache_path = teacher_cache_path(config, output)
     logger.info("teacher cache: %s", cache_path)
     failed: dict[str, str] = {}
@@ -337,3 +338,14 @@ def run_problems(stats: dict[str, Any], output: Path) -> list[str]:
             "that can reply in JSON), or raise label_retries"
         )
     return problems
+
+
+def _first(ids: list[str], shown: int = 3) -> str:
+    """``'q1', 'q2', 'q3' and 4 more``: the first ids of a list, for a log line."""
+    head = ", ".join(repr(value) for value in ids[:shown])
+    return head + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _query_files(config: GenerateConfig) -> str:
+    files = [str(path) for path in (config.queries, *config.more_queries) if path is not None]
+    return " and ".join(files) if files else f"the questions the teacher wrote from {config.corpus}"

@@ -33,16 +33,23 @@ def read_jsonl(path: str | Path, what: str = "records") -> Iterator[tuple[int, d
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as error:
-                raise InputError(
-                    f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}); "
-                    f"each line of the {what} file must be one JSON object — fix or delete that line"
-                ) from None
+                raise InputError(f"{path}:{number}: not valid JSON ({_where(error, line)}); each line of the {what} "
+                                 "file must be one JSON object — fix or delete that line") from None
             if not isinstance(data, dict):
                 raise InputError(
                     f"{path}:{number}: expected a JSON object {{...}}, got {type(data).__name__}; "
                     f"each line of the {what} file must be one JSON object"
                 )
             yield number, data
+
+
+def _where(error: json.JSONDecodeError, line: str) -> str:
+    """What is wrong and at which column of the line; a line that stops before its JSON does (the parser then points
+    past the newline, at "column 1" of a line that is not there) is named as cut short, at its last column."""
+    text = line.rstrip("\r\n")
+    if error.pos >= len(text) or error.msg.startswith("Unterminated string"):  # a string that runs to the end
+        return f"the line ends at column {len(text) + 1} before its JSON does: cut short, as by a killed write"
+    return f"{error.msg} at column {error.pos + 1}"
 
 
 def require_fields(

@@ -136,6 +136,11 @@ def run_fingerprint(
     stage). ``root``: the output folder, paths inside it are written relative to it.
     """
     flat = _flatten(settings)
+    # where each input was read (a file input's path, a digested input's same-named setting): named in messages,
+    # never compared, so a moved file with the same bytes stays the same run
+    sources = {name: portable(str(path), root) for name, path in inputs.items() if path is not None}
+    sources.update({name: portable(flat[name], root) for name in digests
+                    if flat.get(name) and isinstance(flat[name], str)})
     if keep is not None:
         kept = tuple(keep)
         flat = {key: value for key, value in flat.items() if _under(key, kept)}
@@ -145,7 +150,8 @@ def run_fingerprint(
         name: None if path is None else file_digest(path) for name, path in inputs.items()
     }
     hashes.update(digests)
-    return {"version": RUN_VERSION, "stage": stage, "settings": flat, "inputs": hashes}
+    fingerprint = {"version": RUN_VERSION, "stage": stage, "settings": flat, "inputs": hashes}
+    return fingerprint | ({"sources": sources} if sources else {})
 
 
 def portable(value: Any, root: str | Path | None) -> Any:
@@ -160,24 +166,27 @@ def portable(value: Any, root: str | Path | None) -> Any:
 
 
 def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
-    """A short stable name of a fingerprint, for chaining stages (a later stage's input) and for logs."""
-    return content_digest(dict(fingerprint)).split(":", 1)[1][:16]
+    """A short stable name of a fingerprint, for chaining stages (a later stage's input) and for logs; where the
+    inputs were read (``sources``) is not part of it."""
+    return content_digest({key: value for key, value in fingerprint.items() if key != "sources"}).split(":", 1)[1][:16]
 
 
 def differences(
     old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] = {}  # noqa: B006 (read only)
 ) -> list[str]:
     """Each difference as a fix-shaped phrase: ``training.learning_rate=0.02 (was 0.01)``, ``records: content changed
-    (3f2a91c0e1b2 -> 77b0e1d4aa90)``. A setting ``old`` lacks counts as ``defaults[key]``; inputs are compared where
-    both recorded them."""
+    (3f2a91c0e1b2 -> 77b0e1d4aa90) in data/r.jsonl`` (the path, where the new fingerprint knows it). A setting
+    ``old`` lacks counts as ``defaults[key]``; inputs are compared where both recorded them."""
     lines = []
     if old.get("stage") != new.get("stage"):
         lines.append(f"stage={new.get('stage')!r} (was {old.get('stage')!r})")
     old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    sources = new.get("sources") or {}
     for name in sorted(set(old_inputs) & set(new_inputs)):
         before, after = old_inputs[name], new_inputs[name]
         if before != after:
-            lines.append(f"{name}: content changed ({_short(before)} -> {_short(after)})")
+            where = f" in {sources[name]}" if name in sources else ""
+            lines.append(f"{name}: content changed ({_short(before)} -> {_short(after)}){where}")
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
     missing = object()
     for key in sorted(set(old_settings) | set(new_settings)):

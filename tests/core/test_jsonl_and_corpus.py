@@ -16,6 +16,21 @@ def test_malformed_line_names_file_and_line(tmp_path: Path) -> None:
         load_corpus(path)
 
 
+@pytest.mark.parametrize("newline", ["\n", ""])
+def test_a_line_cut_short_names_its_real_column(tmp_path: Path, newline: str) -> None:
+    # was "at column 1": the parser points past the newline, at a line that is not there (issue 44)
+    path = tmp_path / "queries.jsonl"
+    cut = '{"id": "q2", "question": "What is the capital of France and why is it so large and populous?", "answ'
+    path.write_text('{"question": "ok?"}\n' + cut + newline)
+    with pytest.raises(InputError) as error:
+        list(read_jsonl(path))
+    assert str(error.value).startswith(f"{path}:2: not valid JSON (the line ends at column {len(cut) + 1} before "
+                                       "its JSON does: cut short, as by a killed write)"), str(error.value)
+    path.write_text('{"question": "ok?", "x": tru}\n')
+    with pytest.raises(InputError, match=r"queries.jsonl:1: not valid JSON \(Expecting value at column 26\)"):
+        list(read_jsonl(path))
+
+
 def test_missing_files_and_fields(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="corpus file .* not found"):
         load_corpus(tmp_path / "none.jsonl")

@@ -18,6 +18,7 @@ from selfrag.runs import (
     differences,
     directory_digest,
     file_digest,
+    fingerprint_digest,
     run_fingerprint,
 )
 
@@ -44,6 +45,17 @@ def test_differences_name_each_changed_setting_and_input(tmp_path: Path) -> None
     assert lines[0].startswith("records: content changed (")
     assert lines[1] == "training.learning_rate=0.01 (was 0.001)"
     assert differences(old, make(tmp_path)) == []
+
+
+def test_a_changed_input_is_named_by_its_path_which_is_never_compared(tmp_path: Path) -> None:
+    # was "corpus: content changed (hash -> hash)", no path (issue 44)
+    settings = {"corpus": str(tmp_path / "corpus.jsonl"), "top_k": 3}
+    old = run_fingerprint("generate", settings, digests={"corpus": "sha256:" + "a" * 64})
+    new = run_fingerprint("generate", settings, digests={"corpus": "sha256:" + "b" * 64})
+    assert differences(old, new) == [f"corpus: content changed ({'a' * 12} -> {'b' * 12}) in {tmp_path}/corpus.jsonl"]
+    assert make(tmp_path)["sources"] == {"records": str(tmp_path / "records.jsonl")}
+    moved = run_fingerprint("generate", {**settings, "corpus": "b.jsonl"}, digests={"corpus": "sha256:" + "a" * 64})
+    assert differences(old, moved) == [] and fingerprint_digest(old) == fingerprint_digest(moved)
 
 
 def test_same_run_resumes_and_different_run_is_refused(tmp_path: Path) -> None:

@@ -323,3 +323,16 @@ def test_folder_corpus_without_queries(tmp_path: Path) -> None:
     ]
     assert result.stats["questions"] == 5  # question_count is capped by the chunks there are
     assert {row["id"] for row in rows(tmp_path / "out" / "records.jsonl")} == {f"gen/{c['id']}/llm" for c in chunks}
+
+
+def test_a_rerun_names_the_questions_that_changed_and_their_file(data: tuple[Path, Path], tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    with TeacherServer() as server:
+        generate(server.url, data, tmp_path / "out")
+        edited = [{**query, "question": query["question"] + " Today?"} if query["id"] == "q1" else query
+                  for query in QUERIES]
+        data[1].write_text("".join(json.dumps(query) + "\n" for query in edited), encoding="utf-8")
+        with caplog.at_level("WARNING", logger="selfrag.data_gen.teacher_run"):
+            generate(server.url, data, tmp_path / "out")
+    # was "1 questions changed since the run in OUT; labelling them again": neither the question nor the file
+    assert f"1 question(s) changed since the run in {tmp_path / 'out'} ('q1'; from {data[1]})" in caplog.text
