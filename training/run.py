@@ -28,6 +28,7 @@ from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.reflection import ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
+from selfrag.splits import HELD_SPLITS
 from selfrag.training.config import TrainConfig
 from selfrag.training.dataset import (
     EncodedRecords,
@@ -135,6 +136,10 @@ def run(config: TrainConfig) -> TrainResult:
 
     # --- Records: split by stable id hash, encode with the paragraph mask ---------------------------
     train_records, held_out_records = split_records(records, config.training.eval_fraction, config.training.seed)
+    marked = sorted({str(r.meta.get("split")) for r in train_records if r.meta.get("split") in HELD_SPLITS})
+    if marked:  # generate split=test made them on purpose, or the records predate split=all keeping them out
+        logger.warning("%s: training on questions marked %s; calibrate and eval will refuse those questions "
+                       "(trained-questions.json)", config.records, " and ".join(marked))
     max_length = config.training.max_length
     train_set = encode_records(train_records, tokenizer, token_ids, template, max_length)
     held_out_set = encode_records(held_out_records, tokenizer, token_ids, template, max_length)

@@ -277,6 +277,23 @@ def test_rerunning_a_finished_run_is_a_no_op_that_keeps_its_calibration(
     assert history["resumed_from"] is None and [entry["step"] for entry in history["train_losses"]] == [1.0, 2.0]
 
 
+def test_training_on_questions_marked_test_is_said_and_recorded(
+    tiny_base_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records of test questions (generate split=test, or made before split=all kept them out) train when given, with
+    a warning; the model lists them, so eval refuses them later."""
+    import dataclasses
+    import logging
+
+    records = [dataclasses.replace(record, meta={**record.meta, "split": "test"}) for record in training_records()]
+    path = tmp_path / "records.jsonl"
+    write_jsonl_atomic(path, [record.to_json() for record in records])
+    with caplog.at_level(logging.WARNING):
+        run(make_config(tiny_base_dir, path, tmp_path / "adapter", max_steps=1, eval_fraction=0.0))
+    assert "training on questions marked test; calibrate and eval will refuse those questions" in caplog.text
+    assert load_trained_questions(tmp_path / "adapter") == {question_key(record.instruction) for record in records}
+
+
 def test_cli_refusal_is_one_line_without_traceback(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
