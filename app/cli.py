@@ -4,6 +4,7 @@
     selfrag generate --config configs/data_gen/squad-demo.yaml output=runs/data
     selfrag paper-data import selfrag_train_data/train.jsonl runs/paper/records.jsonl
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
+    selfrag rl --config configs/rl/smollm2-135m-cpu.yaml model=runs/model output_dir=runs/model-rl
     selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
     selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument("target", type=Path, help="the JSONL file to write")
     train = commands.add_parser("train", help="LoRA fine-tune a model to emit reflection tokens (TRL + PEFT)")
     _add_config_arguments(train)
+    rl = commands.add_parser("rl", help="GRPO on a trained model's answers, with retrieval in the loop (TRL)")
+    _add_config_arguments(rl)
     export = commands.add_parser("export", help="merge a trained adapter into a full model (loads without PEFT)")
     export.add_argument("adapter", type=Path, help="adapter directory written by selfrag train")
     export.add_argument("output", type=Path, help="a new (or empty) directory for the merged model")
@@ -281,6 +284,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rl(args: argparse.Namespace) -> int:
+    from selfrag.app.rl import run
+    from selfrag.app.rl_config import RLConfig
+
+    print(run(_config(RLConfig, args)).summary())
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from selfrag.training.export import export
 
@@ -420,6 +431,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "generate-merge": _generate_merge,
     "paper-data": _paper_data,
     "train": _train,
+    "rl": _rl,
     "export": _export,
     "ask": _ask,
     "index": _index,

@@ -9,21 +9,22 @@ policy decodes as the runtime's long form does and the retriever writes passages
 tokens are masked out of the loss (TRL's ``env_mask``, the rollout function's output).
 
 Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json`` (so ``selfrag ask``/``serve``/``eval`` load
-it as any trained model), the resolved ``config.yaml``, ``rewards.json`` (every logged step's mean reward per term)
-and ``run.json``. Checkpoints go to ``output_dir/checkpoints``; a killed run started again with the same settings
-resumes from the last one (:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused
-unless ``restart=true``.
+it as any trained model), ``trained-questions.json`` (the starting model's and RL's questions), the resolved
+``config.yaml``, ``rewards.json`` (every logged step's mean reward per term) and ``run.json``. Checkpoints go to
+``output_dir/checkpoints``; a killed run started again with the same settings resumes from the last one
+(:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused unless ``restart=true``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selfrag.artifacts import ModelMeta, save_meta
+from selfrag.artifacts import ModelMeta, load_trained_questions, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
@@ -76,6 +77,7 @@ class Policy:
     tokenizer: Any
     token_ids: ReflectionIds
     meta: ModelMeta
+    directory: Path  # where it was loaded from
 
 
 def run(config: RLConfig) -> RLResult:
@@ -108,6 +110,7 @@ def run(config: RLConfig) -> RLResult:
     meta = policy.meta
     save_meta(output_dir, ModelMeta(policy.token_ids, meta.strategy, meta.prompt_template, meta.base_model, "adapter"))
     write_resolved(config, output_dir)
+    write_trained_questions(output_dir, policy.directory, questions)
     history = reward_history(trainer.state.log_history)
     write_json(output_dir / REWARDS_FILE, {"history": history, "resumed_from": resume, "questions": len(questions)})
     return RLResult(output_dir, history, len(questions), resume, policy.model)
@@ -154,7 +157,18 @@ def load_policy(config: RLConfig) -> Policy:
         model = get_peft_model(merged, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                   target_modules=lora.target_modules, task_type="CAUSAL_LM"))
         meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter")
-    return Policy(model, tokenizer, meta.token_ids, meta)
+    return Policy(model, tokenizer, meta.token_ids, meta, served.directory)
+
+
+def write_trained_questions(output_dir: Path, start: Path, questions: Sequence[Query]) -> None:
+    """``trained-questions.json``: the questions RL trained on and those the starting model had (calibrate and eval
+    refuse them)."""
+    path = save_trained_questions(output_dir, [query.question for query in questions])
+    earlier = load_trained_questions(start)
+    if earlier:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["questions"] = sorted(set(data["questions"]) | earlier)
+        write_json(path, data)
 
 
 class RolloutFunction:

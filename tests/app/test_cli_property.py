@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from selfrag.app.cli import main
+from selfrag.app.rl_config import RLConfig
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.inference.config import InferenceConfig
 from selfrag.training.config import TrainConfig
@@ -22,6 +23,7 @@ COMMANDS = {
     "generate": GenerateConfig,
     "train": TrainConfig,
     "ask": InferenceConfig,
+    "rl": RLConfig,
 }
 
 
@@ -101,6 +103,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
     monkeypatch.setattr("selfrag.data_gen.run.run", reached)
     monkeypatch.setattr("selfrag.training.run.run", reached)
+    monkeypatch.setattr("selfrag.app.rl.run", reached)
     monkeypatch.setattr("selfrag.inference.ask.ask", reached)
 
 

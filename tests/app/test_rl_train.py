@@ -154,6 +154,9 @@ def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Pa
     result = run(_config(rl_files, "training.max_steps=1"))
     assert (result.output_dir / "selfrag.json").is_file() and (result.output_dir / "rewards.json").is_file()
     assert result.questions == 3  # "d" is answerable without gold answers
+    from selfrag.artifacts import load_trained_questions, question_key
+
+    assert load_trained_questions(result.output_dir) == {question_key(q["question"]) for q in QUERIES[:3]}
     assert set(result.history[0]) == {"step", "reward", "correct", "abstain", "support", "format", "retrieval"}
     engine = HFEngine(result.output_dir)
     answer = SelfRAG(engine, BM25Retriever(PASSAGES), InferenceConfig(max_tokens=4)).answer("Who is the king?")
