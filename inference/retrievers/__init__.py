@@ -4,6 +4,7 @@
     retriever = RETRIEVERS["dense"](corpus="data/corpus.jsonl")       # sentence-transformers all-MiniLM-L6-v2
     retriever = load_index("runs/index")                             # built once by `selfrag index`
     retriever = load_index("runs/faiss", nprobe=64)                  # a FAISS index, searched wider
+    retriever = load_index("runs/wiki", rerank=400)                  # IVF-PQ, 400 candidates re-ranked exactly
     hits = retriever.search("who wrote Hamlet?", k=3)
 """
 
@@ -31,15 +32,20 @@ def build_dense(corpus: str | Path, **options: Any) -> Retriever:
 
 
 def load_index(
-    path: str | Path, check_corpus: bool = True, nprobe: int | None = None, ef_search: int | None = None
+    path: str | Path,
+    check_corpus: bool = True,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    rerank: int | None = None,
 ) -> Retriever:
     """A retriever saved by ``selfrag index`` (see :mod:`selfrag.inference.retrievers.index`).
 
-    ``nprobe`` / ``ef_search`` override the search settings a FAISS index was saved with.
+    ``nprobe`` / ``ef_search`` / ``rerank`` (candidates re-scored exactly) override the search settings a FAISS
+    index was saved with.
     """
     from .index import load_index as load
 
-    return load(path, check_corpus=check_corpus, nprobe=nprobe, ef_search=ef_search)
+    return load(path, check_corpus=check_corpus, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
 
 
 #: Retriever name -> factory taking its keyword options.

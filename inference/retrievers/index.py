@@ -2,14 +2,15 @@
 
     selfrag index corpus=data/corpus.jsonl output=runs/index                      # BM25
     selfrag index corpus=docs/ output=runs/dense kind=dense                       # all-MiniLM-L6-v2, exact
+    selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss                   # factory picked by size
     selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=IVF4096,PQ64 nprobe=32
     selfrag ask --model DIR --index runs/index "question"
 
-An index directory holds ``index.json`` (format version, kind, options, passage count, the corpus's path,
-size, modification time and SHA-256 at build time), ``passages.sqlite`` (the passages, read by row for the hits
-only: see :mod:`selfrag.passages`) and the kind's own files: bm25s matrices (memory-mapped), ``embeddings.npy``
-(dense, memory-mapped) or ``index.faiss``. Opening one reads neither the passages nor the corpus; the corpus is
-only ``stat``-ed to warn when it changed after the build.
+An index directory holds ``index.json`` (format version, kind, options, passage count, the corpus's path, size,
+modification time and SHA-256 at build time), ``passages.sqlite`` (the passages, read by row for the hits only: see
+:mod:`selfrag.passages`) and the kind's own files: bm25s matrices (memory-mapped), ``embeddings.npy`` (dense,
+memory-mapped) or ``index.faiss`` (and ``vectors.f16.npy`` when it re-ranks). Opening one reads neither the passages
+nor the corpus; the corpus is only ``stat``-ed to warn when it changed after the build.
 
 Builds happen in ``.<name>.building`` beside the output and are renamed into place at the end, so a killed build
 never leaves an index that opens. The embeddings (dense, faiss) are written there in shards and a killed build
@@ -86,9 +87,21 @@ class IndexConfig:
         "process per device", "cpu",
     )
     shard_size: int = help_field("dense/faiss: passages per shard of the resumable embedding build", 10_000)
-    faiss_factory: str = help_field("faiss: FAISS index_factory string: Flat, HNSW32, IVF4096,Flat, IVF4096,PQ64 ...",
-                                    "HNSW32")
-    nprobe: int | None = help_field("faiss, IVF indexes: inverted lists visited per query (unset: FAISS's 1)", None)
+    faiss_factory: str | None = help_field(
+        "faiss: FAISS index_factory string (Flat, HNSW32, IVF4096,Flat, IVF4096,PQ64 ...); unset: picked by corpus "
+        "size, Flat up to 100,000 passages, else IVF<nlist>,PQ<pq_bytes> with rerank (docs/retrieval.md)", None)
+    nlist: int | None = help_field(
+        "faiss, picked index (faiss_factory unset): IVF lists; unset: the power of two nearest sqrt(passages); "
+        "setting it (or pq_bytes) picks IVF-PQ at any size", None)
+    pq_bytes: int | None = help_field(
+        "faiss, picked index: product-quantizer bytes per passage (FAISS's m, 8 bits each; must divide the "
+        "dimension); unset: dimension / 8", None)
+    nprobe: int | None = help_field(
+        "faiss, IVF indexes: inverted lists visited per query (unset: 32 for the picked IVF-PQ index, else FAISS's 1)",
+        None)
+    rerank: int | None = help_field(
+        "faiss: candidates re-scored by the exact inner product on float16 vectors (vectors.f16.npy, memory-mapped); "
+        "unset: 200 for compressed (PQ/SQ) indexes, 0 (off, no vectors file) otherwise", None)
     ef_search: int | None = help_field("faiss, HNSW indexes: efSearch, the search breadth (unset: FAISS's 16)", None)
     train_size: int = help_field("faiss: vectors sampled (seeded) to train IVF/PQ indexes", 100_000)
     seed: int = help_field("faiss: seed of the training sample", 0)
@@ -106,12 +119,16 @@ class IndexConfig:
         for name in ("batch_size", "shard_size", "train_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("nprobe", "ef_search"):
+        for name in ("nprobe", "ef_search", "nlist", "pq_bytes", "rerank"):
             value = getattr(self, name)
+            least = 0 if name == "rerank" else 1
             if value is not None and self.kind != "faiss":
                 problems.append(f"{name}={value} applies to kind=faiss only, got kind={self.kind}; unset it")
-            elif value is not None and value < 1:
-                problems.append(f"{name} must be at least 1, got {value}")
+            elif value is not None and value < least:
+                problems.append(f"{name} must be at least {least}, got {value}")
+        if self.faiss_factory is not None and (self.nlist is not None or self.pq_bytes is not None):
+            problems.append(f"nlist/pq_bytes shape the picked index, and faiss_factory={self.faiss_factory} names its "
+                            "own; unset them or put them in the factory string (IVF<nlist>,PQ<pq_bytes>)")
         if self.kind not in KINDS:
             problems.append(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
         if self.pooling is not None and self.pooling not in POOLINGS:
@@ -170,16 +187,17 @@ def load_index(
     nprobe: int | None = None,
     ef_search: int | None = None,
     encoder: TextEncoder | None = None,
+    rerank: int | None = None,
 ) -> Retriever:
-    """The retriever saved in ``path``; ``nprobe`` / ``ef_search`` override a FAISS index's saved settings.
+    """The retriever saved in ``path``; ``nprobe`` / ``ef_search`` / ``rerank`` override a FAISS index's saved settings.
 
     ``encoder`` replaces the query model the index names (for tests and benchmarks with precomputed vectors).
     """
     path = Path(path)
     meta = read_meta(path)
     kind, options = meta["kind"], meta.get("options") or {}
-    if kind != "faiss" and (nprobe is not None or ef_search is not None):
-        raise ConfigError([f"nprobe/ef_search apply to faiss indexes, and {path} is a {kind} index; unset them"])
+    if kind != "faiss" and (nprobe is not None or ef_search is not None or rerank is not None):
+        raise ConfigError([f"nprobe/ef_search/rerank apply to faiss indexes, and {path} is a {kind} index; unset them"])
     if check_corpus:
         _warn_if_stale(path, meta.get("corpus") or {})
     passages = _open_passages(path, meta)
@@ -200,7 +218,8 @@ def load_index(
         encoder,
         nprobe=nprobe if nprobe is not None else options.get("nprobe"),
         ef_search=ef_search if ef_search is not None else options.get("ef_search"),
-        factory=options.get("faiss_factory", ""),
+        factory=options.get("faiss_factory") or "",
+        rerank=rerank if rerank is not None else options.get("rerank"),
     )
 
 

@@ -1,16 +1,17 @@
 """``selfrag index``: corpus -> passage store -> (bm25 | embeddings -> dense | faiss) in a resumable build folder.
 
-    selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=HNSW32
+    selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss          # Flat, or IVF-PQ re-ranked at scale
 
 The build streams: the corpus is read line by line into the SQLite passage store, the embeddings and BM25's
 tokens are computed from the store a shard at a time, so resident memory does not grow with a list of passages.
 
-The build runs in ``.<output>.building`` beside the output. ``build.json`` there holds the fingerprint of
-everything the embeddings depend on (the corpus's SHA-256, the format, the embedding model, pooling,
-normalisation, batch size, shard size, device). Run again after a kill, the same fingerprint resumes: the
-passage store is kept, finished embedding shards are not recomputed, the FAISS index (fast next to the
-embedding) is rebuilt from the embeddings. A different fingerprint discards the folder, with a warning naming
-what changed, so old and new results never mix. At the end the folder is renamed onto the output.
+The build runs in ``.<output>.building`` beside the output. ``build.json`` there holds the fingerprint of everything
+the embeddings depend on (the corpus's SHA-256, the format, the embedding model, pooling, normalisation, batch size,
+shard size, device). Run again after a kill, the same fingerprint resumes: the passage store is kept, finished
+embedding shards are not recomputed, a FAISS index trained by the killed run is read back (``trained.faiss``, keyed
+by factory, sample size and seed), and the vectors are added again from the embeddings (with the float16 copy that
+re-ranking reads). A different fingerprint discards the folder, with a warning naming what changed, so old and new
+results never mix. At the end the folder is renamed onto the output.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
         fingerprint = _fingerprint(config, corpus)
         _prepare(work, fingerprint)
         store = _passage_store(work, corpus, config, show_progress)
-        _build_kind(config, work, store, encoder, show_progress)
+        config = _build_kind(config, work, store, encoder, show_progress)
         meta = {
             "version": INDEX_VERSION,
             "kind": config.kind,
@@ -105,15 +106,17 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
 
 def _leftovers(config: IndexConfig) -> list[str]:
     """What the build keeps only until the index is in place (removed after the rename)."""
-    return [BUILD_FILE, EMBEDDINGS_FILE + ".done"] + ([EMBEDDINGS_FILE] if config.kind == "faiss" else [])
+    faiss = [EMBEDDINGS_FILE, "trained.faiss", "trained.json"] if config.kind == "faiss" else []
+    return [BUILD_FILE, EMBEDDINGS_FILE + ".done", *faiss]
 
 
 def _build_kind(
     config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder | None, show_progress: bool
-) -> None:
+) -> IndexConfig:
+    """Build the kind's files; returns ``config`` with what was picked for it (the FAISS factory and settings)."""
     if config.kind == "bm25":  # tokenized from the store in batches (see selfrag.retrieval.tokenize_corpus)
         BM25Retriever(store, stemmer_language=config.stemmer_language or None).save(work)
-        return
+        return config
     if encoder is None:
         owned = SentenceEncoder(config.embedding_model, device=config.device, batch_size=config.batch_size,
                                 pooling=config.pooling, normalize=config.normalize)
@@ -121,28 +124,40 @@ def _build_kind(
             return _build_vectors(config, work, store, owned, show_progress)
         finally:
             owned.close()
-    _build_vectors(config, work, store, encoder, show_progress)
+    return _build_vectors(config, work, store, encoder, show_progress)
 
 
 def _build_vectors(
     config: IndexConfig, work: Path, store: PassageStore, encoder: TextEncoder, show_progress: bool
-) -> None:
+) -> IndexConfig:
     if config.kind == "faiss":
         from .faiss_index import check_trainable, make_index, set_search_parameters
+        from .faiss_plan import plan_faiss
 
-        # a bad factory string or search setting fails before hours of embedding
-        where = f"faiss_factory={config.faiss_factory}"
-        empty = make_index(config.faiss_factory, encoder.dimension)
-        set_search_parameters(empty, config.nprobe, config.ef_search, where)
+        # the factory is picked by corpus size unless given; a bad factory string or search setting fails before
+        # hours of embedding
+        plan = plan_faiss(config.faiss_factory, len(store), encoder.dimension, config.nlist, config.pq_bytes,
+                          config.nprobe, config.rerank)
+        config = replace(config, faiss_factory=plan.factory, nlist=None, pq_bytes=None, nprobe=plan.nprobe,
+                         rerank=plan.rerank)
+        where = f"faiss_factory={plan.factory}"
+        empty = make_index(plan.factory, encoder.dimension)
+        set_search_parameters(empty, plan.nprobe, config.ef_search, where)
         if not empty.is_trained:
-            check_trainable(empty, config.faiss_factory, min(len(store), config.train_size))
+            check_trainable(empty, plan.factory, min(len(store), config.train_size))
+        logger.info("faiss index %s (nprobe %s, rerank %d) for %d passages", plan.factory, plan.nprobe, plan.rerank,
+                    len(store))
     embeddings = embed_store(store, work / EMBEDDINGS_FILE, encoder, config.shard_size, show_progress)
     if config.kind == "faiss":
-        from .faiss_index import FAISS_FILE, build_faiss, import_faiss
+        from .faiss_index import FAISS_FILE, TRAINED_FILE, VECTORS_FILE, build_faiss, import_faiss
 
-        index = build_faiss(embeddings, config.faiss_factory, config.train_size, config.seed, show_progress)
-        set_search_parameters(index, config.nprobe, config.ef_search, where)
+        (work / VECTORS_FILE).unlink(missing_ok=True)  # of an earlier try with other settings: rewritten or dropped
+        index = build_faiss(embeddings, plan.factory, config.train_size, config.seed, show_progress,
+                            vectors_path=work / VECTORS_FILE if plan.rerank else None,
+                            trained_path=work / TRAINED_FILE)
+        set_search_parameters(index, plan.nprobe, config.ef_search, where)
         import_faiss().write_index(index, str(work / FAISS_FILE))
+    return config
 
 
 def _passage_store(work: Path, corpus: Path, config: IndexConfig, show_progress: bool) -> PassageStore:
