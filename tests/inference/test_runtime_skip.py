@@ -172,3 +172,18 @@ def test_skip_settings_are_validated() -> None:
     with pytest.raises(ConfigError, match=r"skip.relevance_gap must be in \[0, 1\], got 1.5; skip.relevance_gap=null"):
         load_config(InferenceConfig, None, ["skip.relevance_gap=1.5"])
     assert load_config(InferenceConfig, None, ["skip.relevance_gap=null"]).skip.relevance_gap is None
+
+
+def test_every_request_of_a_question_extends_its_prompt_token_for_token(build, reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Every passage branch, its continuation and a later round's branches start with the question's own prompt ids
+    (as the decision's prompt is them): the prefix an engine computes once (the hf engine's kept KV, vLLM's prefix
+    caching)."""
+    from selfrag.prompting import encode_prompt
+
+    table = {PARIS: branch("Berlin."), LYON: branch("Paris.", support=FULL)}
+    rag, engine, _ = build(table, (PARIS, LYON), mode="always", max_rounds=1)
+    answer = rag.answer(Q)
+    assert [c.round for c in answer.candidates] == [0, 1] and not answer.abstained
+    prompt = tuple(encode_prompt(reflection_tokenizer, Q))
+    requests = [request for batch in engine.calls for request in batch]
+    assert len(requests) == 4 and all(request.prompt_ids[: len(prompt)] == prompt for request in requests)
