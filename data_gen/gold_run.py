@@ -138,6 +138,7 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
+    check_no_held_records(records_path, config.split)
     write_resolved(config, output, CONFIG_FILE)
     if done:
         logger.info("resuming: %d records already in %s", len(done), records_path)
@@ -243,6 +244,20 @@ def written_ids(records_path: Path) -> set[str]:
         return set()
     truncate_partial_line(records_path)
     return {str(row.get("id")) for _, row in read_jsonl(records_path, "records")}
+
+
+def check_no_held_records(records_path: Path, split: str) -> None:
+    """Refuse to resume training records that hold a question marked dev or test (written before split=all sent
+    them to heldout.jsonl): resuming would keep them where training reads them."""
+    if not records_path.exists():
+        return
+    for number, row in read_jsonl(records_path, "records"):
+        marked = (row.get("meta") or {}).get("split")
+        if kept_out(marked, split):
+            raise InputError(
+                f"{records_path}:{number}: a record of a question marked {marked!r}, written by an older version "
+                f"(split={split} now sends those to {HELDOUT_FILE}); pass restart=true to write the records again"
+            )
 
 
 def evidence_for(

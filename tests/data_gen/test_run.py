@@ -259,6 +259,22 @@ def test_the_readmes_own_data_example_keeps_dev_and_test_questions_out_of_traini
             assert {query_id for query_id, split in marked.items() if split in ("dev", "test")} <= held
 
 
+def test_training_records_an_older_version_wrote_of_test_questions_are_not_resumed(tmp_path: Path) -> None:
+    own = REPO / "tests" / "assets" / "own_data"
+    config = make_config(tmp_path / "out", own / "corpus.jsonl", own / "questions.jsonl", split="all")
+    run(config)
+    records, held = tmp_path / "out" / "records.jsonl", tmp_path / "out" / "heldout.jsonl"
+    leaked = [line for line in lines(held) if json.loads(line)["meta"].get("split") == "test"][:1]
+    records.write_text(records.read_text() + leaked[0] + "\n")  # as split=all wrote them before
+    held.write_text("".join(line + "\n" for line in lines(held) if line != leaked[0]))
+    with pytest.raises(InputError, match=rf"{records}:\d+: a record of a question marked 'test'.*restart=true"):
+        run(config)
+    config.restart = True
+    run(config)
+    assert {json.loads(line)["meta"].get("split") for line in lines(records)} == {"train"}
+    assert leaked[0] in lines(held)
+
+
 def test_a_gold_id_not_in_the_corpus_is_refused_up_front_and_the_corrected_file_reruns(
     tiny_data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
