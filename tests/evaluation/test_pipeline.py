@@ -83,7 +83,8 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     single = results["modes"]["single_pass"]
     # single pass: the Paris passage wins for the answerable question; the Lyon-only one is unsupported -> abstain
     assert single["match"] == 1.0 and single["abstain_rate_unanswerable"] == 1.0 and single["false_abstain_rate"] == 0
-    assert single["unsupported_claim_rate"] == 0.0 and single["engine_calls_per_query"] == 3  # decide, relevance, rest
+    # decide, relevance, rest; the Lyon-only question stops at its [Irrelevant] verdict (skip.relevance_gap): 2
+    assert single["unsupported_claim_rate"] == 0.0 and single["engine_calls_per_query"] == 2.5
     plain = results["modes"]["plain_rag"]
     # plain RAG says "Paris is the capital." to both; judged against Lyon only, the second is unsupported
     assert plain["match"] == 1.0 and plain["abstain_rate_unanswerable"] == 0.0
@@ -95,6 +96,7 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     assert results["reflection"]["relevance"]["at_threshold"]["threshold"] == 0.5  # uncalibrated: the default cut
     table = (out / "table.md").read_text()
     assert "| answer contains gold (answerable) | 100.0% |" in table and "single-pass Self-RAG" in table
+    assert "| latency / plain RAG (p50, p95) |" in table
     assert (out / "quality.png").stat().st_size > 1000 and (out / "cost.png").stat().st_size > 1000
     records = [json.loads(line) for line in (out / "records" / "single_pass.jsonl").read_text().splitlines()]
     assert records[1]["abstained"] and records[0]["cited"][0]["id"] == "paris"
