@@ -89,7 +89,8 @@ def build_llama3_tokenizer() -> Any:
     learner.train_from_iterator(_texts(), trainer)
     state = json.loads(learner.to_str())["model"]
     vocab: dict[str, int] = dict(state["vocab"])
-    merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in state["merges"]]
+    pairs = (merge.split(" ") if isinstance(merge, str) else merge for merge in state["merges"])
+    merges: list[tuple[str, str]] = [(pair[0], pair[1]) for pair in pairs]
     # fill to exactly 128,000: two-symbol merges (byte pairs, then learned token + byte) in a fixed order
     for left in [*alphabet, *sorted(vocab, key=vocab.__getitem__)]:
         if len(vocab) >= LLAMA3_BASE_VOCAB:
