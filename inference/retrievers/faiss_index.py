@@ -63,9 +63,8 @@ def make_index(factory: str, dimension: int) -> Any:
     # The factory turns on polysemous training for PQ codes: minutes of annealing (measured: 265 s of 275 for
     # IVF256,PQ48 on 20k vectors) that only a Hamming-filtered search uses, and this one never does.
     for part in (index, faiss.try_extract_index_ivf(index)):
-        downcast = faiss.downcast_index(part) if part is not None else None
-        if hasattr(downcast, "do_polysemous_training"):
-            downcast.do_polysemous_training = False
+        if part is not None and hasattr(faiss.downcast_index(part), "do_polysemous_training"):
+            faiss.downcast_index(part).do_polysemous_training = False
     return index
 
 
