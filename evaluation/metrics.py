@@ -170,6 +170,10 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "unsupported_claim_rate": rate(sum(not c["supported"] for c in judged), len(judged)),
         "claims_judged": len(judged),
         "abstain_rate_unanswerable": rate(sum(r["abstained"] for r in unanswerable), len(unanswerable)),
+        # answered as if the passages held the answer: neither abstained nor flagged (the runtime cannot know that a
+        # question is unanswerable; its verdicts can only say so). Records without the flag count as unflagged.
+        "unflagged_rate_unanswerable": rate(
+            sum(not r["abstained"] and not r.get("low_confidence") for r in unanswerable), len(unanswerable)),
         "false_abstain_rate": rate(sum(r["abstained"] for r in answerable), len(answerable)),
         "retrieval_rate": rate(len(retrieved), n),
         "retrieve_decision_accuracy": rate(sum(r["retrieved"] == r["needs_retrieval"] for r in decided), len(decided)),

@@ -18,6 +18,7 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ("f1", "token F1 (answerable, SQuAD)", True),
     ("unsupported_claim_rate", "unsupported claims (lower is better)", True),
     ("abstain_rate_unanswerable", "abstains on unanswerable", True),
+    ("unflagged_rate_unanswerable", "answers unanswerable unflagged (lower is better)", True),
     ("false_abstain_rate", "false abstains on answerable (lower is better)", True),
     ("retrieval_rate", "retrieved", True),
     ("retrieve_decision_accuracy", "retrieve decision = gold", True),

@@ -123,6 +123,21 @@ def test_summarize_known_rates() -> None:
     assert summary["latency_p50"] == 2.0 and summary["latency_p95"] == pytest.approx(3.8)
 
 
+def test_an_unanswerable_question_answered_without_a_flag_is_counted() -> None:
+    """The runtime cannot know answerability: "1963" on a [Fully supported] verdict ships unflagged. eval knows it, and
+    says how often; an abstention or a low_confidence flag is not counted."""
+    unanswerable = {"answerable": False, "gold_answers": []}
+    records = [record(**unanswerable, answer="1963", low_confidence=False),
+               record(**unanswerable, answer="1963", low_confidence=True),
+               record(**unanswerable, answer="The sources do not say.", abstained=True),
+               record(**unanswerable, answer="Lyon"),  # plain RAG: no flag at all
+               record()]
+    summary = metrics.summarize(records)
+    assert summary["unflagged_rate_unanswerable"] == pytest.approx(2 / 4)
+    assert summary["abstain_rate_unanswerable"] == pytest.approx(1 / 4)
+    assert metrics.summarize([record()])["unflagged_rate_unanswerable"] is None
+
+
 def test_summarize_closed_set_and_claims() -> None:
     records = [
         record(kind="choice", gold_answers=["a frog", "C"], choices=[["A", "a dog"], ["C", "a frog"]],
