@@ -32,7 +32,7 @@ class SelfRAGGRPOTrainer(GRPOTrainer):
     """GRPO with an epoch-seeded question order (see the module docstring)."""
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
-        sampler = super()._get_train_sampler(dataset)
+        sampler: Any = super()._get_train_sampler(dataset)  # a RepeatSampler (typed as Sampler by TRL)
         return EpochSampler(
             data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
             batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
