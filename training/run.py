@@ -44,6 +44,7 @@ from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import base_model_name, prepare_model
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
+from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
     accuracy_callback,
     check_sharding,
@@ -51,7 +52,6 @@ from selfrag.training.trainer import (
     input_side_detached,
     last_checkpoint,
     lora_head_allowed,
-    plain_loss_trainer,
     row_step_callback,
     save_adapter,
     sft_arguments,
@@ -175,7 +175,7 @@ def run(config: TrainConfig) -> TrainResult:
     logger.info("bf16 mixed precision %s (training.bf16=%s)", "on" if arguments.bf16 else "off",
                 config.training.bf16)
     with lora_head_allowed(model):
-        trainer = plain_loss_trainer(
+        trainer = SelfRAGSFTTrainer(
             model=model,
             args=arguments,
             train_dataset=train_set.to_dataset(),

@@ -1,12 +1,11 @@
-"""The TRL trainer a run uses and its callbacks: the plain-forward loss, held-out evaluation during training,
-method full's scaled reflection-row steps, the ``SFTConfig`` options, checkpoints and saving.
+"""What a run's trainer (:class:`~selfrag.training.sft_trainer.SelfRAGSFTTrainer`) is given: held-out evaluation
+during training, method full's scaled reflection-row steps, the ``SFTConfig`` options, checkpoints and saving.
 
-    trainer = plain_loss_trainer(model=model, args=SFTConfig(**sft_options(config, checkpoints)), ...)
+    arguments = sft_arguments(config, checkpoints)
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ from selfrag.training.config import TrainConfig
 from selfrag.training.distributed import use_cpu_backend
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge
-from selfrag.training.loss import AnswerStart, RelevanceRank, masked_loss
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +30,7 @@ def lora_head_allowed(model: Any) -> Iterator[None]:
     """Let TRL's SFTTrainer take a model with LoRA on ``lm_head`` (strategy ``reserved``).
 
     TRL 1.16 refuses it in ``__init__`` because its fused loss reads ``lm_head.weight`` directly and would
-    never train the adapter. This recipe's loss is the model's own forward (``plain_loss_trainer``), which
+    never train the adapter. This recipe's loss is the model's own forward (``SelfRAGSFTTrainer``), which
     goes through the LoRA head, so the check does not apply; it is hidden only while the trainer is built.
     """
     model.get_output_embeddings = lambda: None  # an instance attribute shadows the method
@@ -216,107 +214,6 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
         if line.startswith("flags") and ":" in line:
             return set(line.split(":", 1)[1].split())
     return set()
-
-
-def plain_loss_trainer(
-    loss_weights: Any = None,
-    row_lr_multiplier: float = 1.0,
-    start: AnswerStart | None = None,
-    batches: list[list[int]] | None = None,
-    rank: RelevanceRank | None = None,
-    **kwargs: Any,
-) -> Any:
-    """An ``SFTTrainer`` whose loss is the model's own forward over the prebuilt labels.
-
-    TRL 1.16 always patches a fused LM head (``loss_type="nll"`` *is* the fused loss; ``chunked_nll`` is
-    an alias) that reads ``lm_head.weight``/``.bias`` directly. Around PEFT's trainable-token wrapper of
-    a tied head that fails (``'TrainableTokensWrapper' object has no attribute 'bias'``), and even where
-    it ran it would read the base weight without the trained reflection rows. The plain forward goes
-    through the wrapper.
-
-    ``loss_weights``: a per-id weight vector (:func:`loss_weight_table`) for a weighted mean loss, or None.
-    ``batches``: the training batches as lists of example indices (``training.order=question_batch``), or None
-    for the trainer's own sampler.
-    ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this multiple of the
-    learning rate, in their own optimizer parameter group.
-    """
-    from trl import SFTTrainer
-
-    class PlainLossSFTTrainer(SFTTrainer):
-        # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
-        loss_is_scaled_for_ga = False  # type: ignore[assignment]  # TRL declares it None; transformers bool | None
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-            loss, outputs = masked_loss(model, inputs, loss_weights, start, rank)
-            return (loss, outputs) if return_outputs else loss
-
-        def _save(self, output_dir=None, state_dict=None):  # type: ignore[no-untyped-def]
-            # A checkpoint of an adapter holds what the final save_adapter writes: the LoRA weights and the trained
-            # reflection rows (trainable-token deltas). PEFT's "auto" adds the whole grown matrix to each one, as
-            # input embedding and as head (tied or not): 226 of SmolLM2-135M's 236 MB, about 2 GB at 8B, never
-            # read, since resuming grows the base again and the deltas replace its new rows.
-            from peft import PeftModel
-
-            unwrapped = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
-            if not isinstance(unwrapped, PeftModel):
-                return super()._save(output_dir, state_dict)
-            model: Any = unwrapped  # its save_pretrained is set on the instance for this save
-            model.save_pretrained = functools.partial(model.save_pretrained, save_embedding_layers=False)
-            try:
-                return super()._save(output_dir, state_dict)
-            finally:
-                del model.save_pretrained  # the class's method again
-
-        def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
-            from transformers.trainer_pt_utils import LengthGroupedSampler
-
-            sampler = super()._get_train_sampler(train_dataset)
-            if not isinstance(sampler, LengthGroupedSampler):
-                return sampler
-            # training.order=length: transformers groups by the examples of one process's step (batch x accumulation),
-            # so 2 processes x batch B and 1 process x B with 2 accumulation steps would read different batches. Grouped
-            # by the examples of one optimizer step over every process, each step reads the same examples either way.
-            args = self.args
-            step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-            return LengthGroupedSampler(step, lengths=sampler.lengths)
-
-        def get_train_dataloader(self):  # type: ignore[no-untyped-def]
-            if batches is None:
-                return super().get_train_dataloader()
-            from torch.utils.data import DataLoader
-
-            # training.order=question_batch: the batches are given (whole questions, variable size). The dataset
-            # holds only input_ids and labels, so no columns to remove; accelerate's prepare shards batches across
-            # processes and its skip_first_batches resumes mid-epoch from the same list.
-            loader = DataLoader(
-                self.train_dataset,  # type: ignore[arg-type]
-                batch_sampler=batches,
-                collate_fn=self.data_collator,
-                num_workers=self.args.dataloader_num_workers,
-                pin_memory=self.args.dataloader_pin_memory,
-            )
-            return self.accelerator.prepare(loader)
-
-        def create_optimizer(self, model=None):  # type: ignore[no-untyped-def]
-            if row_lr_multiplier == 1.0 or self.optimizer is not None:
-                return super().create_optimizer(model)
-            named = [(n, p) for n, p in (model or self.model).named_parameters() if p.requires_grad]  # type: ignore[union-attr]
-            rows = [p for n, p in named if "trainable_tokens_delta" in n]
-            others = [p for n, p in named if "trainable_tokens_delta" not in n]
-            args = self.args
-            groups = [
-                {"params": others, "lr": args.learning_rate, "weight_decay": args.weight_decay},
-                {"params": rows, "lr": args.learning_rate * row_lr_multiplier, "weight_decay": 0.0},
-            ]
-            self.optimizer = torch.optim.AdamW(
-                [g for g in groups if g["params"]],
-                lr=args.learning_rate,
-                betas=(args.adam_beta1, args.adam_beta2),
-                eps=args.adam_epsilon,
-            )
-            return self.optimizer
-
-    return PlainLossSFTTrainer(**kwargs)
 
 
 def accuracy_callback(

@@ -310,7 +310,7 @@ RANKS: list[Any] = []
 def loss_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """Each batch's labels and the loss-weight table as they reach the loss (a spy on ``masked_loss``); the
     ranking term each batch got is in ``loss_batches_rank``."""
-    import selfrag.training.trainer as train_trainer
+    import selfrag.training.sft_trainer as train_trainer
 
     captured: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     real = train_trainer.masked_loss
