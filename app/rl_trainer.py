@@ -1,6 +1,13 @@
-"""TRL's ``GRPOTrainer`` with one change for ``selfrag rl``: the question order is a function of the epoch.
+"""TRL's ``GRPOTrainer`` with two changes for ``selfrag rl``: the question order is a function of the epoch, and the
+log-probs come from the model's own head where PEFT adapts it.
 
     trainer = SelfRAGGRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), rollout_func=...)
+
+TRL 1.16 scores tokens with a fused head that multiplies the backbone's output by ``lm_head.weight`` itself. Where PEFT
+adapts the head (strategy ``add``: the trainable reflection rows, ``TrainableTokensWrapper``; strategy ``reserved``:
+LoRA on ``lm_head``), that weight misses the adapter, and the wrapper has no ``bias`` (the fused head fails on it, as
+it does in SFT: DESIGN.md). There the log-probs are read from the model's own logits instead
+(:func:`use_model_head`): correct, at the memory of one batch's full logits.
 
 TRL 1.16's ``RepeatSampler`` draws every epoch's shuffle from one generator seeded once, so a run resumed from a
 checkpoint starts that generator again and meets the questions in the first epoch's order, not the order the killed
@@ -16,7 +23,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import FusedCausalLMOutput, RepeatSampler
 
 
 class EpochSampler(RepeatSampler):
@@ -28,8 +35,41 @@ class EpochSampler(RepeatSampler):
             self.generator.manual_seed((self.seed or 0) + int(epoch))
 
 
+def head_is_adapted(model: Any) -> bool:
+    """Whether PEFT wraps the output head (its weight alone is not what the model computes with)."""
+    return type(model.get_output_embeddings()) is not torch.nn.Linear
+
+
+def use_model_head(model: Any, temperature: float) -> None:
+    """Answer TRL's ``fused_lm_head=True`` calls from the model's own logits (the head as PEFT adapts it): the same
+    ``log_probs`` and ``entropy`` per next-token label, zero where the label is -100."""
+    fused = model.forward  # TRL's patched forward; without fused_lm_head it is the model's own
+
+    def forward(*args: Any, fused_lm_head: bool = False, labels: Any = None, **kwargs: Any) -> Any:
+        if not fused_lm_head:
+            return fused(*args, labels=labels, **kwargs)
+        kwargs["use_cache"] = False
+        logits = fused(*args, **kwargs).logits[:, :-1].float() / temperature  # (batch, length - 1, vocabulary)
+        targets = labels[:, 1:].to(logits.device)
+        keep = targets != -100
+        logp = torch.log_softmax(logits, dim=-1)
+        log_probs = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~keep, 0.0)
+        entropy = -(logp.exp() * logp).sum(-1).masked_fill(~keep, 0.0)
+        loss = -log_probs.sum() / keep.sum().clamp(min=1)
+        return FusedCausalLMOutput(loss=loss, log_probs=log_probs, entropy=entropy)
+
+    model.forward = forward
+
+
 class SelfRAGGRPOTrainer(GRPOTrainer):
-    """GRPO with an epoch-seeded question order (see the module docstring)."""
+    """GRPO with an epoch-seeded question order and, where PEFT adapts the head, its log-probs read from the model's
+    own logits (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        if head_is_adapted(base):
+            use_model_head(base, self.temperature)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         sampler: Any = super()._get_train_sampler(dataset)  # a RepeatSampler (typed as Sampler by TRL)

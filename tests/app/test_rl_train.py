@@ -172,3 +172,63 @@ def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
     assert "trl.beta is set by this recipe; set training.beta instead" in text
     assert "did you mean trl.epsilon" in text
     assert "generations must be at least 2" in text and "temperature must be > 0" in text
+
+
+def test_an_adapter_from_selfrag_train_goes_on_training_its_lora_and_rows(
+        rl_files: dict[str, Path], tiny_tokenizer, tiny_model_builder, tiny_base_dir: Path,  # type: ignore[no-untyped-def]
+        tmp_path: Path) -> None:
+    """The adapter as `selfrag train` writes it (strategy add: LoRA plus PEFT's trainable reflection rows)."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from selfrag.artifacts import ModelMeta, save_meta
+    from selfrag.training.tokens import prepare_tokens
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    model = tiny_model_builder(len(tokenizer))
+    token_ids = prepare_tokens(model, tokenizer, "add")
+    adapter = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                               trainable_token_indices={"embed_tokens": list(token_ids.all_ids)}))
+    directory = tmp_path / "sft-adapter"
+    adapter.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    save_meta(directory, ModelMeta(token_ids, "add", "auto", str(tiny_base_dir), "adapter"))
+
+    config = _config({**rl_files, "model": directory}, "rollout.mode=always", "training.max_steps=2",
+                     "training.learning_rate=0.05", "training.save_steps=100")
+    policy = load_policy(config)
+    before = {name: value.detach().clone() for name, value in policy.model.named_parameters() if value.requires_grad}
+    assert any("trainable_tokens" in name for name in before) and any("lora_" in name for name in before)
+    from selfrag.app.rl_trainer import head_is_adapted
+
+    assert head_is_adapted(policy.model.get_base_model())  # TRL's fused head would miss the rows (and fail)
+    trainer = grpo_trainer(config, policy, read_questions(config), BM25Retriever(PASSAGES), TargetReward(),
+                           rl_files["out"] / "checkpoints")
+    trainer.train()
+    after = dict(policy.model.named_parameters())
+    assert all(not torch.equal(before[name], after[name]) for name in before if "lora_B" in name)
+    assert any(not torch.equal(before[name], after[name]) for name in before if "trainable_tokens" in name)
+
+
+def test_the_model_head_gives_trls_fused_log_probs(rl_files: dict[str, Path]) -> None:
+    """Where PEFT adapts the head, the log-probs come from the model's own logits: on a plain head they equal TRL's."""
+    import torch
+    from trl.trainer.utils import add_fused_lm_head
+
+    from selfrag.app.rl_trainer import head_is_adapted, use_model_head
+
+    policy = load_policy(_config(rl_files))  # a merged model with a new LoRA: the head is a plain Linear
+    base = policy.model.get_base_model()
+    assert not head_is_adapted(base)
+    add_fused_lm_head(base, temperature=0.7, outputs=("log_probs", "entropy"))
+    ids = torch.randint(0, 600, (2, 12), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[:, :5] = -100
+    fused = policy.model(input_ids=ids, labels=labels, fused_lm_head=True)
+    use_model_head(base, 0.7)
+    own = policy.model(input_ids=ids, labels=labels, fused_lm_head=True)
+    torch.testing.assert_close(own.log_probs, fused.log_probs)
+    torch.testing.assert_close(own.entropy, fused.entropy)
+    assert policy.model(input_ids=ids).logits.shape == (2, 12, 615)  # generation's calls are the model's own
