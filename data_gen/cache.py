@@ -62,14 +62,34 @@ class CachedReply:
     completion_tokens: int
 
 
+@dataclass
+class Ledger:
+    """The teacher calls a run paid for (every reply the teacher sent, usable or not) and their tokens."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.calls += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+
+    def cost(self, prices: tuple[float, float]) -> float:
+        """In the currency of ``teacher.price_*_per_million`` (input, output)."""
+        return round((self.prompt_tokens * prices[0] + self.completion_tokens * prices[1]) / 1e6, 6)
+
+
 class CallStore(Protocol):
-    """Where :class:`~selfrag.data_gen.teachers.CachedTeacher` looks replies up: this SQLite cache in the process,
-    or (``executor=ray``) the one cache of the run reached through a Ray actor
-    (:class:`~selfrag.data_gen.ray_executor.SharedCache`)."""
+    """Where :class:`~selfrag.data_gen.teachers.CachedTeacher` looks replies up and books the calls it paid: this
+    SQLite cache in the process, or (``executor=ray``) the one cache of the run reached through a Ray actor
+    (:class:`~selfrag.data_gen.ray_executor.SharedCache`), whose ledger outlives a killed worker."""
 
     async def lookup(self, key: str) -> CachedReply | None: ...
 
     async def store(self, key: str, model: str, reply: CachedReply) -> None: ...
+
+    async def paid(self, prompt_tokens: int, completion_tokens: int) -> None: ...
 
 
 class CallCache:
@@ -84,6 +104,7 @@ class CallCache:
         # NORMAL in WAL mode survives a killed process (only a power cut can lose the last commits).
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(SCHEMA)
+        self.ledger = Ledger()  # the calls paid while this cache was open (this run's)
 
     def get(self, key: str) -> CachedReply | None:
         with self._lock:
@@ -105,6 +126,10 @@ class CallCache:
 
     async def store(self, key: str, model: str, reply: CachedReply) -> None:
         self.put(key, model, reply)
+
+    async def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
+        with self._lock:
+            self.ledger.add(prompt_tokens, completion_tokens)
 
     def __len__(self) -> int:
         with self._lock:

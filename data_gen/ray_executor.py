@@ -39,6 +39,7 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict
 from selfrag.corpus import Query, parse_ctxs
+from selfrag.data_gen.cache import Ledger
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.runs import bytes_digest
@@ -99,7 +100,7 @@ class Labeller:
             self.assembler = self._build()
         assembler, config = self.assembler, self.config
         teacher = assembler.teacher
-        fresh, hits = teacher.fresh_calls, teacher.cache_hits
+        hits = teacher.cache_hits
         slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
 
         parsed = [_query(json.loads(raw)) for raw in queries]
@@ -120,7 +121,6 @@ class Labeller:
         names = ("query_id", "entry", "failed", "fatal")
         out: dict[str, list[Any]] = {name: [row[i] for row in results] for i, name in enumerate(names)}
         padding = [0] * (len(results) - 1)
-        out["fresh_calls"] = [teacher.fresh_calls - fresh, *padding]
         out["cache_hits"] = [teacher.cache_hits - hits, *padding]
         return out
 
@@ -144,6 +144,14 @@ class CacheKeeper:
         from selfrag.data_gen.cache import CachedReply
 
         self.cache.put(key, model, CachedReply(text, prompt_tokens, completion_tokens))
+
+    def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.cache.ledger.add(prompt_tokens, completion_tokens)
+
+    def ledger(self) -> tuple[int, int, int]:
+        """(calls, prompt tokens, completion tokens) paid through this keeper: every worker's, a killed one's too."""
+        ledger = self.cache.ledger
+        return ledger.calls, ledger.prompt_tokens, ledger.completion_tokens
 
     def where(self) -> tuple[str, int]:
         """(node id, pid) of the keeper: for tests and logs."""
@@ -170,6 +178,9 @@ class SharedCache:
     async def store(self, key: str, model: str, reply: Any) -> None:
         # awaited: a reply is in the cache before its question can reach the journal
         await self.keeper.put.remote(key, model, reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+    async def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
+        await self.keeper.paid.remote(prompt_tokens, completion_tokens)
 
 
 def start_keeper(cache_path: Path) -> Any:
@@ -209,9 +220,9 @@ def label_with_ray(
     digests: dict[str, str],
     cache_path: Path,
     add: Callable[[dict[str, Any]], bool],
-) -> tuple[dict[str, str], int, int, dict[str, Any]]:
-    """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, fresh calls, hits,
-    what else run.json says: with ``ray.stages`` the calls of each stage)."""
+) -> tuple[dict[str, str], Ledger, int, dict[str, Any]]:
+    """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, the calls paid as the
+    keeper booked them, hits, what else run.json says: with ``ray.stages`` the calls of each stage)."""
     try:
         import ray
     except ImportError:
@@ -233,7 +244,8 @@ def label_with_ray(
             options["runtime_env"] = {"env_vars": forwarded}
         ray.init(address=settings.address, **options)
     failed: dict[str, str] = {}
-    fresh = hits = 0
+    paid = Ledger()
+    hits = 0
     keeper = None
     try:
         rows = [
@@ -241,7 +253,7 @@ def label_with_ray(
             for query, seed in todo
         ]
         if not rows:
-            return failed, 0, 0, {}
+            return failed, paid, 0, {}
         keeper = start_keeper(cache_path)
 
         def finish(row: dict[str, Any]) -> None:
@@ -262,9 +274,8 @@ def label_with_ray(
                     for row, (query, seed) in zip(rows, todo, strict=True)
                 ]
                 stages = label_in_stages(config, staged, passages, keeper, finish, bar)
-                fresh = sum(counts.get("made", 0) for counts in stages.values())
                 hits = sum(counts.get("from_cache", 0) for counts in stages.values())
-                return failed, fresh, hits, {"stages": stages}
+                return failed, Ledger(*ray.get(keeper.ledger.remote())), hits, {"stages": stages}
             dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
             labelled = dataset.map_batches(
                 Labeller,
@@ -279,17 +290,18 @@ def label_with_ray(
                 num_cpus=settings.cpus_per_worker,
             )
             for row in labelled.iter_rows():
-                fresh += int(row["fresh_calls"])
                 hits += int(row["cache_hits"])
                 finish(row)
                 bar.update(1)
+            # booked by the keeper as each reply came: a killed worker's calls count though its batch never returned
+            paid = Ledger(*ray.get(keeper.ledger.remote()))
     finally:
         if keeper is not None:
             ray.get(keeper.close.remote())
             ray.kill(keeper)
         if started_here:
             ray.shutdown()
-    return failed, fresh, hits, {}
+    return failed, paid, hits, {}
 
 
 def forwarded_environment(api_key_env: str | None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from selfrag.config import to_dict
 from selfrag.corpus import Chunk, Query, load_chunks, load_queries
 from selfrag.data_gen.assembly import Assembler, Outcome
-from selfrag.data_gen.cache import CallCache, default_cache_path
+from selfrag.data_gen.cache import CallCache, Ledger, default_cache_path
 from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest, query_digest
 from selfrag.data_gen.labelers import LLMLabeler
@@ -138,9 +138,9 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
                 journal.add(entry)
                 return True
 
-            failed, made, hits, extra = label_with_ray(config, todo, passages, digests, cache_path, add)
+            failed, paid, hits, extra = label_with_ray(config, todo, passages, digests, cache_path, add)
         else:
-            made, hits = _label_locally(config, retriever, passages_by_id, journal, todo, failed, digests, cache_path)
+            paid, hits = _label_locally(config, retriever, passages_by_id, journal, todo, failed, digests, cache_path)
     except TeacherError as error:  # permanent (e.g. HTTP 401/404, unreachable): a setting to fix, not a bug
         done = sum(1 for query, _ in tasks if _finished(journal.done.get(query.id), digests[query.id]))
         raise ConfigError(
@@ -160,8 +160,10 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
         "questions_labelled_now": len(todo) - len(failed),
         "questions_changed": changed,
         "questions_failed_now": len(failed),
-        "teacher_calls_made": made,
+        "teacher_calls_made": paid.calls,
         "teacher_calls_from_cache": hits,
+        "teacher_tokens_paid": {"prompt": paid.prompt_tokens, "completion": paid.completion_tokens},
+        "cost_paid_now": paid.cost(prices),
         "teacher_cache": str(cache_path),
         "seconds": round(time.monotonic() - started, 3),
         **extra,
@@ -183,8 +185,8 @@ def _label_locally(
     failed: dict[str, str],
     digests: dict[str, str],
     cache_path: Path,
-) -> tuple[int, int]:
-    """Label ``todo`` in this process; returns (teacher calls made, calls answered from the cache)."""
+) -> tuple[Ledger, int]:
+    """Label ``todo`` in this process; returns (the teacher calls paid, calls answered from the cache)."""
     cache = CallCache(cache_path)
     teacher = CachedTeacher(build_teacher(config.teacher), cache)
     labeler = LLMLabeler(
@@ -195,7 +197,7 @@ def _label_locally(
         asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id, digests))
     finally:
         cache.close()
-    return teacher.fresh_calls, teacher.cache_hits
+    return cache.ledger, teacher.cache_hits
 
 
 def _finished(entry: dict[str, Any] | None, digest: str) -> bool:
@@ -304,9 +306,10 @@ def summarize(stats: dict[str, Any], output: Path) -> str:
         f"{stats['questions_labelled']} of {stats['questions']} questions labelled; "
         f"{stats['records']['train']} train + {stats['records']['heldout']} held-out records, "
         f"{stats['critic_records']['train'] + stats['critic_records']['heldout']} critic records in {output}",
-        f"teacher: {run['teacher_calls_made']} calls made now, {run['teacher_calls_from_cache']} from the cache "
-        f"({run['teacher_cache']}); {stats['teacher']['prompt_tokens']} + {stats['teacher']['completion_tokens']} "
-        f"tokens, cost {stats['teacher']['cost']}",
+        f"teacher: {run['teacher_calls_made']} calls paid now (cost {run.get('cost_paid_now', 0.0)}), "
+        f"{run['teacher_calls_from_cache']} from the cache ({run['teacher_cache']}); the data set's labels took "
+        f"{stats['teacher']['prompt_tokens']} + {stats['teacher']['completion_tokens']} tokens, cost "
+        f"{stats['teacher']['cost']} in all",
         f"already done: {run['questions_already_done']} questions; changed and labelled again: "
         f"{run.get('questions_changed', 0)}; failed now: {run['questions_failed_now']}",
         "drops: " + (", ".join(f"{reason} x{count}" for reason, count in drops.most_common()) or "none"),

@@ -394,6 +394,7 @@ class CachedTeacher:
             self.cache_hits += 1
             return ChatReply(hit.text, hit.prompt_tokens, hit.completion_tokens, cached=True)
         reply = await self.teacher.chat(request)
+        await self.cache.paid(reply.prompt_tokens, reply.completion_tokens)  # booked first: paid, usable or not
         if request.usable is None or request.usable(reply.text):
             await self.cache.store(key, self.model, CachedReply(reply.text, reply.prompt_tokens,
                                                                 reply.completion_tokens))

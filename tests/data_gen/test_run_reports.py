@@ -154,3 +154,23 @@ def test_an_older_runs_cache_in_the_output_is_still_used(tmp_path: Path) -> None
     assert again.stats["run"]["teacher_cache"] == str(out / "teacher-cache.sqlite")
     assert again.stats["run"]["teacher_calls_made"] == 0
 
+
+
+def test_a_fully_cached_rerun_pays_nothing_and_says_so(tmp_path: Path, own_teacher_cache: Path) -> None:
+    """The summary's cost of this run is what it paid now; the data set's cost (from every label's tokens) is named as
+    such, so a rerun answered from the cache does not read as a bill (issue #44, defect 5)."""
+    from selfrag.data_gen.teacher_run import summarize
+
+    data = write_inputs(tmp_path, TEACHER_QUERIES[:3])
+    prices = ["teacher.price_input_per_million=2.0", "teacher.price_output_per_million=8.0"]
+    with TeacherServer() as server:
+        first = generate(server.url, data, tmp_path / "out", *prices)
+        paid = first.stats["run"]["teacher_tokens_paid"]
+        again = generate(server.url, data, tmp_path / "again", *prices)  # a new folder, every call in the cache
+    assert first.stats["run"]["teacher_calls_made"] == len(server.answered) > 0
+    assert paid["prompt"] >= first.stats["teacher"]["prompt_tokens"] > 0  # labels kept; paid also counts re-asks
+    assert first.stats["run"]["cost_paid_now"] == round((paid["prompt"] * 2.0 + paid["completion"] * 8.0) / 1e6, 6)
+    assert again.stats["run"]["teacher_calls_made"] == 0 and again.stats["run"]["cost_paid_now"] == 0.0
+    assert again.stats["teacher"]["cost"] == first.stats["teacher"]["cost"] > 0
+    line = next(line for line in summarize(again.stats, tmp_path / "again").splitlines() if line.startswith("teacher"))
+    assert "0 calls paid now (cost 0.0)" in line and f"cost {again.stats['teacher']['cost']} in all" in line
