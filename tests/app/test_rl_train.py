@@ -232,3 +232,18 @@ def test_the_model_head_gives_trls_fused_log_probs(rl_files: dict[str, Path]) ->
     torch.testing.assert_close(own.log_probs, fused.log_probs)
     torch.testing.assert_close(own.entropy, fused.entropy)
     assert policy.model(input_ids=ids).logits.shape == (2, 12, 615)  # generation's calls are the model's own
+
+
+def test_questions_come_from_the_split_or_the_records_of_a_generate_run(rl_files: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    from selfrag.errors import InputError
+    from selfrag.trajectory import Record, Segment
+
+    assert [q.id for q in read_questions(_config(rl_files))] == ["a", "b", "c"]  # "d" has nothing to score against
+    assert [q.id for q in read_questions(_config(rl_files, "limit=1"))] == ["a"]
+    records = tmp_path / "records.jsonl"
+    rows = [Record(f"{query}/gold", "?", (Segment("x"),), None, meta={"query_id": query}) for query in ("c", "b")]
+    records.write_text("".join(json.dumps(record.to_json()) + "\n" for record in rows))
+    assert [q.id for q in read_questions(_config(rl_files, f"records={records}"))] == ["b", "c"]
+    with pytest.raises(InputError, match="split=train"):
+        read_questions(_config(rl_files, "split=train"))
