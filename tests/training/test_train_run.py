@@ -81,6 +81,10 @@ def test_outputs_and_metrics_are_written(trained) -> None:  # type: ignore[no-un
     assert set(metrics["reflection_accuracy"]) == {"retrieve", "relevance", "support", "utility", "counts"}
     assert metrics["held_out_examples"] == result.held_out_examples > 0
     assert [entry["step"] for entry in metrics["reflection_accuracy_at_checkpoints"]] == [8]  # the final save
+    # what the steps cost: tokens/s over steps 2-8 (the first is warm-up), and their peak memory
+    throughput = metrics["throughput"]
+    assert throughput["steps"] == 7 and throughput["input_tokens"] > 0 and throughput["tokens_per_second"] > 0
+    assert throughput["first_step_seconds"] > 0 and metrics["peak_memory"]["rss_gb"] > 0.1
 
 
 def test_the_model_records_the_questions_it_trained_on_not_the_held_out_ones(trained) -> None:  # type: ignore[no-untyped-def]
