@@ -253,6 +253,11 @@ def parity(served: Path) -> dict[str, Any]:
 def table(report: dict[str, Any]) -> str:
     lines = [f"gpu_check ({report['mode']})", f"  versions: {json.dumps(report['versions'])}"]
     lines += [f"  {name}: {state}" for name, state in report["configs"].items()]
+    if "meta_8b" in report:
+        meta = report["meta_8b"]
+        lines.append(f"  {meta['shape']} on the meta device: {meta['parameters']:,} parameters ({meta['billions']}B); "
+                     f"recipe LoRA trainable: reserved {meta['reserved']['lora_trainable']:,}, "
+                     f"add {meta['add']['lora_trainable']:,}")
     chosen = report["memory"]["chosen"]
     lines.append(f"  estimate for {report['memory']['model']}, batch {chosen['setup']['batch_size']} x "
                  f"{chosen['setup']['max_length']} tokens: {chosen['formula']}")
