@@ -72,6 +72,23 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, seconds) if seconds == seconds else None  # NaN falls back too
 
 
+class _Schedule:
+    """The waits of one call: the next one after each failure, or :class:`RetriesExhausted` when none is left."""
+
+    def __init__(self, policy: RetryPolicy, rng: random.Random, on_retry: OnRetry | None) -> None:
+        self.policy, self.rng, self.on_retry = policy, rng, on_retry
+        self.retries = 0
+
+    def after(self, error: Retryable) -> float:
+        if self.retries >= self.policy.max_retries:
+            raise RetriesExhausted(error.reason, self.policy.max_retries + 1)
+        delay = self.policy.delay(self.retries, error.wait, self.rng)
+        self.retries += 1
+        if self.on_retry is not None:
+            self.on_retry(self.retries, error.reason, delay)
+        return delay
+
+
 def call_with_retries(
     attempt: Callable[[], T],
     policy: RetryPolicy,
@@ -80,17 +97,13 @@ def call_with_retries(
     on_retry: OnRetry | None = None,
 ) -> T:
     """Run ``attempt`` until it returns, raises a non-:class:`Retryable` error, or the tries run out."""
-    for retry in range(policy.max_retries + 1):
+    schedule = _Schedule(policy, rng, on_retry)
+    while True:
         try:
             return attempt()
         except Retryable as error:
-            last = error
-        if retry < policy.max_retries:
-            delay = policy.delay(retry, last.wait, rng)
-            if on_retry is not None:
-                on_retry(retry + 1, last.reason, delay)
-            sleep(delay)
-    raise RetriesExhausted(last.reason, policy.max_retries + 1)
+            delay = schedule.after(error)
+        sleep(delay)
 
 
 async def acall_with_retries(
@@ -100,15 +113,11 @@ async def acall_with_retries(
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     on_retry: OnRetry | None = None,
 ) -> T:
-    """:func:`call_with_retries` for a coroutine: the same policy, awaited sleeps."""
-    for retry in range(policy.max_retries + 1):
+    """:func:`call_with_retries` for a coroutine: the same schedule, awaited sleeps."""
+    schedule = _Schedule(policy, rng, on_retry)
+    while True:
         try:
             return await attempt()
         except Retryable as error:
-            last = error
-        if retry < policy.max_retries:
-            delay = policy.delay(retry, last.wait, rng)
-            if on_retry is not None:
-                on_retry(retry + 1, last.reason, delay)
-            await sleep(delay)
-    raise RetriesExhausted(last.reason, policy.max_retries + 1)
+            delay = schedule.after(error)
+        await sleep(delay)
