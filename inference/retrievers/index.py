@@ -97,11 +97,12 @@ class IndexConfig:
         "faiss, picked index: product-quantizer bytes per passage (FAISS's m, 8 bits each; must divide the "
         "dimension); unset: dimension / 8", None)
     nprobe: int | None = help_field(
-        "faiss, IVF indexes: inverted lists visited per query (unset: 32 for the picked IVF-PQ index, else FAISS's 1)",
-        None)
+        "faiss, IVF indexes: inverted lists visited per query (unset: 32, or 1/64 of the lists, for the picked IVF-PQ "
+        "index; else FAISS's 1)", None)
     rerank: int | None = help_field(
         "faiss: candidates re-scored by the exact inner product on float16 vectors (vectors.f16.npy, memory-mapped); "
-        "unset: 200 for compressed (PQ/SQ) indexes, 0 (off, no vectors file) otherwise", None)
+        "unset: for compressed (PQ/SQ) indexes 200, growing with sqrt(passages) above 200k (450 at 1M), else 0 (off, "
+        "no vectors file)", None)
     ef_search: int | None = help_field("faiss, HNSW indexes: efSearch, the search breadth (unset: FAISS's 16)", None)
     train_size: int = help_field("faiss: vectors sampled (seeded) to train IVF/PQ indexes", 100_000)
     seed: int = help_field("faiss: seed of the training sample", 0)

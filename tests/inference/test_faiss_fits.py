@@ -165,8 +165,10 @@ def test_the_factory_is_picked_by_corpus_size(corpus: Path, tmp_path: Path) -> N
     assert plan_faiss(None, 2_834, 384).factory == "Flat" and plan_faiss(None, 2_834, 384).rerank == 0
     assert plan_faiss(None, 1_000_000, 384).factory == "IVF1024,PQ48"
     assert plan_faiss(None, 21_000_000, 768).factory == "IVF4096,PQ96"
-    assert plan_faiss(None, 21_000_000, 384).rerank == 200 and plan_faiss(None, 21_000_000, 384).nprobe == 32
+    assert (plan_faiss(None, 1_000_000, 384).rerank, plan_faiss(None, 1_000_000, 384).nprobe) == (450, 32)
+    assert (plan_faiss(None, 21_000_000, 384).rerank, plan_faiss(None, 21_000_000, 384).nprobe) == (2050, 64)
     assert plan_faiss("HNSW32", 21_000_000, 384).rerank == 0 and plan_faiss("IVF64,PQ8", 9_000, 32).rerank == 200
+    assert plan_faiss("IVF64,PQ8", 9_000, 32, rerank=0).rerank == 0
     assert default_nlist(3000) == 64 and default_nlist(200_000) == 512 and default_pq_bytes(100) == 10
     build(config(corpus, tmp_path / "small"), encoder=ClusteredEncoder(), show_progress=False)
     options = json.loads((tmp_path / "small" / "index.json").read_text())["options"]
