@@ -19,9 +19,9 @@ alone, and a no-retrieval question the way the no-retrieval mode asks it. The an
 
 * ``base`` (the default above): the base model answers as plain RAG asks, without the gold answer;
 * ``reply``: the base model is given the question, the gold answer and the gold passage and writes one sentence that
-  states the answer (:func:`reply_prompt`), kept only where that sentence holds a gold answer (normalised match) and
-  does not abstain; each call is cached in the teacher call cache (SQLite, keyed by model, prompt and parameters:
-  ``SELFRAG_TEACHER_CACHE``), so a rerun repeats no decode;
+  states the answer (:func:`reply_prompt`), kept only where that sentence holds a gold answer (normalised match),
+  does not abstain and is supported by the gold passage (the overlap judge); each call is cached in the teacher call
+  cache (SQLite, keyed by model, prompt and parameters: ``SELFRAG_TEACHER_CACHE``), so a rerun repeats no decode;
 * ``template``: no model: a reply built from the question and the gold span (:func:`template_reply`), which holds
   the answer by construction;
 * ``sentence``: no model: the gold passage's sentence around the span (the copied-sentence form; ``--sentences``).
@@ -51,6 +51,8 @@ from selfrag.trajectory import Passage
 #: the base model's answer decode budget (the quickstart's runtime decodes at most 48 new tokens)
 MAX_TOKENS = 48
 FORMS = ("base", "reply", "template", "sentence")
+#: a reply is kept when at least this share of its content words occur in the gold passage (OverlapJudge)
+SUPPORTED = 0.5
 #: what ``reply`` asks the base model (the question, the gold answer and the passage filled in)
 REPLY_PROMPT = (
     "Passage: {passage}\n\nQuestion: {question}\nCorrect answer: {answer}\n\n"
@@ -141,13 +143,18 @@ def reply_prompt(question: str, answer: str, passage: Passage | None) -> str:
     return REPLY_PROMPT.format(passage=text, question=question.strip(), answer=answer.strip())
 
 
-def keep_reply(text: str, golds: Sequence[str], abstain_text: str) -> str | None:
-    """The reply's first sentence where it holds a gold answer (normalised match) and does not abstain, else None."""
+def keep_reply(text: str, golds: Sequence[str], abstain_text: str, passage: Passage | None = None) -> str | None:
+    """The reply's first sentence where it holds a gold answer (normalised match), does not abstain and, given the gold
+    passage, is supported by it (the evaluation's overlap judge: at least half its content words are in the passage);
+    else None."""
+    from selfrag.evaluation.claims import OverlapJudge
     from selfrag.evaluation.metrics import match
     from selfrag.evaluation.modes import is_abstention
 
     first = (split_sentences(text.strip()) or [text.strip()])[0].strip()
     if not first or is_abstention(first, abstain_text) or not match(first, golds):
+        return None
+    if passage is not None and OverlapJudge.overlap(first, passage) < SUPPORTED:
         return None
     return first
 
@@ -183,7 +190,7 @@ def replies(queries: Sequence[Query], passages: dict[str, Passage], engine: Any,
             bar.update(len(batch))
     rows = []
     for query in wanted:
-        kept = keep_reply(texts[query.id], query.answers, abstain_text)
+        kept = keep_reply(texts[query.id], query.answers, abstain_text, golds[query.id])
         output, how = (kept, "reply") if kept else fallback(query, golds[query.id])
         rows.append({"id": query.id, "output": output, "how": how, "base_answer": texts[query.id]})
     return rows

@@ -37,6 +37,10 @@ def test_keep_reply_takes_the_first_sentence_holding_the_gold_and_refuses_absten
     assert keep_reply("France is big. Paris is its capital.", ["Paris"], "No idea.") is None  # first sentence only
     assert keep_reply("The sources do not say Paris.", ["Paris"], "The sources do not say.") is None
     assert keep_reply("", ["Paris"], "No idea.") is None
+    france = PASSAGES["p1"]
+    assert keep_reply("The capital of France is Paris.", ["Paris"], "No idea.", france) == (
+        "The capital of France is Paris.")
+    assert keep_reply("Paris was founded by aliens in 1809.", ["Paris"], "No idea.", france) is None  # unsupported
 
 
 def _engine(tokenizer, texts: dict[str, str]) -> ScriptedEngine:  # type: ignore[no-untyped-def]
