@@ -26,7 +26,7 @@ never trains the retrieved text (Search-R1's retrieved-token masking). The text 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from selfrag import reflection as rf
@@ -179,11 +179,7 @@ class Rollouts:
                                         stop_token_ids=self.stop_ids, temperature=self.config.temperature,
                                         score_token_ids=self.ids.all_ids)
             if prompt[-1] == self.no_retrieval_id:  # text first after [No Retrieval], as the runtime asks
-                request = GenerationRequest(
-                    prompt_ids=prompt, max_tokens=request.max_tokens, stop_token_ids=self.stop_ids,
-                    temperature=self.config.temperature, score_token_ids=self.ids.all_ids,
-                    banned_token_ids=self.after_no_retrieval_banned, min_tokens=1,
-                )
+                request = replace(request, banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
             requests.append(request)
         return self.engine.generate(requests)
 
