@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.corpus import Query, load_corpus, load_queries
+from selfrag.data_gen.answer_forms import template_reply
 from selfrag.data_gen.gold import split_sentences
 from selfrag.trajectory import Passage
 
@@ -58,8 +58,6 @@ REPLY_PROMPT = (
     "Passage: {passage}\n\nQuestion: {question}\nCorrect answer: {answer}\n\n"
     "Reply to the question in one complete sentence that states the correct answer."
 )
-#: "Who/What/Which is|was|are|were X?" -> "X is|was|are|were ANSWER." (else "The answer is ANSWER.")
-_COPULA = re.compile(r"^(?:who|what|which)\s+(is|was|are|were)\s+(.+?)\s*\??$", re.IGNORECASE)
 
 
 def fallback(query: Query, gold: Passage | None) -> tuple[str, str]:
@@ -124,17 +122,6 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
                     rows.append({"id": query.id, "output": output, "how": how, "base_answer": record["answer"]})
                 bar.update(len(batch))
     return rows
-
-
-def template_reply(question: str, answer: str) -> str:
-    """A one-sentence reply from the question and the gold span alone: "Who was X?" -> "X was ANSWER."; other
-    questions -> "The answer is ANSWER." (holds the answer by construction; no model)."""
-    answer = answer.strip().rstrip(".")
-    found = _COPULA.match(question.strip())
-    if found is None:
-        return f"The answer is {answer}."
-    verb, subject = found.group(1).lower(), found.group(2).strip()
-    return f"{subject[:1].upper()}{subject[1:]} {verb} {answer}."
 
 
 def reply_prompt(question: str, answer: str, passage: Passage | None) -> str:

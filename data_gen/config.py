@@ -216,6 +216,13 @@ class GenerateConfig:
         "may be listed in one answers file only.",
         default_factory=list,
     )
+    answer_form: Literal["output", "template"] = help_field(
+        "labeler=gold: the answer a query trains. output: its output (an answers file) else its first gold answer; "
+        "template: queries without an output answer with one sentence built from the question and the gold answer "
+        "('The capital of France is Paris.'; no model). The base model's one-sentence reply and the gold passage's "
+        "sentence: python -m selfrag.app.distill --form reply|sentence, then answers=FILE.",
+        default="output",
+    )
     labeler: Literal["gold", "llm"] = help_field(
         "Who labels: 'gold' derives every reflection label from the data set's own annotations "
         "(answer spans, unanswerable flags, needs_retrieval); 'llm' asks the teacher (see teacher.*) for every "
@@ -349,6 +356,9 @@ class GenerateConfig:
                             "retriever.index / retriever.url is given); drop retriever.corpus")
         if self.labeler == "llm":
             problems += self._gold_only_settings()
+            if self.answer_form != "output":
+                problems.append(f"answer_form={self.answer_form} is for labeler=gold (the teacher writes its own "
+                                "answers); remove it, or use labeler=gold")
             if self.more_queries or self.answers is not None or self.more_answers or self.more_corpora:
                 problems.append("more_corpora, more_queries, answers and more_answers are read by labeler=gold only "
                                 "(the teacher writes its own answers); remove them, or use labeler=gold")

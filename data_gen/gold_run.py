@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from selfrag.config import write_resolved
 from selfrag.corpus import Query, load_corpus, load_queries, retrieval_needed
+from selfrag.data_gen.answer_forms import with_answer_form
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
 from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
@@ -47,6 +48,7 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 CONTENT_SETTINGS = (
     "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
     "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed", "retriever",
+    "answer_form",
 )
 
 T = TypeVar("T")
@@ -126,10 +128,12 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     selected = select_queries(queries, config.split, config.shard, config.queries)
     if config.limit is not None:
         selected = selected[: config.limit]
-    selected = with_answers(
+    answered = with_answers(
         unique_queries(selected, config.queries, config.more_queries, config.split, config.shard),
         [path for _, path in answers_files(config)],
     )
+    selected = with_answer_form(answered, config.answer_form)
+    templated = sum(before.output != after.output for before, after in zip(answered, selected, strict=True))
     check_support_labels(selected, str(config.queries))
     labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
     corpora = ", ".join(str(path) for path in (config.corpus, *config.more_corpora))
@@ -196,6 +200,7 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
         "queries_labelled": counts["queries_labelled"],
         "queries_already_done": counts["queries_already_done"],
         "records_written": counts["records_written"],
+        "answers_templated": templated,  # answer_form=template: queries answering with a template reply
         "skipped": dict(skipped),
         "negatives_short": dict(sorted(short.items())),
     }
