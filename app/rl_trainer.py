@@ -67,7 +67,8 @@ class SelfRAGGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        model: Any = self.model  # a PeftModel or a plain transformers model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
         if head_is_adapted(base):
             use_model_head(base, self.temperature)
 

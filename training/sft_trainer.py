@@ -68,16 +68,16 @@ class SelfRAGSFTTrainer(SFTTrainer):
         unwrapped = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
         if not isinstance(unwrapped, PeftModel):
             return super()._save(output_dir, state_dict)
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        directory = str(output_dir if output_dir is not None else self.args.output_dir)
         if self.args.should_save:
-            os.makedirs(output_dir, exist_ok=True)
-        unwrapped.save_pretrained(output_dir, state_dict=state_dict, is_main_process=self.args.should_save,
+            os.makedirs(directory, exist_ok=True)
+        unwrapped.save_pretrained(directory, state_dict=state_dict, is_main_process=self.args.should_save,
                                   save_embedding_layers=False)
         if not self.args.should_save:
             return None
         if self.processing_class is not None:
-            self.processing_class.save_pretrained(output_dir)
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+            self.processing_class.save_pretrained(directory)
+        torch.save(self.args, os.path.join(directory, TRAINING_ARGS_NAME))
         return None
 
     def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
