@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 REWARDS_FILE = "rewards.json"
+#: what a finished run holds (rewards.json is written last)
+FINISHED_FILES = ("adapter_model.safetensors", "selfrag.json", REWARDS_FILE)
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,12 @@ class RLResult:
     questions: int
     resumed_from: str | None
     model: Any = None
+    already_trained: bool = False  # a rerun of a finished run: nothing was trained or written
 
     def summary(self) -> str:
+        if self.already_trained:
+            return (f"already trained: {self.output_dir} holds the finished run of these settings and questions; "
+                    "nothing was changed (restart=true trains again from the start)")
         if not self.history:
             return f"adapter written to {self.output_dir} ({self.questions} questions); no step was logged"
         first, last = self.history[0], self.history[-1]
@@ -86,6 +92,12 @@ def run(config: RLConfig) -> RLResult:
 
     output_dir = Path(config.output_dir)
     state = check_rerun(output_dir, rl_fingerprint(config), config.restart, defaults=setting_defaults(RLConfig))
+    # A finished run of the same settings is a no-op, as in selfrag train: resuming would rewrite its outputs.
+    if state == "resume" and all((output_dir / name).is_file() for name in FINISHED_FILES):
+        logger.info("%s already holds this finished run (same settings and questions); nothing to do", output_dir)
+        rewards = json.loads((output_dir / REWARDS_FILE).read_text(encoding="utf-8"))
+        return RLResult(output_dir, list(rewards.get("history") or []), int(rewards.get("questions", 0)),
+                        rewards.get("resumed_from"), already_trained=True)
 
     # --- Questions and passages first: a bad file fails before a model loads ------------------------
     questions = read_questions(config)

@@ -162,6 +162,12 @@ def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Pa
     answer = SelfRAG(engine, BM25Retriever(PASSAGES), InferenceConfig(max_tokens=4)).answer("Who is the king?")
     assert answer.engine_calls >= 1
 
+    # the same command again: a finished run is a no-op that keeps every file as it was (issue #44, defect 10's kind)
+    files = {p: p.read_bytes() for p in result.output_dir.rglob("*") if p.is_file()}
+    again = run(_config(rl_files, "training.max_steps=1"))
+    assert again.already_trained and again.history == result.history and "already trained" in again.summary()
+    assert {p: p.read_bytes() for p in result.output_dir.rglob("*") if p.is_file()} == files
+
 
 def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
     from selfrag.errors import ConfigError
