@@ -158,7 +158,8 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     run_info = {
         "questions_already_done": len(tasks) - len(todo),
         "questions_labelled_now": len(todo) - len(failed),
-        "questions_changed": changed,
+        "questions_changed": len(changed),
+        "questions_changed_ids": changed,
         "questions_failed_now": len(failed),
         "teacher_calls_made": paid.calls,
         "teacher_calls_from_cache": hits,

@@ -263,6 +263,7 @@ def test_an_edited_corpus_is_refused_and_an_edited_question_is_labelled_again(
         again = generate(server.url, data, out)
         asked = {field(item_of(body["messages"][-1]["content"]), "Instruction") for body in server.answered[before:]}
     assert again.stats["run"]["questions_changed"] == 1 and again.stats["run"]["questions_already_done"] == 2
+    assert again.stats["run"]["questions_changed_ids"] == [PLAIN[0]["id"]]
     assert asked == {"What is the capital city of France?"}  # only the edited question went to the teacher
     instructions = {row["instruction"] for row in rows(out / "records.jsonl")}
     assert "What is the capital city of France?" in instructions
