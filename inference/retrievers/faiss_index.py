@@ -141,15 +141,18 @@ class _HalfWriter:
 
 
 def _rows_at(embeddings: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Rows by number as a float32 array; of a memory-mapped file, read through a map closed after, so the pages the
-    training sample touched (a quarter of the file at 1M rows) leave the build's resident memory with it."""
-    if _is_file_map(embeddings):
-        whole = np.memmap(embeddings.filename, dtype=np.float32, mode="r", shape=embeddings.shape,
-                          offset=embeddings.offset)
-        picked = np.array(whole[rows], dtype=np.float32)
-        del whole
-        return picked
-    return np.ascontiguousarray(embeddings[rows], dtype=np.float32)
+    """Rows by number as a float32 array; of a memory-mapped file, read with ``pread``, row by row: touching scattered
+    rows through a map faults in their neighbours too (the kernel's fault-around), so a 10% training sample mapped
+    in most of a 1M-row file (1.4 GB of the build's peak RSS, measured)."""
+    if not _is_file_map(embeddings):
+        return np.ascontiguousarray(embeddings[rows], dtype=np.float32)
+    picked = np.empty((len(rows), *embeddings.shape[1:]), dtype=np.float32)
+    width = embeddings.strides[0]
+    with open(embeddings.filename, "rb") as handle:  # type: ignore[arg-type]
+        for number, row in enumerate(rows):
+            data = os.pread(handle.fileno(), width, embeddings.offset + int(row) * width)
+            picked[number] = np.frombuffer(data, dtype=np.float32)
+    return picked
 
 
 def _is_file_map(embeddings: np.ndarray) -> bool:
