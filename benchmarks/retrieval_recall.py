@@ -41,8 +41,11 @@ def kinds(passages: int) -> dict[str, list[str]]:
         "faiss-flat": ["kind=faiss", "faiss_factory=Flat"],
         "faiss-hnsw32-ef16": ["kind=faiss", "faiss_factory=HNSW32"],
         "faiss-hnsw32-ef64": ["kind=faiss", "faiss_factory=HNSW32", "ef_search=64"],
-        f"faiss-ivf{lists}-pq32-nprobe4": ["kind=faiss", f"faiss_factory=IVF{lists},PQ32", "nprobe=4"],
-        f"faiss-ivf{lists}-pq32-nprobe16": ["kind=faiss", f"faiss_factory=IVF{lists},PQ32", "nprobe=16"],
+        # rerank=0: the codes alone (a PQ index re-ranks its candidates by default since issue 46)
+        f"faiss-ivf{lists}-pq32-nprobe4": ["kind=faiss", f"faiss_factory=IVF{lists},PQ32", "nprobe=4", "rerank=0"],
+        f"faiss-ivf{lists}-pq32-nprobe16": ["kind=faiss", f"faiss_factory=IVF{lists},PQ32", "nprobe=16", "rerank=0"],
+        f"faiss-ivf{lists}-pq32-nprobe16-rerank200": ["kind=faiss", f"faiss_factory=IVF{lists},PQ32", "nprobe=16",
+                                                      "rerank=200"],
         f"faiss-ivf{lists}-flat-nprobe8": ["kind=faiss", f"faiss_factory=IVF{lists},Flat", "nprobe=8"],
     }
 
