@@ -23,7 +23,7 @@ import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -144,18 +144,18 @@ def _rows_at(embeddings: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Rows by number as a float32 array; of a memory-mapped file, read with ``pread``, row by row: touching scattered
     rows through a map faults in their neighbours too (the kernel's fault-around), so a 10% training sample mapped
     in most of a 1M-row file (1.4 GB of the build's peak RSS, measured)."""
-    if not _is_file_map(embeddings):
-        return np.ascontiguousarray(embeddings[rows], dtype=np.float32)
-    picked = np.empty((len(rows), *embeddings.shape[1:]), dtype=np.float32)
-    width = embeddings.strides[0]
-    with open(embeddings.filename, "rb") as handle:  # type: ignore[arg-type]
-        for number, row in enumerate(rows):
-            data = os.pread(handle.fileno(), width, embeddings.offset + int(row) * width)
-            picked[number] = np.frombuffer(data, dtype=np.float32)
-    return picked
+    if _is_file_map(embeddings):
+        picked = np.empty((len(rows), *embeddings.shape[1:]), dtype=np.float32)
+        width = embeddings.strides[0]
+        with open(str(embeddings.filename), "rb") as handle:
+            for number, row in enumerate(rows):
+                data = os.pread(handle.fileno(), width, embeddings.offset + int(row) * width)
+                picked[number] = np.frombuffer(data, dtype=np.float32)
+        return picked
+    return np.ascontiguousarray(embeddings[rows], dtype=np.float32)
 
 
-def _is_file_map(embeddings: np.ndarray) -> bool:
+def _is_file_map(embeddings: np.ndarray) -> TypeGuard[np.memmap[Any, Any]]:
     return (isinstance(embeddings, np.memmap) and isinstance(embeddings.base, mmap.mmap)  # the file's map, not a view
             and embeddings.dtype == np.float32 and embeddings.filename is not None
             and embeddings.flags.c_contiguous)
@@ -166,7 +166,7 @@ def _rows(embeddings: np.ndarray, start: int, stop: int) -> np.ndarray:
     unmapped after: the mapped pages of a 21M-row matrix do not pile up in the build's resident memory."""
     if _is_file_map(embeddings):
         shape = (stop - start, *embeddings.shape[1:])
-        rows = np.memmap(embeddings.filename, dtype=np.float32, mode="r", shape=shape,
+        rows = np.memmap(str(embeddings.filename), dtype=np.float32, mode="r", shape=shape,
                          offset=embeddings.offset + start * embeddings.strides[0])
         block = np.array(rows, dtype=np.float32)
         del rows
