@@ -62,6 +62,11 @@ class SkipConfig:
         "or give up) on its verdicts alone. 0 skips every round below the cut; null: off (every surviving branch "
         "is decoded to its end)", 0.0,
     )
+    unpaid_rounds: bool = help_field(
+        "no re-retrieval round for a model whose calibration (selfrag calibrate, its selfrag.json) measured that "
+        "re-retrieval answered none of the dev questions that went on to another round: the question gives up "
+        "after its first round (false, or use_calibration=false: re-retrieve up to max_rounds)", True,
+    )
 
 
 @dataclass

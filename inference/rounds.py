@@ -211,6 +211,19 @@ class Rounds(ABC, Generic[W]):
                 self.give_up(work, "re-retrieval found no new passage")
         return found
 
+    def _unpaid(self) -> str | None:
+        """skip.unpaid_rounds: why no re-retrieval round runs for this model (its calibration measured that none paid),
+        or None."""
+        if not self.config.skip.unpaid_rounds or not self.config.use_calibration:
+            return None  # use_calibration=false: what calibrate itself runs to measure the rounds
+        calibration = getattr(self.engine, "calibration", None) or {}
+        measured = calibration.get("measured") or {}
+        went, answered = measured.get("re_retrieved"), measured.get("rescued_by_re_retrieval")
+        if not isinstance(went, int) or went < 1 or answered != 0:
+            return None
+        return (f"the model's calibration measured that re-retrieval answered none of the {went} dev questions that "
+                "went on to another round (skip.unpaid_rounds=false re-retrieves anyway)")
+
     def _repeated_query(self, work: W) -> bool:
         """skip.repeated: a re-retrieval round whose query repeats an earlier round's is not run (traced)."""
         if not self.config.skip.repeated or normalise(work.query) not in work.queries:
@@ -261,6 +274,10 @@ class Rounds(ABC, Generic[W]):
         elif step == "accept":
             work.outcome = ("accept", best, reason)
             work.trace.append(self.support_entry(chosen, "accept", reason, work.round))
+        elif step == "re-retrieve" and (unpaid := self._unpaid()) is not None:
+            work.trace.append({"step": "skip", "round": work.round + 1, "rule": "unpaid_rounds", "chosen": "give_up",
+                               "reason": unpaid})
+            self.give_up(work, f"round {work.round + 1} was not run: {unpaid}")
         elif step == "re-retrieve":
             work.round += 1
             work.query = policy.rewrite_query(self.config, work.question, chosen.answer)

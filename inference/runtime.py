@@ -57,7 +57,8 @@ logger = logging.getLogger(__name__)
 #: single-pass answers and the quickstart's calibration stage are fingerprinted with it. 5 = a passage branch that
 #: judged its passage [Relevant] and wrote no answer text is decoded once more from [Relevant], text first. 6 = rounds
 #: not worth their decode are skipped (skip.repeated, skip.relevance_gap: a duplicate passage is decoded once, a round
-#: whose query or passages repeat is not run, a round far below the relevance cut stops at its verdicts).
+#: whose query or passages repeat is not run, a round far below the relevance cut stops at its verdicts;
+#: skip.unpaid_rounds: no re-retrieval where the model's calibration measured that it answered no dev question).
 BEHAVIOUR_VERSION = 6
 
 

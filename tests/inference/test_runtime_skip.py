@@ -187,3 +187,23 @@ def test_every_request_of_a_question_extends_its_prompt_token_for_token(build, r
     prompt = tuple(encode_prompt(reflection_tokenizer, Q))
     requests = [request for batch in engine.calls for request in batch]
     assert len(requests) == 4 and all(request.prompt_ids[: len(prompt)] == prompt for request in requests)
+
+
+@pytest.mark.parametrize(("answered", "setting", "rounds"),
+                         [(0, True, 1), (1, True, 2), (0, False, 2), (None, True, 2), (0, "uncalibrated", 2)])
+def test_no_re_retrieval_where_the_calibration_measured_it_never_paid(build, answered, setting, rounds) -> None:  # type: ignore[no-untyped-def]
+    """calibrate measures how many dev questions re-retrieval answered (None: an uncalibrated model)."""
+    table = {PARIS: branch("Berlin."), LYON: branch("Paris.", support=FULL)}
+    rag, engine, retriever = build(table, (PARIS, LYON), max_rounds=1, skip=SkipConfig(unpaid_rounds=bool(setting)),
+                                   use_calibration=setting != "uncalibrated")  # calibrate measures it so
+    if answered is not None:
+        engine.calibration = {"measured": {"re_retrieved": 7, "rescued_by_re_retrieval": answered}}
+    answer = rag.answer(Q)
+    assert len(retriever.queries) == rounds
+    if rounds == 1:
+        [skip] = skips(answer)
+        assert skip["rule"] == "unpaid_rounds" and skip["round"] == 1
+        assert "none of the 7 dev questions" in skip["reason"]
+        assert answer.abstained and len(engine.calls) == 2
+    else:
+        assert answer.answer == "Paris." and not skips(answer)
