@@ -94,7 +94,6 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
     from selfrag.evaluation.counting import CountingEngine
     from selfrag.evaluation.data import Example
     from selfrag.evaluation.modes import ExampleRetriever, plain_runner
-    from selfrag.inference.engines import EngineOptions
     from selfrag.inference.engines.hf import HFEngine
     from selfrag.models import resolve_model
 
@@ -105,9 +104,7 @@ def distill(queries: Sequence[Query], passages: dict[str, Passage], model: str, 
         gold = golds[q.id]
         ctxs: tuple[Passage, ...] = (gold,) if q.needs_retrieval is not False and gold is not None else ()
         examples.append(Example(id=q.id, question=q.question, answers=tuple(q.answers), ctxs=ctxs))
-    options = EngineOptions()
-    engine = CountingEngine(HFEngine.plain(resolve_model(model), dtype=options.dtype, device=options.device,
-                                           seed=options.seed))
+    engine = CountingEngine(HFEngine.plain(resolve_model(model)))  # EngineOptions' defaults
     retriever = ExampleRetriever(examples, None)
     runners = {rag: plain_runner(engine, retriever, 1, MAX_TOKENS, abstain_text, rag) for rag in (True, False)}
     rows: list[dict[str, Any]] = []
@@ -245,12 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _reply_engine(model: str) -> tuple[Any, Any]:
     """The base model behind the hf engine (no reflection tokens) and its teacher call cache."""
     from selfrag.data_gen.cache import CallCache, default_cache_path
-    from selfrag.inference.engines import EngineOptions
     from selfrag.inference.engines.hf import HFEngine
     from selfrag.models import resolve_model
 
-    options = EngineOptions()
-    engine = HFEngine.plain(resolve_model(model), dtype=options.dtype, device=options.device, seed=options.seed)
+    engine = HFEngine.plain(resolve_model(model))  # EngineOptions' defaults
     return engine, CallCache(default_cache_path("hf", engine.name))
 
 

@@ -10,41 +10,39 @@ Backends import their heavy dependencies only when built, so importing this pack
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from selfrag.config import from_dict, nested_problems
 from selfrag.errors import ConfigError
 
 from .base import Engine, FinishReason, Generation, GenerationRequest
 from .fake import Script, ScriptedEngine
-from .options import ENGINE_NAMES, EngineOptions
+from .options import ENGINE_NAMES, EngineOptions, resolve_options
 
 
-def _hf(**options: Any) -> Engine:
+def _hf(*arguments: Any, **options: Any) -> Engine:
     from .hf import HFEngine
 
-    return HFEngine(**options)
+    return HFEngine(*arguments, **options)
 
 
-def _vllm(**options: Any) -> Engine:
+def _vllm(*arguments: Any, **options: Any) -> Engine:
     from .vllm import VLLMEngine  # imports vllm itself when built: import_vllm says how to install it
 
-    return VLLMEngine(**options)
+    return VLLMEngine(*arguments, **options)
 
 
-def _openai(**options: Any) -> Engine:
+def _openai(*arguments: Any, **options: Any) -> Engine:
     from .openai import OpenAIEngine
 
-    return OpenAIEngine(**options)
+    return OpenAIEngine(*arguments, **options)
 
 
 def _fake(**options: Any) -> Engine:
     return ScriptedEngine(**options)
 
 
-#: Engine name -> factory taking the backend's keyword options.
+#: Engine name -> the backend's class, imported when first built: ``ENGINES["hf"](model_dir, options, batch_size=4)``.
 ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "vllm": _vllm, "openai": _openai, "fake": _fake}
 
 
@@ -56,61 +54,9 @@ class _EngineSettings(Protocol):
     def engine_options(self) -> EngineOptions: ...
 
 
-def engine_arguments(name: str, options: EngineOptions) -> dict[str, Any]:
-    """The keyword arguments of backend ``name`` taken from ``options`` (the others are ignored)."""
-    if name == "hf":
-        return {
-            "dtype": options.dtype,
-            "device": options.device,
-            "batch_size": options.batch_size,
-            "seed": options.seed,
-        }
-    if name == "vllm":
-        return {
-            "dtype": options.dtype,
-            "device": "cpu" if options.device == "cpu" else "auto",
-            "seed": options.seed,
-            "tensor_parallel_size": options.tensor_parallel_size,
-            "pipeline_parallel_size": options.pipeline_parallel_size,
-            "gpu_memory_utilization": options.gpu_memory_utilization,
-            "max_model_len": options.max_model_len,
-            "enforce_eager": options.enforce_eager,
-            "enable_prefix_caching": options.enable_prefix_caching,
-            "max_loras": options.max_loras,
-            "max_lora_rank": options.max_lora_rank,
-            "adapters": dict(options.adapters),
-            "top_logprobs": options.top_logprobs,
-            "vllm_args": dict(options.vllm_args),
-        }
-    if name == "openai":
-        return {
-            "base_url": options.base_url,
-            "served_model": options.served_model,
-            "api_key_env": options.api_key_env,
-            "concurrency": options.concurrency,
-            "timeout": options.timeout,
-            "max_retries": options.max_retries,
-            "backoff": options.backoff,
-            "top_logprobs": options.top_logprobs,
-            "seed": options.seed,
-            "adapters": dict(options.adapters),
-        }
-    raise ConfigError([f"engine must be one of {list(ENGINE_NAMES)}, got {name!r}"])
-
-
 def build_engine(config: _EngineSettings, model: str | Path) -> Engine:
     """The engine ``config.engine`` over ``model`` with ``config.engine_options`` (one model load)."""
-    problems = config.engine_options.validate("engine_options.")
-    if problems:
-        raise ConfigError(problems)
-    arguments = engine_arguments(config.engine, config.engine_options)
-    return ENGINES[config.engine](model_dir=model, **arguments)
-
-
-@dataclass(frozen=True)
-class _Chosen:
-    engine: str
-    engine_options: EngineOptions
+    return ENGINES[_known(config.engine)](model, config.engine_options)
 
 
 def load_engine(model: str | Path, engine: str = "hf", **options: Any) -> Engine:
@@ -118,12 +64,13 @@ def load_engine(model: str | Path, engine: str = "hf", **options: Any) -> Engine
     ``options`` as the ``engine_options.*`` settings spell them (``device="cuda"``, ``dtype="bfloat16"``,
     ``base_url=...``): what :func:`build_engine` builds for a command's config. A wrong key or value is a
     :class:`ConfigError` naming it."""
+    return ENGINES[_known(engine)](model, resolve_options(engine, None, options))
+
+
+def _known(engine: str) -> str:
     if engine not in ENGINE_NAMES:
         raise ConfigError([f"engine must be one of {', '.join(ENGINE_NAMES)}, got {engine!r}"])
-    problems = nested_problems(EngineOptions, options, "engine_options.")
-    if problems:
-        raise ConfigError(problems)
-    return build_engine(_Chosen(engine, from_dict(EngineOptions, options)), model)
+    return engine
 
 
 def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
@@ -142,13 +89,9 @@ def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
     if config.engine != "hf":
         raise ConfigError([f"engine={config.engine} serves models with reflection tokens only; {str(model)!r} has "
                            "none: run the base-model modes with engine=hf"])
-    problems = config.engine_options.validate("engine_options.")
-    if problems:
-        raise ConfigError(problems)
     from .hf import HFEngine
 
-    options = config.engine_options
-    return HFEngine.plain(directory, dtype=options.dtype, device=options.device, seed=options.seed)
+    return HFEngine.plain(directory, config.engine_options)
 
 
 __all__ = [
@@ -163,6 +106,6 @@ __all__ = [
     "ScriptedEngine",
     "build_engine",
     "build_plain_engine",
-    "engine_arguments",
     "load_engine",
+    "resolve_options",
 ]

@@ -29,6 +29,7 @@ from selfrag.reflection import ReflectionIds
 
 from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
 from .cancel import abandoned
+from .options import EngineOptions, resolve_options
 
 logger = logging.getLogger(__name__)
 
@@ -58,70 +59,70 @@ class HFEngine:
     def __init__(
         self,
         model_dir: str | Path,
-        dtype: str = "auto",
-        device: str = "cpu",
-        batch_size: int = 16,
-        seed: int = 0,
+        options: EngineOptions | None = None,
+        *,
         merge: bool = True,
         prefix_cache_mb: float = 512,
+        **settings: Any,
     ) -> None:
-        dtype = _dtype_name(dtype, device)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        """``options`` (or ``settings`` as the ``engine_options.*`` keys spell them: ``batch_size=4``) give dtype,
+        device, batch_size and seed; ``merge`` folds a LoRA adapter into the weights, ``prefix_cache_mb`` caps the
+        kept prompt KV (0: none)."""
+        options = resolve_options("hf", options, settings)
+        dtype = _dtype_name(options.dtype, options.device)
         served = describe_model(model_dir)
         meta = served.meta
-        model = load_weights(served, DTYPES[dtype], device, merge)
+        model = load_weights(served, DTYPES[dtype], options.device, merge)
         self._setup(served.tokenizer, model, meta.token_ids, meta.prompt_template, f"hf:{served.directory.name}",
-                    device, batch_size, seed, prefix_cache_mb)
+                    options, prefix_cache_mb)
         self.calibration = meta.calibration
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(self.model)
 
     def _setup(
-        self, tokenizer: Any, model: Any, token_ids: ReflectionIds, prompt_template: str, name: str, device: str,
-        batch_size: int, seed: int, prefix_cache_mb: float,
+        self, tokenizer: Any, model: Any, token_ids: ReflectionIds, prompt_template: str, name: str,
+        options: EngineOptions, prefix_cache_mb: float,
     ) -> None:
-        """Every attribute the decode loop reads, for :meth:`__init__` and :meth:`plain` alike."""
+        """Every attribute the decode loop reads, for :meth:`__init__`, :meth:`plain` and :meth:`from_model` alike."""
         self.tokenizer = tokenizer
         self.model = model.eval()
         self.token_ids = token_ids
         self.prompt_template = prompt_template
         self.calibration = None  # a plain model has no selfrag.json; __init__ sets the model's
         self.name = name
-        self.device = device
-        self.batch_size = batch_size
+        self.device = options.device
+        self.batch_size = options.batch_size
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
-        self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._generator = torch.Generator(device="cpu").manual_seed(options.seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
 
     @classmethod
-    def plain(
-        cls, model_dir: str | Path, dtype: str = "auto", device: str = "cpu", batch_size: int = 8, seed: int = 0
-    ) -> HFEngine:
+    def plain(cls, model_dir: str | Path, options: EngineOptions | None = None, **settings: Any) -> HFEngine:
         """A model without reflection tokens (a base instruct model) behind the same decode loop: the baselines'
         engine. It requests no reflection scores (``token_ids`` is None) and keeps no prompt KV (the baselines make
         no one-token-then-continue calls)."""
-        dtype = _dtype_name(dtype, device)
+        options = resolve_options("hf", options, settings)
+        dtype = _dtype_name(options.dtype, options.device)
         directory = Path(model_dir)
         engine = cls.__new__(cls)
-        model, tokenizer = load_plain_model(directory, DTYPES[dtype], device)
-        engine._setup(tokenizer, model, cast(ReflectionIds, None), "auto", f"hf-plain:{directory.name}", device,
-                      batch_size, seed, 0)
+        model, tokenizer = load_plain_model(directory, DTYPES[dtype], options.device)
+        engine._setup(tokenizer, model, cast(ReflectionIds, None), "auto", f"hf-plain:{directory.name}", options, 0)
         if DTYPES[dtype] != torch.float32:
             _upcast_output_head(engine.model)
         return engine
 
     @classmethod
     def from_model(
-        cls, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str = "auto", device: str = "cpu",
-        batch_size: int = 16, seed: int = 0, name: str = "in-memory",
+        cls, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str = "auto",
+        options: EngineOptions | None = None, *, name: str = "in-memory", **settings: Any,
     ) -> HFEngine:
         """An engine over a model already in memory with its reflection tokens (e.g. one built with random weights by
         benchmarks/gpu_check.py, which has no directory to load): no calibration; a bf16/fp16 model's output head
-        runs in fp32, as when loaded from a directory."""
+        runs in fp32, as when loaded from a directory. ``options.dtype`` is the model's own."""
+        options = resolve_options("hf", options, settings)
         engine = cls.__new__(cls)
-        engine._setup(tokenizer, model, token_ids, prompt_template, f"hf:{name}", device, batch_size, seed, 512)
+        engine._setup(tokenizer, model, token_ids, prompt_template, f"hf:{name}", options, 512)
         if next(model.parameters()).dtype != torch.float32:
             _upcast_output_head(engine.model)
         return engine

