@@ -22,7 +22,7 @@ from selfrag.passages import PassageSource, as_source
 from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
 
-from .embeddings import DEFAULT_EMBEDDING_MODEL, SentenceEncoder, TextEncoder, embedding_model_path
+from .embeddings import DEFAULT_EMBEDDING_MODEL, SentenceEncoder, TextEncoder, VectorSearch, embedding_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ __all__ = ["DEFAULT_EMBEDDING_MODEL", "DenseRetriever", "embedding_model_path", 
 _BLOCK = 65_536  # passages scored at a time
 
 
-class DenseRetriever:
+class DenseRetriever(VectorSearch):
     """Inner product between a query embedding and every passage embedding (exact, brute force)."""
 
     kind = "dense"
@@ -62,16 +62,7 @@ class DenseRetriever:
             raise ValueError(f"{embeddings.shape[0]} embeddings for {len(self.passages)} passages; rebuild the index")
         self.embeddings = embeddings  # (passages, dimension)
 
-    def search(self, query: str, k: int) -> list[Hit]:
-        return self.search_many([query], k)[0]
-
-    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        if not queries:
-            return []
-        return self.search_vectors(self._encoder.encode(queries), k)
-
     def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
-        """Hits for query vectors (queries, dimension) already encoded."""
         rows, scores = exact_top_k(np.asarray(vectors, dtype=np.float32), self.embeddings, k)
         found = self.passages.by_rows(rows.ravel().tolist())
         width = rows.shape[1]

@@ -26,6 +26,7 @@ import numpy as np
 
 from selfrag.errors import ConfigError
 from selfrag.passages import PassageStore
+from selfrag.retrieval import Hit
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,25 @@ class TextEncoder(Protocol):
     dimension: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class VectorSearch:
+    """``search`` and ``search_many`` of a retriever that encodes the queries with ``_encoder`` and ranks passages
+    for the vectors in ``search_vectors`` (the exact and the FAISS retriever)."""
+
+    _encoder: TextEncoder
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        if not queries:
+            return []
+        return self.search_vectors(self._encoder.encode(queries), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
+        """Hits for query vectors (queries, dimension) already encoded."""
+        raise NotImplementedError
 
 
 def embedding_model_path(name: str) -> str:

@@ -21,7 +21,6 @@ import json
 import logging
 import mmap
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -31,7 +30,7 @@ from selfrag.errors import ConfigError, InputError
 from selfrag.passages import PassageSource
 from selfrag.retrieval import Hit
 
-from .embeddings import TextEncoder
+from .embeddings import TextEncoder, VectorSearch
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +263,7 @@ class ExactRerank:
         return results
 
 
-class FaissRetriever:
+class FaissRetriever(VectorSearch):
     """Top-k by a FAISS index (its candidates re-ranked exactly when ``rerank`` is given); the hits' passages read
     from a passage store by row (= FAISS label)."""
 
@@ -303,16 +302,7 @@ class FaissRetriever:
         exact = ExactRerank.open(Path(directory) / VECTORS_FILE, index.ntotal, index.d, rerank) if rerank else None
         return cls(index, passages, encoder, exact)
 
-    def search(self, query: str, k: int) -> list[Hit]:
-        return self.search_many([query], k)[0]
-
-    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        if not queries:
-            return []
-        return self.search_vectors(self._encoder.encode(queries), k)
-
     def search_vectors(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
-        """Hits for query vectors (queries, dimension) already encoded."""
         queries = np.ascontiguousarray(vectors, dtype=np.float32)
         k = min(k, self.index.ntotal)
         if self.rerank is None:
