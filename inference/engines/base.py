@@ -191,6 +191,35 @@ def build_generation(
 BAN_BIAS = -100.0
 
 
+def sampling_fields(
+    request: GenerationRequest, eos_ids: Sequence[int], seed: int, exact: bool, top_logprobs: int
+) -> dict[str, Any]:
+    """vLLM's sampling parameters for ``request``: ``SamplingParams``' keywords (the vllm engine) and the same fields
+    of a ``/completions`` body (the openai engine). eos is a stop id, so that finish reasons and kept tokens match
+    the hf engine exactly; ``min_tokens`` holds back stop ids and eos until then; the score ids are asked exactly
+    (``logprob_token_ids``) where ``exact``, else as the top ``top_logprobs`` log-probs."""
+    fields: dict[str, Any] = {
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "stop_token_ids": list(dict.fromkeys([*request.stop_token_ids, *eos_ids])),
+        "ignore_eos": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+    }
+    if request.banned_token_ids:
+        fields["logit_bias"] = {int(i): BAN_BIAS for i in request.banned_token_ids}
+    if request.min_tokens:
+        fields["min_tokens"] = request.min_tokens
+    if request.temperature > 0:
+        fields["seed"] = seed
+    score_ids = list(dict.fromkeys(request.score_token_ids))
+    if score_ids and exact:
+        fields["logprob_token_ids"] = score_ids
+    elif score_ids:
+        fields["logprobs"] = top_logprobs
+    return fields
+
+
 def finish_reason_of(token_id: int, stop_ids: Sequence[int], eos_ids: Sequence[int]) -> FinishReason | None:
     """Why decoding ends after ``token_id`` (None: it goes on). A stop id wins over eos."""
     if token_id in stop_ids:

@@ -31,7 +31,7 @@ from selfrag.errors import SelfragError
 from selfrag.loading import describe_model, eos_ids_of
 from selfrag.retries import RETRY_STATUS, RetriesExhausted, Retryable, RetryPolicy, call_with_retries, retry_after
 
-from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
+from .base import Generation, GenerationRequest, build_generation, sampling_fields
 from .options import EngineOptions, resolve_options
 
 logger = logging.getLogger(__name__)
@@ -109,29 +109,13 @@ class OpenAIEngine:
         return self._generation(request, tokens, positions, exact, time.monotonic() - started)
 
     def _body(self, request: GenerationRequest, exact: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        return {
             "model": self.adapters.get(request.adapter, request.adapter) if request.adapter else self.served_model,
             "prompt": list(request.prompt_ids),
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "stop_token_ids": list(dict.fromkeys([*request.stop_token_ids, *self.eos_ids])),
-            "ignore_eos": True,
-            "skip_special_tokens": False,
-            "spaces_between_special_tokens": False,
             "return_tokens_as_token_ids": True,
-            "logprobs": 1,  # tokens come back as ids through the log-prob entries
+            "logprobs": 1,  # tokens come back as ids through the log-prob entries (more where scores are asked)
+            **sampling_fields(request, self.eos_ids, self.options.seed, exact, self.options.top_logprobs),
         }
-        if request.banned_token_ids:
-            body["logit_bias"] = {str(i): BAN_BIAS for i in request.banned_token_ids}
-        if request.min_tokens:
-            body["min_tokens"] = request.min_tokens  # vLLM's server parameter (not in OpenAI's own API)
-        if request.temperature > 0:
-            body["seed"] = self.options.seed
-        if request.score_token_ids and exact:
-            body["logprob_token_ids"] = list(dict.fromkeys(request.score_token_ids))
-        elif request.score_token_ids:
-            body["logprobs"] = self.options.top_logprobs
-        return body
 
     def _generation(
         self,

@@ -27,7 +27,7 @@ from selfrag.errors import ModelNotFoundError
 from selfrag.loading import describe_model, eos_ids_of
 from selfrag.models import resolve_model
 
-from .base import BAN_BIAS, Generation, GenerationRequest, build_generation
+from .base import Generation, GenerationRequest, build_generation, sampling_fields
 from .options import EngineOptions, import_vllm, resolve_options
 
 logger = logging.getLogger(__name__)
@@ -115,26 +115,10 @@ class VLLMEngine:
             raise ValueError(
                 f"score_token_ids has {len(score_ids)} ids; vLLM scores at most {MAX_LOGPROB_TOKEN_IDS} chosen ids"
             )
-        options: dict[str, Any] = {
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            # eos is a stop id here, so that finish reasons and kept tokens match the hf engine exactly.
-            "stop_token_ids": list(dict.fromkeys([*request.stop_token_ids, *self.eos_ids])),
-            "ignore_eos": True,
-            "skip_special_tokens": False,
-            "spaces_between_special_tokens": False,
-        }
-        if request.banned_token_ids:
-            options["logit_bias"] = {int(i): BAN_BIAS for i in request.banned_token_ids}
-        if request.min_tokens:
-            options["min_tokens"] = request.min_tokens  # vLLM holds back stop ids and eos until then
-        if request.temperature > 0:
-            options["seed"] = self.options.seed + index
-        if score_ids and self._exact:
-            options["logprob_token_ids"] = score_ids
-        elif score_ids:
-            options["logprobs"] = self.options.top_logprobs
-        return self._vllm.SamplingParams(**options)
+        seed = self.options.seed + index  # sampled requests of one batch differ
+        return self._vllm.SamplingParams(
+            **sampling_fields(request, self.eos_ids, seed, self._exact, self.options.top_logprobs)
+        )
 
     def _lora(self, adapter: str | None) -> Any:
         name = adapter if adapter is not None else self._default_adapter
