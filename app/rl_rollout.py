@@ -32,6 +32,7 @@ from typing import Any
 from selfrag import reflection as rf
 from selfrag.inference.engines.base import Engine, Generation, GenerationRequest, concat_generations
 from selfrag.inference.engines.hf import HFEngine
+from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.rounds import new_passages
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group, ReflectionIds
@@ -93,11 +94,12 @@ class PolicyEngine(HFEngine):
     """The hf engine's decode loop on the model being trained (in memory). It keeps no prompt KV between calls: the
     weights change after every step."""
 
-    def __init__(self, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0,
-                 batch_size: int = 16) -> None:
-        device = str(next(model.parameters()).device)
+    def __init__(
+        self, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0
+    ) -> None:
+        options = EngineOptions(device=str(next(model.parameters()).device), seed=seed)  # batch_size: the default
         training = model.training
-        self._setup(tokenizer, model, token_ids, prompt_template, "hf:policy", device, batch_size, seed, 0)
+        self._setup(tokenizer, model, token_ids, prompt_template, "hf:policy", options, 0)
         model.train(training)  # _setup puts the model in eval mode; the rollouts set the mode themselves
         self.calibration = None
 
@@ -194,7 +196,7 @@ class Rollouts:
         text = "".join(content for content, is_token in pieces if not is_token).strip()
         if text:
             state.texts.append(text)
-        if state.current is not None and self._last_retrieve(state) == rf.NO_RETRIEVAL:
+        if state.current is not None and self.ids.last_of(state.ids, Group.RETRIEVE) == rf.NO_RETRIEVAL:
             state.current = None
         if generation.finish_reason == "eos":
             state.done = "eos"
@@ -216,19 +218,8 @@ class Rollouts:
         token = self.ids.token(stop)
         asks = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN)
         wants = asks and (len(state.passages) < self.config.depth or self.config.mode == "always")
-        if wants:
-            chosen = rf.RETRIEVAL
-        elif token == rf.CONTINUE_EVIDENCE and state.current is not None:
-            chosen = rf.CONTINUE_EVIDENCE
-        else:
-            chosen = rf.NO_RETRIEVAL
+        chosen = rf.retrieve_after_segment(token, wants, state.current is not None)
         return [self.ids.id(chosen)], chosen == token
-
-    def _last_retrieve(self, state: _State) -> str | None:
-        for token_id in reversed(state.ids):
-            if self.ids.group_of_id(token_id) is Group.RETRIEVE:
-                return self.ids.token(token_id)
-        return None
 
     def _decode_text(self, run: list[int]) -> str:
         return str(self.engine.tokenizer.decode(run, skip_special_tokens=False))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +71,17 @@ def group_of(token: str) -> Group:
 def is_reflection_token(text: str) -> bool:
     """Whether ``text`` is exactly one of the 15 strings."""
     return text in _GROUP_OF
+
+
+def retrieve_after_segment(written: str | None, wants_evidence: bool, holds_passage: bool) -> str:
+    """The retrieve token that follows a long-form segment the model ended with ``written``: ``[Retrieval]`` where
+    new evidence is wanted, ``[Continue to Use Evidence]`` where the model asked to go on with the passage it holds,
+    else ``[No Retrieval]`` (the runtime's long form and the RL rollouts decide alike)."""
+    if wants_evidence:
+        return RETRIEVAL
+    if written == CONTINUE_EVIDENCE and holds_passage:
+        return CONTINUE_EVIDENCE
+    return NO_RETRIEVAL
 
 
 def utility_value(token: str) -> int:
@@ -145,6 +156,13 @@ class ReflectionIds:
     def group_of_id(self, token_id: int) -> Group | None:
         token = self.token(token_id)
         return None if token is None else group_of(token)
+
+    def last_of(self, ids: Sequence[int], group: Group) -> str | None:
+        """The last token of ``group`` among ``ids`` (a decode so far), or None where there is none."""
+        for token_id in reversed(ids):
+            if self.group_of_id(token_id) is group:
+                return self.token(token_id)
+        return None
 
     def to_json(self) -> dict[str, int]:
         return {token: int(self.token_to_id[token]) for token in TOKENS}

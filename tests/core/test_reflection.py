@@ -55,3 +55,15 @@ def test_lookalikes_are_broken_tokens_not_other_brackets() -> None:
             "[Utility:5][No Support]")
     assert lookalikes(text) == ["[Utility:7]", "[Fully Supported]", "[ retrieve ]", "[utility: 3]", "[No Support]"]
     assert lookalikes("".join(rf.TOKENS) + " [1] [a] [Paris]") == []
+
+
+def test_the_retrieve_token_after_a_segment_and_the_last_of_a_group() -> None:
+    ids = ReflectionIds({token: 100 + index for index, token in enumerate(rf.TOKENS)})
+    assert rf.retrieve_after_segment(rf.PARAGRAPH_OPEN, True, False) == rf.RETRIEVAL
+    assert rf.retrieve_after_segment(rf.CONTINUE_EVIDENCE, False, True) == rf.CONTINUE_EVIDENCE
+    assert rf.retrieve_after_segment(rf.CONTINUE_EVIDENCE, False, False) == rf.NO_RETRIEVAL  # no passage to go on with
+    assert rf.retrieve_after_segment(rf.RETRIEVAL, False, True) == rf.NO_RETRIEVAL  # asked, but not wanted
+    assert rf.retrieve_after_segment(None, False, True) == rf.NO_RETRIEVAL
+    decoded = [ids.id(rf.RETRIEVAL), 5, ids.id(rf.RELEVANT), ids.id(rf.NO_RETRIEVAL), 6, ids.id(rf.FULLY_SUPPORTED)]
+    assert ids.last_of(decoded, Group.RETRIEVE) == rf.NO_RETRIEVAL
+    assert ids.last_of(decoded, Group.RELEVANCE) == rf.RELEVANT and ids.last_of(decoded, Group.UTILITY) is None
