@@ -5,11 +5,16 @@
     selfrag paper-data import selfrag_train_data/train.jsonl runs/paper/records.jsonl
     selfrag train --config configs/train/smollm2-135m-cpu.yaml records=runs/data/records.jsonl output_dir=runs/model
     selfrag rl --config configs/rl/smollm2-135m-cpu.yaml model=runs/model output_dir=runs/model-rl
-    selfrag ask --model runs/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
+    selfrag ask model=runs/model retriever.corpus=data_gen/demo/corpus.jsonl "Who ruled Normandy?"
     selfrag index corpus=data_gen/demo/corpus.jsonl output=runs/index kind=bm25
     selfrag eval --config configs/eval/demo.yaml model=runs/model output_dir=runs/eval
-    selfrag serve --model runs/model --corpus data_gen/demo/corpus.jsonl --port 8000
+    selfrag serve model=runs/model retriever.index=runs/index port=8000
     selfrag audit runs/data                              # review teacher labels; --report prints the agreement
+
+Every setting is a ``key=value`` word over an optional ``--config FILE``, in every command: the model is ``model=``,
+the retriever is the ``retriever`` section (``retriever.index=DIR``, ``retriever.url=postgresql://...``,
+``retriever.corpus=FILE``). The options that once named them (``--model``, ``--corpus``, ``--index``, serve's
+``--port`` ...) are refused with the key to write instead (:data:`GONE_OPTIONS`).
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
 missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
@@ -80,16 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("output", type=Path, help="a new (or empty) directory for the merged model")
 
     ask = commands.add_parser("ask", help="answer questions, showing the reflection decisions")
-    ask.add_argument("words", nargs="*", metavar="QUESTION", help="the question (quoted), and key=value overrides")
-    ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
-    ask.add_argument("--model", required=True, help="a model directory trained by selfrag (or a released one)")
-    ask.add_argument("--corpus", type=Path, help="corpus JSONL (id, title, text) or a folder; BM25 is built now")
     ask.add_argument(
-        "--index", help="a prebuilt index (instead of --corpus): a directory from `selfrag index`, or a pgvector "
-        "postgresql://user@host/db?table=NAME"
+        "words", nargs="*", metavar="QUESTION|key=value",
+        help="the question (quoted), and settings: model=DIR retriever.index=DIR (or retriever.corpus=FILE) top_k=5",
     )
-    ask.add_argument("--chunk-words", type=int, help="--corpus folder: words per passage of a file (default 200)")
-    ask.add_argument("--chunk-overlap", type=int, help="--corpus folder: words shared by consecutive passages (40)")
+    ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
     ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
     ask.add_argument("--json", action="store_true", help="print answers as JSON (one object per line for several)")
     _add_config_arguments(ask, positional=False)
@@ -105,15 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(calibrate)
 
     serve = commands.add_parser("serve", help="OpenAI-compatible server (POST /v1/chat/completions, /health, /metrics)")
-    serve.add_argument("--model", help="a model directory trained by selfrag (config key: model)")
-    serve.add_argument("--corpus", help="corpus JSONL (id, title, text) or a folder (config key: corpus)")
-    serve.add_argument(
-        "--index",
-        help="a prebuilt index: a directory from `selfrag index` or postgresql://...?table=NAME (config key: index)",
-    )
-    serve.add_argument("--engine", help="decoding backend: hf, vllm or openai (config key: engine; default hf)")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     _add_config_arguments(serve)
 
     audit = commands.add_parser("audit", help="review a sample of a generate run's teacher labels in a local page")
@@ -179,6 +170,10 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     args, extras = parser.parse_known_args(argv)
     sub = commands.choices[args.command]
     options = [word for word in extras if word.startswith("-") and not _NUMBER.match(word)]
+    for option in options:
+        instead = GONE_OPTIONS.get(args.command, {}).get(option.split("=", 1)[0])
+        if instead is not None:
+            sub.error(f"{option.split('=', 1)[0]} is gone: write {instead}")
     if options:
         sub.error(f"unrecognized option {options[0]!r}")
     if extras:
@@ -190,6 +185,23 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 _NUMBER = re.compile(r"^-\d")
+_RETRIEVER_OPTIONS = {
+    "--corpus": "retriever.corpus=FILE (BM25 built now)",
+    "--index": "retriever.index=DIR (retriever.url=postgresql://...?table=NAME for pgvector)",
+    "--chunk-words": "retriever.chunk_words=N",
+    "--chunk-overlap": "retriever.chunk_overlap=N",
+}
+_RUNNING = {"--model": "model=DIR", **_RETRIEVER_OPTIONS, "--engine": "engine=hf|vllm|openai"}
+#: command -> option that once named a setting -> the key=value to write instead (the one CLI style; refused, exit 2)
+GONE_OPTIONS: dict[str, dict[str, str]] = {
+    "ask": _RUNNING,
+    "serve": {**_RUNNING, "--host": "host=ADDRESS", "--port": "port=N"},
+    "eval": _RUNNING,
+    "calibrate": _RUNNING,
+    "rl": {"--model": "model=DIR", **_RETRIEVER_OPTIONS},
+    "train": {"--model": "model=NAME"},
+    "quickstart": {"--model": "model=NAME"},
+}
 #: An override: a dotted key, then ``=``. A question never starts like this unless it holds ``name=``.
 OVERRIDE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=")
 
@@ -243,7 +255,7 @@ def _generate(args: argparse.Namespace) -> int:
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
 
-    check_recipe_pairs(args.config, args.overrides, "queries")
+    check_recipe_pairs(args.config, args.overrides, "queries", corpus_key="corpus")
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())
@@ -301,8 +313,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from selfrag.inference.ask import ask_many, format_answer, read_questions
-    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.ask import AskConfig, ask_many, format_answer, read_questions
 
     if args.help_config:
         question, args.overrides = "", []
@@ -313,10 +324,9 @@ def _ask(args: argparse.Namespace) -> int:
             raise UsageError("give one question, or --questions FILE (- for stdin), not both")
     else:
         question, args.overrides = split_question(args.words, args.question)
-    config = _config(InferenceConfig, args)
+    config = _config(AskConfig, args)
     questions = [question] if args.questions is None else read_questions(args.questions, sys.stdin)
-    chunking = {name: value for name in ("chunk_words", "chunk_overlap") if (value := getattr(args, name)) is not None}
-    answers = ask_many(args.model, questions, config, corpus=args.corpus, index=args.index, **chunking)
+    answers = ask_many(config, questions)
     for question, answer in zip(questions, answers, strict=True):
         if args.json and len(answers) == 1:
             print(json.dumps(answer.to_json(), indent=2, ensure_ascii=False))
@@ -345,7 +355,7 @@ def split_question(words: Sequence[str], flag: str | None) -> tuple[str, list[st
         raise UsageError(f"give the question once: got --question and also {rest[0]!r}; quote one question")
     if flag is None and not rest:
         raise UsageError(
-            'no question given; write it in quotes, e.g. selfrag ask --model M --corpus C "Who ruled Normandy?" '
+            'no question given; write it in quotes, e.g. selfrag ask model=M retriever.index=I "Who ruled Normandy?" '
             "(use -q/--question when the question contains '=')"
         )
     if len(rest) > 1:
@@ -385,8 +395,7 @@ def _serve(args: argparse.Namespace) -> int:
     from selfrag.inference.server.config import ServeConfig
     from selfrag.inference.server.run import run
 
-    flags = {name: getattr(args, name) for name in ("model", "corpus", "index", "engine", "host", "port")}
-    return run(_config(ServeConfig, args, **{name: value for name, value in flags.items() if value is not None}))
+    return run(_config(ServeConfig, args))
 
 
 def _audit(args: argparse.Namespace) -> int:

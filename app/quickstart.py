@@ -179,7 +179,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     # ---- 4. Calibration: threshold and support bound measured on the dev questions -------------------
     _banner(4, f"calibrate the retrieval threshold, relevance threshold and support bound on {len(dev)} dev questions")
     calibrate_config = from_dict(CalibrateConfig, {
-        "data": split_dir / "dev.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS,
+        "data": split_dir / "dev.jsonl", "model": str(model_dir), "retriever": {"corpus": DEMO_CORPUS},
         "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
         "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
     })
@@ -195,7 +195,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
 
     # ---- 5. Evaluation: the modes on the test questions, same base model --------------------------------
     eval_settings = {
-        "data": split_dir / "test.jsonl", "model": str(model_dir), "corpus": DEMO_CORPUS, "output_dir": out / "eval",
+        "data": split_dir / "test.jsonl", "model": str(model_dir), "retriever": {"corpus": DEMO_CORPUS},
+        "output_dir": out / "eval",
         "labels": split_dir / "test-labels.jsonl", "show": config.show,
         # 4 questions per engine call in every mode alike: the latency columns are per question, amortised
         "batch_size": 4,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from selfrag.config import check_options, help_field
-from selfrag.inference.retrievers.spec import RetrieverConfig
+from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 from selfrag.training.config import LoraOptions
 
 #: GRPOConfig fields this recipe sets from the typed config; setting them in ``trl`` is an error.
@@ -121,6 +121,8 @@ class RLTrainingOptions:
 @dataclasses.dataclass
 class RLConfig:
     """``selfrag rl``: GRPO on a trained Self-RAG model, rollouts with retrieval in the loop."""
+
+    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS  # the spelling of other commands' past, refused alike
 
     model: str = help_field(
         "The policy to start from: an adapter from `selfrag train` (its LoRA goes on training) or a merged model with "

@@ -1,7 +1,7 @@
 """``selfrag calibrate``: measure the retrieval threshold, the relevance threshold and the support bound on a dev split.
 
     selfrag calibrate --config configs/eval/calibrate-demo.yaml model=runs/my-model data=my-data/questions.jsonl \
-        split=dev corpus=my-data/corpus.jsonl target_false_abstain=0.1   # dev split: docs/own-data.md
+        split=dev retriever.corpus=my-data/corpus.jsonl target_false_abstain=0.1   # dev split: docs/own-data.md
 
 On every dev question: one decode step gives ``p_retrieve``; one step on each retrieved passage gives its relevance
 score; one always-retrieve pass (at the fitted relevance threshold) gives the best candidate's verdicts. Then:
@@ -109,9 +109,9 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     examples = _dev_examples(config)
     check_not_trained_on(examples, config.model, config.data, config.split, "calibrate",
                          config.allow_trained_questions)
-    check_passages(examples, searched(config.corpus, config.retriever), None, True)
-    opened = open_retriever(config.retriever, corpus=config.corpus)
-    check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), True)
+    check_passages(examples, searched(config.retriever), None, True)
+    opened = open_retriever(config.retriever)
+    check_passages(examples, searched(config.retriever), passage_ids(opened), True)
     retriever = ExampleRetriever(examples, opened)
     engine = build_engine(config, config.model)  # config.engine: hf, vllm or openai
     ids = engine.token_ids

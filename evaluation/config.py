@@ -2,18 +2,18 @@
 
     selfrag eval --config configs/eval/demo.yaml model=selfrag-quickstart/model output_dir=runs/eval
     selfrag calibrate --config configs/eval/calibrate-demo.yaml model=selfrag-quickstart/model \
-        data=selfrag-quickstart/splits/dev.jsonl corpus=data_gen/demo/corpus.jsonl
+        data=selfrag-quickstart/splits/dev.jsonl retriever.corpus=data_gen/demo/corpus.jsonl
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from selfrag.config import help_field
 from selfrag.inference.engines.options import EngineOptions
-from selfrag.inference.retrievers.spec import RetrieverConfig
+from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
 MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
@@ -83,6 +83,8 @@ class JudgeConfig:
 class EvalConfig:
     """Settings of one evaluation run (``selfrag eval --config FILE key=value ...``)."""
 
+    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+
     data: Path = help_field(
         "evaluation JSONL: QA {question, answers, ctxs?}, closed set {question, choices, answerKey} or claims "
         "{claim, label} (see selfrag.evaluation.data)"
@@ -93,13 +95,10 @@ class EvalConfig:
         "data format; auto detects it per file; popqa, triviaqa, pubhealth, arc_challenge: the Self-RAG paper's "
         "eval_data files with its prompt and metric", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
-    corpus: Path | None = help_field(
-        "small corpora: a corpus JSONL (id, title, text) or folder, indexed with BM25 now, for examples without "
-        "ctxs; a prebuilt index goes in retriever.index / retriever.url", None
-    )
     retriever: RetrieverConfig = help_field(
-        "the retriever for examples without ctxs: retriever.index=DIR (from selfrag index) or "
-        "retriever.url=postgresql://...?table=NAME (pgvector), as in every stage", default_factory=RetrieverConfig
+        "the retriever for examples without ctxs, as in every command: retriever.index=DIR (from selfrag index), "
+        "retriever.url=postgresql://...?table=NAME (pgvector) or retriever.corpus=FILE|FOLDER (small corpora: BM25 "
+        "built now)", default_factory=RetrieverConfig
     )
     labels: Path | None = help_field(
         "reflection labels JSONL {question, passage, answer, labels} for token agreement; null: skip", None
@@ -157,14 +156,15 @@ class EvalConfig:
 class CalibrateConfig:
     """Settings of ``selfrag calibrate``: measure the retrieval threshold and support bound on a dev split."""
 
+    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
     format: DataFormat = help_field("data format; auto detects it", "auto")
     split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
-    corpus: Path | None = help_field("small corpora: BM25 built now for examples without ctxs (or retriever.*)", None)
     retriever: RetrieverConfig = help_field(
-        "the retriever for examples without ctxs (retriever.index / retriever.url), as in every stage",
-        default_factory=RetrieverConfig,
+        "the retriever for examples without ctxs, as in every command: retriever.index=DIR, retriever.url=... or "
+        "retriever.corpus=FILE (small corpora: BM25 built now)", default_factory=RetrieverConfig,
     )
     target_false_abstain: float = help_field(
         "the largest support bound is chosen whose false-abstain rate on answerable dev questions is at most this",

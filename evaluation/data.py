@@ -353,22 +353,20 @@ def check_passages(examples: Sequence[Example], corpus: object | None, passage_i
     without = [example.id for example in examples if not example.ctxs]
     if without and corpus is None and needs_passages:
         raise ConfigError([
-            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no corpus is set; pass corpus=FILE "
-            "(the corpus these questions were written against), retriever.index=DIR or retriever.url=postgresql://..."
-            " (a prebuilt index of it), or add ctxs to the data"
+            f"{len(without)} examples (first: {without[0]!r}) have no ctxs and no retriever is set; pass "
+            "retriever.corpus=FILE (the corpus these questions were written against), retriever.index=DIR or "
+            "retriever.url=postgresql://... (a prebuilt index of it), or add ctxs to the data"
         ])
     gold = {gold_id for example in examples if not example.ctxs for gold_id in example.gold_passage_ids}
     if gold and passage_ids is not None and not gold & set(passage_ids):
         raise ConfigError([
-            f"corpus={corpus} holds none of the {len(gold)} gold passage ids of the data (e.g. {sorted(gold)[0]!r}); "
-            "it is not this data's corpus: pass corpus=YOUR_CORPUS (the one the gold_passage_ids name)"
+            f"{corpus} holds none of the {len(gold)} gold passage ids of the data (e.g. {sorted(gold)[0]!r}); "
+            "it is not this data's corpus: pass retriever.corpus=YOUR_CORPUS (the one the gold_passage_ids name)"
         ])
 
 
-def searched(corpus: Path | None, retriever: Any) -> object | None:
-    """What a stage searches, for messages: the corpus, else the prebuilt index or URL of its retriever section."""
-    if corpus is not None:
-        return corpus
+def searched(retriever: Any) -> object | None:
+    """What a stage searches, for messages: the prebuilt index, URL or corpus of its retriever section."""
     return getattr(retriever, "index", None) or getattr(retriever, "url", None) or getattr(retriever, "corpus", None)
 
 

@@ -91,10 +91,10 @@ def run(config: EvalConfig) -> EvalResult:
     check_not_trained_on(examples, config.model, config.data, config.split, "eval", config.allow_trained_questions)
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
-    check_passages(examples, searched(config.corpus, config.retriever), None, needs_passages)
+    check_passages(examples, searched(config.retriever), None, needs_passages)
     inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
-    opened = open_retriever(config.retriever, corpus=config.corpus)
-    check_passages(examples, searched(config.corpus, config.retriever), passage_ids(opened), needs_passages)
+    opened = open_retriever(config.retriever)
+    check_passages(examples, searched(config.retriever), passage_ids(opened), needs_passages)
     retriever = ExampleRetriever(examples, opened)
     out = config.output_dir
     write_resolved(config, out)
@@ -109,7 +109,7 @@ def run(config: EvalConfig) -> EvalResult:
         logger.info("%s: not in modes; its answers from an earlier run were removed", dropped)
     logger.info("%s", estimate(config, len(examples)))
     settings = to_dict(config)
-    inputs = {"data": config.data, "corpus": config.corpus}
+    inputs = {"data": config.data, "corpus": config.retriever.corpus}
     digests = {name: None if path is None else file_digest(path) for name, path in inputs.items()}
     ids = [example.id for example in examples]
     identity = functools.cache(model_identity)  # the base model serves several modes: read its files once

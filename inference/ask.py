@@ -1,73 +1,73 @@
 """Answer questions from the command line and show the decisions behind each.
 
-selfrag ask --model runs/quickstart/model --corpus data_gen/demo/corpus.jsonl "Who ruled Normandy?"
-selfrag ask --json --model DIR --index runs/index "question" mode=always top_k=5
-selfrag ask --model DIR --index runs/index --questions questions.txt engine=vllm   # one load, many questions
-cat questions.jsonl | selfrag ask --model DIR --corpus FILE --questions -              # JSONL: {"question": ...}
+selfrag ask model=runs/quickstart/model retriever.corpus=data_gen/demo/corpus.jsonl "Who ruled Normandy?"
+selfrag ask --json model=DIR retriever.index=runs/index "question" mode=always top_k=5
+selfrag ask model=DIR retriever.index=runs/index --questions questions.txt engine=vllm   # one load, many questions
+cat questions.jsonl | selfrag ask model=DIR retriever.corpus=FILE --questions -           # JSONL: {"question": ...}
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
+from selfrag.config import help_field
 from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
-from selfrag.inference.retrievers import build_bm25
-from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
+from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig, open_retriever
 from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import Retriever
 
 
-def load_retriever(
-    corpus: str | Path | None = None,
-    index: str | Path | None = None,
-    retriever: RetrieverConfig | None = None,
-    chunk_words: int | None = None,
-    chunk_overlap: int | None = None,
-) -> Retriever:
-    """An index built by ``selfrag index`` (a directory, or a pgvector ``postgresql://...?table=`` URL), or BM25
-    built now over ``corpus``: exactly one, by :func:`~selfrag.inference.retrievers.spec.open_retriever`; a corpus
-    folder is cut into ``chunk_words``-word passages (None: 200) sharing ``chunk_overlap`` words (None: 40)."""
-    chunking = {name: value for name, value in (("chunk_words", chunk_words), ("chunk_overlap", chunk_overlap))
-                if value is not None}
-    if chunking and index is not None:
-        raise InputError(f"--chunk-words/--chunk-overlap apply to --corpus FOLDER; {str(index)!r} was cut into "
-                         "passages when it was built: rebuild it with selfrag index ... chunk_words=N")
-    if chunking and corpus is not None and retriever is None:
-        return build_bm25(corpus, **chunking)  # type: ignore[arg-type]
-    opened = open_retriever(retriever, corpus=corpus, index=index)
+@dataclass(kw_only=True)
+class AskConfig(InferenceConfig):
+    """``selfrag ask``: the runtime's settings (top level, as in configs/inference/), the model and the retriever."""
+
+    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+
+    model: str = help_field("a model directory trained by selfrag (or a released one)")
+    retriever: RetrieverConfig = help_field(
+        "where passages come from, as in every command: retriever.index=DIR (from selfrag index), "
+        "retriever.url=postgresql://...?table=NAME (pgvector) or retriever.corpus=FILE|FOLDER (BM25 built now)",
+        default_factory=RetrieverConfig,
+    )
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if not self.retriever.is_set():
+            problems.append(NO_RETRIEVER)
+        return problems
+
+
+NO_RETRIEVER = ("retriever: no passages; set retriever.index=DIR (built by selfrag index), "
+                "retriever.url=postgresql://...?table=NAME or retriever.corpus=FILE (BM25 built now)")
+
+
+def load_retriever(retriever: RetrieverConfig) -> Retriever:
+    """The retriever ``retriever`` names (an index built by ``selfrag index``, a pgvector table, or BM25 built now
+    over a corpus), by :func:`~selfrag.inference.retrievers.spec.open_retriever`; refused when it names none."""
+    opened = open_retriever(retriever)
     if opened is None:
-        raise InputError(
-            "give exactly one of --corpus FILE (BM25 built now) or --index DIR|postgresql://...?table=NAME "
-            "(built by selfrag index)"
-        )
+        raise InputError(NO_RETRIEVER)
     return opened
 
 
-def ask_many(
-    model: str,
-    questions: Sequence[str],
-    config: InferenceConfig,
-    corpus: str | Path | None = None,
-    index: str | Path | None = None,
-    engine: Engine | None = None,
-    chunk_words: int | None = None,
-    chunk_overlap: int | None = None,
-) -> list[Answer]:
+def ask_many(config: AskConfig, questions: Sequence[str], engine: Engine | None = None) -> list[Answer]:
     """Load the retriever (its errors surface before the model loads), then the engine once, and answer all."""
-    retriever = load_retriever(corpus, index, chunk_words=chunk_words, chunk_overlap=chunk_overlap)
-    engine = engine if engine is not None else build_engine(config, model)
+    retriever = load_retriever(config.retriever)
+    engine = engine if engine is not None else build_engine(config, config.model)
     return SelfRAG(engine, retriever, config).answer_many(list(questions))
 
 
 def ask(model: str, corpus: str | Path, question: str, config: InferenceConfig) -> Answer:
     """One question over a BM25 index of ``corpus`` (kept for callers of the first version)."""
-    return ask_many(model, [question], config, corpus=corpus)[0]
+    retriever = load_retriever(RetrieverConfig(corpus=str(corpus)))
+    return SelfRAG(build_engine(config, model), retriever, config).answer_many([question])[0]
 
 
 def read_questions(source: str, stdin: TextIO) -> list[str]:

@@ -172,7 +172,8 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     removed: Mapping[str, str] = getattr(cls, "REMOVED_KEYS", {})  # a key that was a field once: what to do now
-    problems += [f"{prefix}{key} was removed: {removed[key]}" for key in data if key in removed]
+    gone = [f"{prefix}{key} was removed: {removed[key]}" for key in data if key in removed]
+    problems += gone
     for key in data:
         if key not in fields and key not in removed:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
@@ -210,7 +211,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
         problems.append(f"{where}: {error}")
         return None
     validate = getattr(instance, "validate", None)
-    if callable(validate):
+    if callable(validate) and not gone:  # a removed key's value went nowhere: its consequence is not a 2nd problem
         try:
             found = [f"{prefix}{problem}" for problem in validate()]
         except (TypeError, ValueError, ArithmeticError) as error:
@@ -443,18 +444,28 @@ def describe(cls: type[Any], prefix: str = "") -> list[str]:
     return lines
 
 
-def check_recipe_pairs(config_file: str | Path | None, overrides: Sequence[str], data_key: str = "data") -> None:
-    """A recipe's ``corpus`` goes with its data: ``data_key=`` given on the command line over a recipe that names a
-    corpus, without ``corpus=``, would search the recipe's corpus (the demo's) for the user's questions."""
+def check_recipe_pairs(
+    config_file: str | Path | None, overrides: Sequence[str], data_key: str = "data",
+    corpus_key: str = "retriever.corpus",
+) -> None:
+    """A recipe's corpus (``corpus_key``, dotted) goes with its data: ``data_key=`` given on the command line over a
+    recipe that names a corpus, without a corpus or retriever of its own, would search the recipe's corpus (the
+    demo's) for the user's questions."""
     if config_file is None:
         return
     try:
         recipe = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         return  # load_config reports an unreadable recipe
+    corpus: Any = recipe
+    for part in corpus_key.split("."):
+        corpus = corpus.get(part) if isinstance(corpus, dict) else None
     given = {override.split("=", 1)[0].strip() for override in overrides}
-    if isinstance(recipe, dict) and recipe.get("corpus") and data_key in given and "corpus" not in given:
+    section = corpus_key.rpartition(".")[0]
+    replaced = corpus_key in given or bool(section) and any(key.startswith(f"{section}.") for key in given)
+    if corpus and data_key in given and not replaced:
         raise ConfigError([
-            f"{data_key}= replaces the {data_key} of {config_file}, but its corpus ({recipe['corpus']}) goes with "
-            f"that {data_key}; pass corpus=YOUR_CORPUS too (or corpus=null where every line of your data has ctxs)"
+            f"{data_key}= replaces the {data_key} of {config_file}, but its corpus ({corpus}) goes with that "
+            f"{data_key}; pass {corpus_key}=YOUR_CORPUS too (or {corpus_key}=null where every line of your data has "
+            "ctxs)"
         ])

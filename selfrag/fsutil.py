@@ -193,6 +193,10 @@ def check_config_outputs(config: Any) -> None:
     model = values.get("model")
     if isinstance(model, str) and model and Path(model).expanduser().exists():
         inputs.append(Path(model))
+    for name in ("corpus", "index"):  # the retriever section's paths are inputs too (never written over)
+        value = getattr(values.get("retriever"), name, None)
+        if isinstance(value, str) and value and not is_url(value):
+            inputs.append(Path(value).expanduser())
     for name in OUTPUT_FIELDS:
         value = values.get(name)
         if isinstance(value, str) and value and not is_url(value):  # a str field that may hold a URL (generate)

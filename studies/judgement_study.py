@@ -248,8 +248,8 @@ def answers_arm(name: str, questions: int, plain: bool = False, data: Path | Non
     data = data or RUNS / "answers-questions.jsonl"  # each of several runs at once gives its own (one writer a file)
     write_jsonl_atomic(data, [query_to_row(query) for query in held_out[12:][:questions]])  # after the dev 12
     out = RUNS / name / "answers"
-    result = evaluate(from_dict(EvalConfig, {"data": data, "model": str(RUNS / name), "corpus": DEMO_CORPUS,
-                                             "output_dir": out, "batch_size": 4,
+    result = evaluate(from_dict(EvalConfig, {"data": data, "model": str(RUNS / name),
+                                             "retriever": {"corpus": DEMO_CORPUS}, "output_dir": out, "batch_size": 4,
                                              "modes": ["single_pass", "plain_rag"] if plain else ["single_pass"],
                                              "plots": False, "show": 0}))
     print(result.table)

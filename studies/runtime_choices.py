@@ -78,6 +78,8 @@ def run_arm(folder: Path, name: str, change: dict[str, Any]) -> Path:
     from selfrag.evaluation.run import run
 
     base = yaml.safe_load((folder / "eval" / "config.yaml").read_text(encoding="utf-8"))
+    if "corpus" in base:  # a quickstart before the one retriever spelling wrote a top-level corpus
+        base["retriever"] = {**(base.get("retriever") or {}), "corpus": base.pop("corpus")}
     settings = merge(base, change)
     settings.update(modes=["single_pass"], output_dir=str(folder / "runtime" / name), plots=False, show=0)
     run(from_dict(EvalConfig, settings))

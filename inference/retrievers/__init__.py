@@ -24,11 +24,12 @@ def build_bm25(corpus: str | Path, stemmer_language: str | None = "english", **c
     return BM25Retriever(load_corpus(corpus, **chunking), stemmer_language=stemmer_language)
 
 
-def build_dense(corpus: str | Path, **options: Any) -> Retriever:
-    """Dense retrieval over a corpus file or folder (options: model, batch_size, device)."""
+def build_dense(corpus: str | Path, chunk_words: int = 200, chunk_overlap: int = 40, **options: Any) -> Retriever:
+    """Dense retrieval over a corpus file or folder (options: model, batch_size, device; a folder is cut into
+    ``chunk_words``-word passages sharing ``chunk_overlap`` words)."""
     from .dense import DenseRetriever
 
-    return DenseRetriever(load_corpus(corpus), **options)
+    return DenseRetriever(load_corpus(corpus, chunk_words, chunk_overlap), **options)
 
 
 def load_index(

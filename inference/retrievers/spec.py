@@ -3,10 +3,14 @@
     retriever.index=runs/index                                        # any kind built by `selfrag index`
     retriever.url='postgresql://user@db:5432/rag?table=wiki'          # pgvector, shared by every process
     retriever.corpus=data/corpus.jsonl retriever.kind=bm25            # small corpora: built in memory now
+    retriever.corpus=notes/ retriever.chunk_words=120                 # a folder of .txt/.md/.pdf, cut into passages
 
-``generate``, ``eval``, ``calibrate``, ``ask`` and ``serve`` all call :func:`open_retriever`, so the same index
-gives the same hits whichever stage asks. A prebuilt index (``index`` or ``url``) is the way for anything
-beyond a few thousand passages: every worker, shard and replica opens it instead of building its own.
+``generate``, ``eval``, ``calibrate``, ``rl``, ``ask`` and ``serve`` all call :func:`open_retriever`, so the same
+index gives the same hits whichever stage asks, and every command spells it the same way: this section. A
+``--corpus`` / ``--index`` option or a top-level ``corpus=`` / ``index=`` key is refused with this spelling in the
+message (generate's own ``corpus=`` is its data: gold passages, the source of written questions; ``selfrag index
+corpus=`` is what to build). A prebuilt index (``index`` or ``url``) is the way for anything beyond a few thousand
+passages: every worker, shard and replica opens it instead of building its own.
 Keep the password out of the URL (it is written into each run's config.yaml): set PGPASSWORD or use ~/.pgpass.
 """
 
@@ -21,6 +25,13 @@ from selfrag.errors import ConfigError
 from selfrag.retrieval import Retriever
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+#: a command's top-level keys that once named its retriever (a config's ``REMOVED_KEYS``): what to write instead
+RETRIEVER_KEYS = {
+    "corpus": "write retriever.corpus=FILE (BM25 built now); every command names its retriever in the retriever "
+              "section",
+    "index": "write retriever.index=DIR, or retriever.url=postgresql://...?table=NAME for pgvector; every command "
+             "names its retriever in the retriever section",
+}
 
 
 @dataclass
@@ -39,6 +50,13 @@ class RetrieverConfig:
         "small corpora only: a corpus file or folder indexed in memory at start-up (by retriever.kind)", None
     )
     kind: Literal["bm25", "dense"] | None = help_field("with corpus=: bm25 (default) or dense", None)
+    chunk_words: int | None = help_field(
+        "with corpus= a folder: words per passage cut from a .txt/.md/.pdf file (null: 200); an index was cut when "
+        "it was built (selfrag index chunk_words=N)", None
+    )
+    chunk_overlap: int | None = help_field(
+        "with corpus= a folder: words shared by consecutive passages of a file (null: 40)", None
+    )
     mode: Literal["dense", "lexical", "hybrid"] | None = help_field(
         "with url=: dense (HNSW, default), lexical (PostgreSQL full text) or hybrid (both, reciprocal rank fusion)",
         None,
@@ -69,6 +87,14 @@ def spec_problems(spec: RetrieverConfig, field: str = "retriever") -> list[str]:
         problems.append(f"{field}.url must start with postgresql://, got {spec.url!r}; a folder goes in {field}.index")
     if spec.kind is not None and spec.corpus is None:
         problems.append(f"{field}.kind applies to {field}.corpus only (an index records its kind); drop it")
+    for name in ("chunk_words", "chunk_overlap"):
+        if getattr(spec, name) is not None and spec.corpus is None:
+            problems.append(f"{field}.{name} applies to {field}.corpus (a folder) only: an index was cut into passages "
+                            f"when it was built; rebuild it with selfrag index ... {name}=N")
+    words, overlap = spec.chunk_words or 200, spec.chunk_overlap if spec.chunk_overlap is not None else 40
+    if (spec.chunk_words is not None or spec.chunk_overlap is not None) and (words < 1 or not 0 <= overlap < words):
+        problems.append(f"{field}.chunk_overlap must be in [0, chunk_words), got chunk_words={words}, "
+                        f"chunk_overlap={overlap}; e.g. {field}.chunk_words=200 {field}.chunk_overlap=40")
     for name in ("mode", "ef_search"):
         if getattr(spec, name) is not None and spec.url is None:
             problems.append(f"{field}.{name} applies to {field}.url (pgvector) only; drop it or set {field}.url")
@@ -130,6 +156,8 @@ def open_retriever(
         from . import RETRIEVERS
 
         options: dict[str, Any] = {"model": spec.model} if spec.model and spec.kind == "dense" else {}
+        options.update({name: value for name in ("chunk_words", "chunk_overlap")
+                        if (value := getattr(spec, name)) is not None})
         return RETRIEVERS[spec.kind or "bm25"](spec.corpus, **options)
     return None
 

@@ -1,6 +1,6 @@
 """``selfrag serve``: an OpenAI-compatible HTTP server over the Self-RAG runtime.
 
-    selfrag serve --model runs/quickstart/model --corpus data_gen/demo/corpus.jsonl --port 8000
+    selfrag serve model=runs/quickstart/model retriever.corpus=data_gen/demo/corpus.jsonl port=8000
 
 Modules: :mod:`.config` (ServeConfig), :mod:`.schemas` (request/response models, the OpenAPI schema),
 :mod:`.format` (answers and stream events in OpenAI's shapes plus the ``selfrag`` extension),

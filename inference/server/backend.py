@@ -83,7 +83,7 @@ def load_backend(config: ServeConfig) -> Backend:
     The same loaders as ``selfrag ask``: :func:`~selfrag.inference.ask.load_retriever` and
     :func:`~selfrag.inference.engines.build_engine` (hf, vllm or openai, with their checked options).
     """
-    retriever = load_retriever(config.corpus, config.index, config.retriever)
+    retriever = load_retriever(config.retriever)
     logger.info("retrieval: %s", type(retriever).__name__)
     model_dir = resolve_model(config.model)
     logger.info("loading %s with the %s engine", model_dir, config.engine)

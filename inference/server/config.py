@@ -1,6 +1,6 @@
 """Settings of ``selfrag serve`` (the OpenAI-compatible server).
 
-    config = load_config(ServeConfig, "configs/serve/default.yaml", ["model=runs/model", "corpus=corpus.jsonl"])
+    config = load_config(ServeConfig, "configs/serve/default.yaml", ["model=runs/model", "retriever.index=runs/index"])
 
 Every field is documented; :meth:`ServeConfig.validate` names the field, the value and the fix.
 """
@@ -8,31 +8,25 @@ Every field is documented; :meth:`ServeConfig.validate` names the field, the val
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from selfrag.config import help_field
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines.options import EngineOptions
-from selfrag.inference.retrievers.spec import RetrieverConfig
+from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 
 @dataclass
 class ServeConfig:
     """What the server loads, where it listens, and the limits it enforces."""
 
+    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+
     model: str = help_field("a model directory trained by selfrag (merged model or LoRA adapter with selfrag.json)")
-    corpus: Path | None = help_field(
-        "corpus JSONL (id, title, text) or a folder of .txt/.md/.pdf, indexed with BM25 at start-up "
-        "(or give index=)", None
-    )
-    index: str | None = help_field(
-        "a prebuilt index, instead of corpus=: a directory from `selfrag index`, or a pgvector "
-        "postgresql://user@host/db?table=NAME shared by every replica (same as retriever.index / retriever.url)", None
-    )
     retriever: RetrieverConfig = help_field(
-        "the retriever section every stage shares (retriever.index, retriever.url, mode, ef_search); instead of "
-        "corpus= / index=", default_factory=RetrieverConfig
+        "where passages come from, as in every command: retriever.index=DIR (from selfrag index), "
+        "retriever.url=postgresql://...?table=NAME (pgvector, one table shared by every replica; mode, ef_search) or "
+        "retriever.corpus=FILE|FOLDER (BM25 built at start-up)", default_factory=RetrieverConfig
     )
     engine: Literal["hf", "vllm", "openai"] = help_field(
         "decoding backend, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM in-process), "
@@ -87,12 +81,9 @@ class ServeConfig:
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
         problems = list(self.engine_options.validate("engine_options."))
-        given = [name for name, value in (("corpus", self.corpus), ("index", self.index)) if value is not None]
-        if self.retriever.is_set():
-            given.append("retriever")
-        if len(given) != 1:
-            problems.append("give exactly one of corpus=FILE (BM25 built at start-up), index=DIR|postgresql://... "
-                            f"(built by selfrag index) or a retriever section, got {given or 'none'}")
+        if not self.retriever.is_set():
+            problems.append("retriever: no passages; set retriever.index=DIR (built by selfrag index), retriever.url="
+                            "postgresql://...?table=NAME or retriever.corpus=FILE (BM25 built at start-up)")
         if not 0 < self.port < 65536:
             problems.append(f"port must be in 1..65535, got {self.port}")
         for name in ("max_queue", "max_batch", "max_request_bytes", "max_messages", "max_question_chars",

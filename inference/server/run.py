@@ -1,7 +1,7 @@
 """Serve a trained model: ``selfrag serve`` calls :func:`run`.
 
-    selfrag serve --model runs/quickstart/model --corpus data_gen/demo/corpus.jsonl --port 8000
-    SELFRAG_API_KEY=secret selfrag serve --config configs/serve/default.yaml model=DIR corpus=FILE max_batch=8
+    selfrag serve model=runs/quickstart/model retriever.corpus=data_gen/demo/corpus.jsonl port=8000
+    SELFRAG_API_KEY=secret selfrag serve --config configs/serve/default.yaml model=DIR retriever.index=DIR max_batch=8
 
 The port opens at once; ``GET /health`` says ``loading`` (503) until the index and the model are loaded, then
 ``ready``. SIGINT/SIGTERM stop accepting connections and let in-flight requests finish for ``graceful_shutdown_s``;
@@ -39,13 +39,14 @@ SHUTDOWN_MARGIN_S = 2.0
 
 def run(config: ServeConfig) -> int:
     """Serve until interrupted; a model or corpus that fails to load stops the server with its error."""
-    if config.corpus is not None and not config.corpus.exists():
-        raise InputError(f"corpus {str(config.corpus)!r} not found; pass a corpus JSONL or folder to --corpus")
-    if config.index is not None and "://" not in config.index and not Path(config.index).is_dir():
-        raise InputError(f"index {str(config.index)!r} not found; build it with `selfrag index` or pass --corpus")
+    corpus, index = config.retriever.corpus, config.retriever.index
+    if corpus is not None and not Path(corpus).exists():
+        raise InputError(f"retriever.corpus {corpus!r} not found; give a corpus JSONL or folder")
+    if index is not None and "://" not in index and not Path(index).is_dir():
+        raise InputError(f"retriever.index {index!r} not found; build it with `selfrag index` or give retriever.corpus")
     if config.engine == "vllm":
         import_vllm("engine=vllm")  # a missing vLLM fails here, with the line that installs it
-    resolve_model(config.model)  # so does a wrong --model, before the port opens
+    resolve_model(config.model)  # so does a wrong model=, before the port opens
     api_key = os.environ.get(config.api_key_env) or None
     if api_key is None and not _is_loopback(config.host):
         logger.warning("serving on %s without an API key; set %s to require one", config.host, config.api_key_env)

@@ -31,7 +31,7 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
 
 
 def test_missing_corpus_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, err = run_cli(capsys, "ask", "--model", str(tmp_path), "--corpus", str(tmp_path / "none.jsonl"), "q?")
+    code, err = run_cli(capsys, "ask", f"model={tmp_path}", f"retriever.corpus={tmp_path / 'none.jsonl'}", "q?")
     assert_one_line_error(code, err, "selfrag ask: error:", "none.jsonl", "not found")
 
 
@@ -43,7 +43,7 @@ def test_malformed_jsonl_line_names_file_and_line(capsys: pytest.CaptureFixture[
 
 
 def test_unknown_model_name(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_cli(capsys, "ask", "--model", "no-such-model", "--corpus", str(DEMO_CORPUS), "q?")
+    code, err = run_cli(capsys, "ask", "model=no-such-model", f"retriever.corpus={DEMO_CORPUS}", "q?")
     assert_one_line_error(code, err, "unknown model 'no-such-model'", "smollm2-135m-instruct")
 
 
@@ -66,7 +66,7 @@ def test_every_command_has_a_handler() -> None:
 
 def test_help_config_lists_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["ask", "--model", "m", "--corpus", "c", "q", "--help-config"])
+        main(["ask", "model=m", "retriever.corpus=c", "q", "--help-config"])
     assert "threshold (float | None, None): adaptive mode retrieves" in capsys.readouterr().out
 
 
@@ -97,8 +97,8 @@ def test_missing_vllm_gives_the_install_line(capsys: pytest.CaptureFixture[str],
     install it, from one place (selfrag.inference.engines.options.VLLM_INSTALL), as generate's teacher does."""
     from selfrag.inference.engines.options import VLLM_INSTALL
 
-    argv = [command, "--model", str(tmp_path), "--corpus", str(DEMO_CORPUS)]
-    argv += ["q?", "engine=vllm"] if command == "ask" else ["--engine", "vllm"]  # refused before the port opens
+    argv = [command, f"model={tmp_path}", f"retriever.corpus={DEMO_CORPUS}", "engine=vllm"]
+    argv += ["q?"] if command == "ask" else []  # serve: refused before the port opens
     code, err = run_cli(capsys, *argv)
     assert_one_line_error(code, err, "engine=vllm needs vLLM", VLLM_INSTALL)
 

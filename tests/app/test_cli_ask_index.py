@@ -40,7 +40,7 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
     monkeypatch.setattr(hf.HFEngine, "__init__", counting)
     questions = tmp_path / "questions.txt"
     questions.write_text('What is the capital of France?\n\n{"question": "Which river?"}\nWho?\n')
-    code = main(["ask", "--model", str(model_dir), "--index", str(tmp_path / "index"), "--questions", str(questions),
+    code = main(["ask", f"model={model_dir}", f"retriever.index={tmp_path / 'index'}", "--questions", str(questions),
                  "--json", "mode=always", "top_k=2", "max_tokens=4", "engine_options.batch_size=2"])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -49,7 +49,7 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
     assert len(loads) == 1
 
     monkeypatch.setattr("sys.stdin", io.StringIO("What is the capital of France?\n"))
-    assert main(["ask", "--model", str(model_dir), "--corpus", str(corpus), "--questions", "-", "max_tokens=3"]) == 0
+    assert main(["ask", f"model={model_dir}", f"retriever.corpus={corpus}", "--questions", "-", "max_tokens=3"]) == 0
     assert "decisions:" in capsys.readouterr().out
 
 
@@ -62,19 +62,21 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
     ],
 )
 def test_ask_argument_mistakes_are_one_line(extra, fragment, corpus, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = main(["ask", "--model", "m", "--corpus", str(corpus), *extra])
+    code = main(["ask", "model=m", f"retriever.corpus={corpus}", *extra])
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and "Traceback" not in err
 
 
-def test_ask_needs_exactly_one_of_corpus_and_index(model_dir, corpus, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = main(["ask", "--model", str(model_dir), "q?"])
-    assert code == 2 and "exactly one of --corpus" in capsys.readouterr().err
-    code = main(["ask", "--model", str(model_dir), "--index", str(tmp_path), "q?"])
+def test_ask_needs_exactly_one_retriever(model_dir, corpus, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(["ask", f"model={model_dir}", "q?"])
+    assert code == 2 and "retriever: no passages; set retriever.index=DIR" in capsys.readouterr().err
+    code = main(["ask", f"model={model_dir}", f"retriever.index={tmp_path}", f"retriever.corpus={corpus}", "q?"])
+    assert code == 2 and "set one of index, url, corpus" in capsys.readouterr().err
+    code = main(["ask", f"model={model_dir}", f"retriever.index={tmp_path}", "q?"])
     assert code == 2 and "selfrag index" in capsys.readouterr().err
 
 
 def test_unknown_engine_option_is_reported(corpus, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = main(["ask", "--model", "m", "--corpus", str(corpus), "q?", "engine=tgi", "engine_options.dtyp=x"])
+    code = main(["ask", "model=m", f"retriever.corpus={corpus}", "q?", "engine=tgi", "engine_options.dtyp=x"])
     err = capsys.readouterr().err
     assert code == 2 and "engine" in err and "did you mean 'engine_options.dtype'" in err

@@ -10,7 +10,7 @@ import pytest
 from selfrag.app.cli import main
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
 from selfrag.errors import ModelNotFoundError
-from selfrag.inference.config import InferenceConfig
+from selfrag.inference.ask import AskConfig
 from selfrag.models import resolve_model
 
 
@@ -23,16 +23,15 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Replace the model call of `selfrag ask` and record what it was given."""
     seen: dict[str, Any] = {}
 
-    def fake_ask_many(model: str, questions: list[str], config: InferenceConfig, corpus: Path | None = None,
-                      index: Path | None = None) -> Any:
-        seen.update(model=model, corpus=corpus, question=questions[0], config=config)
+    def fake_ask_many(config: AskConfig, questions: list[str]) -> Any:
+        seen.update(model=config.model, corpus=config.retriever.corpus, question=questions[0], config=config)
         raise SystemExit(0)
 
     monkeypatch.setattr("selfrag.inference.ask.ask_many", fake_ask_many)
     return seen
 
 
-ASK = ["ask", "--model", "m", "--corpus", "c.jsonl"]
+ASK = ["ask", "model=m", "retriever.corpus=c.jsonl"]
 
 
 def test_overrides_before_the_question_are_not_the_question(asked: dict[str, Any]) -> None:
@@ -44,7 +43,7 @@ def test_overrides_before_the_question_are_not_the_question(asked: dict[str, Any
 
 def test_options_after_the_question_still_count(asked: dict[str, Any]) -> None:
     with pytest.raises(SystemExit):
-        main(["ask", "Who?", "--model", "m", "threshold=0.5", "--corpus", "c.jsonl"])
+        main(["ask", "Who?", "model=m", "--json", "threshold=0.5", "retriever.corpus=c.jsonl"])
     assert asked["question"] == "Who?" and asked["config"].threshold == 0.5
 
 
@@ -59,8 +58,8 @@ def test_a_question_with_equals_sign_goes_through_q(asked: dict[str, Any]) -> No
     [
         (
             ["mode=always"],
-            'selfrag ask: error: no question given; write it in quotes, e.g. selfrag ask --model M --corpus C "Who '
-            "ruled Normandy?\" (use -q/--question when the question contains '=')",
+            "selfrag ask: error: no question given; write it in quotes, e.g. selfrag ask model=M retriever.index=I "
+            "\"Who ruled Normandy?\" (use -q/--question when the question contains '=')",
         ),
         (
             ["Who", "ruled?"],
@@ -138,7 +137,7 @@ def test_offline_hub_id_is_one_line(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty hub cache
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert main(["ask", "--model", "owner/no-model", "--corpus", str(DEMO_CORPUS), "Q?"]) == 2
+    assert main(["ask", "model=owner/no-model", f"retriever.corpus={DEMO_CORPUS}", "Q?"]) == 2
     assert stderr_lines(capsys) == [
         "selfrag ask: error: model 'owner/no-model' is a hub id, but hub downloads are off (HF_HUB_OFFLINE=1) and it "
         "is not in the local cache; download it where a hub is reachable (huggingface-cli download owner/no-model), "

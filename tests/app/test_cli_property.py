@@ -128,7 +128,7 @@ def test_random_overrides_never_give_a_traceback(
     command: str, capsys: pytest.CaptureFixture[str], no_model_loads: None, tmp_path: Path
 ) -> None:
     cls = COMMANDS[command]
-    base = ["--model", "m", "--corpus", "c.jsonl", "Q?"] if command == "ask" else []
+    base = ["model=m", "retriever.corpus=c.jsonl", "Q?"] if command == "ask" else []
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(items=overrides(cls))

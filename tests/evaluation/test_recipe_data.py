@@ -33,28 +33,28 @@ def test_calibrate_demo_recipe_requires_a_corpus_for_data_without_ctxs(tmp_path:
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(capsys, ["calibrate", "--config", str(REPO / "configs/eval/calibrate-demo.yaml"),
                               f"model={tmp_path}", f"data={_questions(tmp_path)}"])
-    assert "have no ctxs and no corpus is set; pass corpus=FILE" in line
+    assert "have no ctxs and no retriever is set; pass retriever.corpus=FILE" in line
 
 
 def test_a_recipe_corpus_is_not_kept_for_other_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(capsys, ["eval", "--config", str(REPO / "configs/eval/demo.yaml"), f"model={tmp_path}",
                               f"data={_questions(tmp_path)}", f"output_dir={tmp_path / 'out'}"])
-    assert "but its corpus (data_gen/demo/corpus.jsonl) goes with that data; pass corpus=YOUR_CORPUS" in line
+    assert "but its corpus (data_gen/demo/corpus.jsonl) goes with that data; pass retriever.corpus=YOUR_CORPUS" in line
 
 
 def test_a_corpus_without_any_gold_passage_of_the_data_is_refused(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(capsys, ["calibrate", f"model={tmp_path}", f"data={_questions(tmp_path)}",
-                              f"corpus={DEMO_CORPUS}"])
+                              f"retriever.corpus={DEMO_CORPUS}"])
     assert "holds none of the 1 gold passage ids of the data (e.g. 'velm-1')" in line
 
 
 def test_a_missing_dev_file_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(capsys, ["calibrate", f"model={tmp_path}", f"data={tmp_path / 'dev.jsonl'}",
-                              f"corpus={DEMO_CORPUS}"])
+                              f"retriever.corpus={DEMO_CORPUS}"])
     assert "calibration needs held-out dev questions" in line and '"meta": {"split": "dev"}' in line
     line = _one_line(capsys, ["calibrate", f"model={tmp_path}", f"data={_questions(tmp_path, split='train')}",
-                              f"corpus={DEMO_CORPUS}", "split=dev"])
+                              f"retriever.corpus={DEMO_CORPUS}", "split=dev"])
     assert "meta.split='dev'" in line and "docs/own-data.md" in line
 
 

@@ -216,7 +216,7 @@ def test_a_folder_of_the_older_format_is_accepted_where_it_is(setup: tuple[Engin
         mode_settings.pop("allow_trained_questions")  # that version had no such setting
         if mode == "single_pass":
             mode_settings["runtime_version"] = run_module.BEHAVIOUR_VERSION
-        inputs = {"data": config.data, "corpus": config.corpus}
+        inputs = {"data": config.data, "corpus": config.retriever.corpus}
         state[mode] = {"fingerprint": _old_mode_fingerprint(mode_settings, mode, _old_model_identity(model), inputs),
                        "finished": True}
     (out / RESUME_DIR / "state.json").write_text(json.dumps(state))

@@ -33,7 +33,7 @@ def test_questions_the_model_trained_on_are_refused_in_one_line(
     command: str, split: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = model_trained_on(tmp_path, ("train", split))
-    argv = [command, f"model={model}", f"data={QUESTIONS}", f"split={split}", f"corpus={CORPUS}"]
+    argv = [command, f"model={model}", f"data={QUESTIONS}", f"split={split}", f"retriever.corpus={CORPUS}"]
     argv += [f"output_dir={tmp_path / 'out'}"] if command == "eval" else []
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -19,6 +19,7 @@ import uvicorn
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.engines import Generation, GenerationRequest, Script, ScriptedEngine
+from selfrag.inference.retrievers.spec import RetrieverConfig
 from selfrag.inference.server.app import create_app
 from selfrag.inference.server.backend import Backend
 from selfrag.inference.server.config import ServeConfig
@@ -114,7 +115,8 @@ class ScriptedBackendEngine(ScriptedEngine):
 
 def serve_config(**overrides: Any) -> ServeConfig:
     # One round, no pruning: these scripts answer whole continuations (both have their own runtime tests).
-    values: dict[str, Any] = {"model": MODEL, "corpus": "unused.jsonl", "served_model_name": MODEL,
+    values: dict[str, Any] = {"model": MODEL, "retriever": RetrieverConfig(corpus="unused.jsonl"),
+                              "served_model_name": MODEL,
                               "batch_wait_ms": 5.0,
                               "inference": InferenceConfig(max_rounds=0, pruning=PruningConfig(enabled=False))}
     values.update(overrides)

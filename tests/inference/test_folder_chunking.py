@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from selfrag.app.cli import main
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError
 from selfrag.inference.ask import load_retriever
+from selfrag.inference.retrievers.spec import RetrieverConfig
 from selfrag.passages import PassageStore
 
 
@@ -38,15 +39,17 @@ def test_index_takes_chunk_words_and_keeps_heading_titles(tmp_path: Path, capsys
 
 def test_ask_corpus_folder_takes_chunk_words(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
-    assert len(load_retriever(corpus=folder).passages) == 1  # type: ignore[attr-defined]
-    small = load_retriever(corpus=folder, chunk_words=10, chunk_overlap=0)
+    assert len(load_retriever(RetrieverConfig(corpus=str(folder))).passages) == 1  # type: ignore[attr-defined]
+    small = load_retriever(RetrieverConfig(corpus=str(folder), chunk_words=10, chunk_overlap=0))
     assert len(small.passages) == 4  # type: ignore[attr-defined]
-    with pytest.raises(InputError, match="rebuild it with selfrag index"):
-        load_retriever(index=tmp_path / "index", chunk_words=10)
+    dense = load_retriever(RetrieverConfig(corpus=str(folder), kind="dense", chunk_words=10, chunk_overlap=0))
+    assert len(dense.passages) == 4  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="rebuild it with selfrag index"):
+        load_retriever(RetrieverConfig(index=str(tmp_path / "index"), chunk_words=10))
 
 
-def test_ask_cli_passes_the_chunk_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ask_cli_passes_the_chunk_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _folder(tmp_path)
-    code = main(["ask", "--model", str(tmp_path / "no-model"), "--corpus", str(folder), "--chunk-words", "5",
-                 "--chunk-overlap", "5", "q?"])
-    assert code == 2 and "chunk_overlap must be in [0, chunk_words)" in capsys.readouterr().err
+    code = main(["ask", f"model={tmp_path / 'no-model'}", f"retriever.corpus={folder}", "retriever.chunk_words=5",
+                 "retriever.chunk_overlap=5", "q?"])
+    assert code == 2 and "retriever.chunk_overlap must be in [0, chunk_words)" in capsys.readouterr().err

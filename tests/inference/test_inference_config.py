@@ -75,7 +75,7 @@ def test_a_removed_option_is_named_with_what_to_do(tmp_path: Path, capsys: pytes
     assert problem.startswith("engine_options.legacy_decode was removed: ") and "delete the key" in problem
     from selfrag.app.cli import main
 
-    argv = ["ask", "--model", str(tmp_path), "--corpus", str(tmp_path), "q", "engine_options.legacy_decode=1"]
+    argv = ["ask", f"model={tmp_path}", f"retriever.corpus={tmp_path}", "q", "engine_options.legacy_decode=1"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "engine_options.legacy_decode was removed" in err[0]

@@ -87,7 +87,7 @@ def test_readiness_gates_traffic_and_shutdown_fits_the_grace_period(objects: dic
     env = {item["name"]: item for item in container["env"]}
     assert env[config.api_key_env]["valueFrom"]["secretKeyRef"]["optional"] is True  # the key never in a file
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
-    assert str(config.model) in mounts and str(config.index) in mounts
+    assert str(config.model) in mounts and str(config.retriever.index) in mounts
     assert all(mount["readOnly"] for mount in mounts.values())
 
 

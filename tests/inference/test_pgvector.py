@@ -101,7 +101,7 @@ def test_the_cli_loads_and_every_stage_opens_the_same_table(postgres: LocalPostg
     assert main(["index", f"corpus={corpus}", "kind=pgvector", f"output={url}", "batch_size=64"]) == 0
     by_section = open_retriever(RetrieverConfig(url=url))
     by_index_key = open_retriever(RetrieverConfig(index=url))
-    by_ask = load_retriever(index=url)
+    by_ask = load_retriever(RetrieverConfig(index=url))
     assert by_section is not None and by_index_key is not None
     expected = [_ids(hits) for hits in by_section.search_many(QUERIES, 3)]
     assert [_ids(hits) for hits in by_index_key.search_many(QUERIES, 3)] == expected
@@ -251,13 +251,13 @@ def test_every_stage_config_opens_the_same_hits(table_url: str, tmp_path: Path) 
     generate = load_config(GenerateConfig, None, ["labeler=llm", "teacher.model=m", "queries=q", "output=o", *section])
     evaluate = load_config(EvalConfig, None, ["data=d", "model=m", "output_dir=o", *section])
     calibrate = load_config(CalibrateConfig, None, ["data=d", "model=m", *section])
-    serve = load_config(ServeConfig, None, ["model=m", f"index={table_url}"])
+    serve = load_config(ServeConfig, None, ["model=m", f"retriever.index={table_url}"])
     opened = [
         open_retriever(generate.retriever),
-        open_retriever(evaluate.retriever, corpus=evaluate.corpus),
-        open_retriever(calibrate.retriever, corpus=calibrate.corpus),
-        load_retriever(serve.corpus, serve.index, serve.retriever),
-        load_retriever(index=table_url),
+        open_retriever(evaluate.retriever),
+        open_retriever(calibrate.retriever),
+        load_retriever(serve.retriever),
+        open_retriever(index=table_url),
     ]
     hits = [[_ids(found) for found in retriever.search_many(QUERIES, 4)] for retriever in opened if retriever]
     assert len(hits) == 5 and all(found == hits[0] for found in hits)

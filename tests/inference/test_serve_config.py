@@ -15,20 +15,21 @@ def problems(*overrides: str) -> str:
     return str(error.value)
 
 
-def test_exactly_one_of_corpus_or_index() -> None:
-    assert "give exactly one of corpus=FILE" in problems()
-    assert "give exactly one of corpus=FILE" in problems("corpus=c.jsonl", "index=runs/index")
-    assert load_config(ServeConfig, None, ["model=m", "index=runs/index"]).index is not None
+def test_exactly_one_retriever() -> None:
+    assert "retriever: no passages; set retriever.index=DIR" in problems()
+    assert "set one of index, url, corpus" in problems("retriever.corpus=c.jsonl", "retriever.index=runs/index")
+    assert load_config(ServeConfig, None, ["model=m", "retriever.index=runs/index"]).retriever.index == "runs/index"
 
 
 def test_engine_and_engine_options_are_checked_like_ask() -> None:
-    message = problems("corpus=c.jsonl", "engine=tgi")
+    message = problems("retriever.corpus=c.jsonl", "engine=tgi")
     assert "engine" in message and "tgi" in message
-    assert "engine_options.batch_size must be an integer, got 'abc'" in problems("corpus=c.jsonl",
+    assert "engine_options.batch_size must be an integer, got 'abc'" in problems("retriever.corpus=c.jsonl",
                                                                                  "engine_options.batch_size=abc")
-    assert "engine_options.batch_size must be at least 1" in problems("corpus=c.jsonl", "engine_options.batch_size=0")
-    assert "did you mean" in problems("corpus=c.jsonl", "engine_options.batch_sise=4")
-    config = load_config(ServeConfig, None, ["model=m", "corpus=c.jsonl", "engine=openai",
+    assert "engine_options.batch_size must be at least 1" in problems("retriever.corpus=c.jsonl",
+                                                                      "engine_options.batch_size=0")
+    assert "did you mean" in problems("retriever.corpus=c.jsonl", "engine_options.batch_sise=4")
+    config = load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "engine=openai",
                                              "engine_options.base_url=http://127.0.0.1:9/v1"])
     assert config.engine == "openai" and config.engine_options.base_url == "http://127.0.0.1:9/v1"
 

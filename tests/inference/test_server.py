@@ -484,12 +484,12 @@ def test_serve_command_reports_user_mistakes_in_one_line(capsys: pytest.CaptureF
     from selfrag.app.cli import main
     from selfrag.data_gen import DEMO_CORPUS
 
-    assert main(["serve", "--model", str(tmp_path), "--corpus", str(tmp_path / "none.jsonl")]) == 2
+    assert main(["serve", f"model={tmp_path}", f"retriever.corpus={tmp_path / 'none.jsonl'}"]) == 2
     assert "corpus" in capsys.readouterr().err
-    assert main(["serve", "--model", "no-such-model", "--corpus", str(DEMO_CORPUS)]) == 2
+    assert main(["serve", "model=no-such-model", f"retriever.corpus={DEMO_CORPUS}"]) == 2
     err = capsys.readouterr().err
     assert "unknown model 'no-such-model'" in err and "Traceback" not in err
-    assert main(["serve", "--model", "m", "--corpus", str(DEMO_CORPUS), "max_queue=0", "prot=1"]) == 2
+    assert main(["serve", "model=m", f"retriever.corpus={DEMO_CORPUS}", "max_queue=0", "prot=1"]) == 2
     err = capsys.readouterr().err
     assert "max_queue must be at least 1" in err and "did you mean 'port'" in err
 

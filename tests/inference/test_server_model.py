@@ -43,7 +43,7 @@ def trained_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.mark.slow
 def test_real_smollm2_answers_and_streams_the_same(trained_model: str) -> None:
-    config = load_config(ServeConfig, None, [f"model={trained_model}", f"corpus={DEMO_CORPUS}",
+    config = load_config(ServeConfig, None, [f"model={trained_model}", f"retriever.corpus={DEMO_CORPUS}",
                                              "served_model_name=smol", "inference.max_tokens=16", "inference.top_k=2"])
     live = LiveServer(create_app(config, load_backend(config))).start()
     try:
@@ -71,7 +71,7 @@ def test_serve_loads_like_ask_a_prebuilt_index_and_checked_engine_options(traine
     from selfrag.inference.retrievers.index import run as build_index
 
     build_index(IndexConfig(corpus=str(DEMO_CORPUS), output=str(tmp_path / "index")))
-    config = load_config(ServeConfig, None, [f"model={trained_model}", f"index={tmp_path / 'index'}",
+    config = load_config(ServeConfig, None, [f"model={trained_model}", f"retriever.index={tmp_path / 'index'}",
                                              "engine=hf", "engine_options.batch_size=2", "inference.max_tokens=8"])
     backend = load_backend(config)
     assert backend.engine.batch_size == 2  # type: ignore[attr-defined]  # engine_options reached the engine

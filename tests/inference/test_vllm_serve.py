@@ -85,8 +85,8 @@ def test_selfrag_serve_over_vllm_serve(server: str, add_merged: Path) -> None:  
     from selfrag.inference.server.backend import load_backend
     from selfrag.inference.server.config import ServeConfig
 
-    common = [f"model={add_merged}", f"corpus={DEMO_CORPUS}", "served_model_name=smol", "inference.max_tokens=24",
-              "inference.top_k=2"]
+    common = [f"model={add_merged}", f"retriever.corpus={DEMO_CORPUS}", "served_model_name=smol",
+              "inference.max_tokens=24", "inference.top_k=2"]
     messages = [{"role": "user", "content": "Who ruled the duchy of Normandy?"}]
     answers = {}
     for engine in ("openai", "hf"):

@@ -14,7 +14,8 @@ from selfrag.evaluation.config import EvalConfig
 
 def _quickstart_eval(tmp_path: Path) -> dict[str, object]:
     """What the quickstart writes as eval/config.yaml, in the keys the arms touch."""
-    return {"data": str(tmp_path / "test.jsonl"), "model": str(tmp_path / "model"), "corpus": str(tmp_path / "c.jsonl"),
+    return {"data": str(tmp_path / "test.jsonl"), "model": str(tmp_path / "model"),
+            "retriever": {"corpus": str(tmp_path / "c.jsonl")},
             "output_dir": str(tmp_path / "eval"), "top_k": 3, "max_tokens": 96, "batch_size": 4,
             "inference": {"max_rounds": 2, "weights": {"relevance": 1.0, "support": 1.0, "utility": 0.5}},
             "judge": {"kind": "overlap"}, "modes": ["no_retrieval", "plain_rag", "single_pass"]}

@@ -1,0 +1,195 @@
+"""One retriever spelling and one CLI style in every command (issue 44).
+
+Every setting is ``key=value`` over an optional ``--config FILE``; the retriever is the ``retriever`` section. The
+options that once named a setting (``ask --model/--corpus/--index``, ``serve --port`` ...) and the top-level
+``corpus=`` / ``index=`` keys are refused in one line that names the new spelling, exit code 2, before any work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from selfrag.app.cli import main
+from selfrag.data_gen import DEMO_CORPUS
+
+REPO = Path(__file__).parents[2]
+
+#: (command, option as typed, the line's fix): every option a command had (or a user carries over from another)
+GONE = [
+    ("ask", ["--model", "runs/model"], "--model is gone: write model=DIR"),
+    ("ask", ["--corpus", "c.jsonl"], "--corpus is gone: write retriever.corpus=FILE"),
+    ("ask", ["--index", "runs/index"], "--index is gone: write retriever.index=DIR (retriever.url=postgresql://"),
+    ("ask", ["--index=runs/index"], "--index is gone: write retriever.index=DIR"),
+    ("ask", ["--chunk-words", "80"], "--chunk-words is gone: write retriever.chunk_words=N"),
+    ("ask", ["--chunk-overlap", "10"], "--chunk-overlap is gone: write retriever.chunk_overlap=N"),
+    ("ask", ["--engine", "vllm"], "--engine is gone: write engine=hf|vllm|openai"),
+    ("serve", ["--model", "runs/model"], "--model is gone: write model=DIR"),
+    ("serve", ["--corpus", "c.jsonl"], "--corpus is gone: write retriever.corpus=FILE"),
+    ("serve", ["--index", "runs/index"], "--index is gone: write retriever.index=DIR"),
+    ("serve", ["--engine", "openai"], "--engine is gone: write engine=hf|vllm|openai"),
+    ("serve", ["--host", "0.0.0.0"], "--host is gone: write host=ADDRESS"),
+    ("serve", ["--port", "8080"], "--port is gone: write port=N"),
+    ("eval", ["--model", "runs/model"], "--model is gone: write model=DIR"),
+    ("eval", ["--corpus", "c.jsonl"], "--corpus is gone: write retriever.corpus=FILE"),
+    ("eval", ["--index", "runs/index"], "--index is gone: write retriever.index=DIR"),
+    ("calibrate", ["--model", "runs/model"], "--model is gone: write model=DIR"),
+    ("calibrate", ["--corpus", "c.jsonl"], "--corpus is gone: write retriever.corpus=FILE"),
+    ("rl", ["--model", "runs/model"], "--model is gone: write model=DIR"),
+    ("rl", ["--index", "runs/index"], "--index is gone: write retriever.index=DIR"),
+    ("train", ["--model", "smollm2-135m-instruct"], "--model is gone: write model=NAME"),
+    ("quickstart", ["--model", "smollm2-135m-instruct"], "--model is gone: write model=NAME"),
+]
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every stage's entry point replaced: a refused command must never reach one; an accepted one records its
+    config here."""
+    seen: dict[str, Any] = {}
+
+    class Done:
+        def summary(self) -> str:
+            return "done"
+
+    def stage(name: str) -> Any:
+        def run(config: Any, *args: Any) -> Any:
+            seen[name] = config
+            return 0 if name == "serve" else Done()
+
+        return run
+
+    for name, target in [("serve", "selfrag.inference.server.run.run"), ("eval", "selfrag.evaluation.run.run"),
+                         ("calibrate", "selfrag.evaluation.calibrate.run"), ("rl", "selfrag.app.rl.run"),
+                         ("train", "selfrag.training.run.run"), ("quickstart", "selfrag.app.quickstart.run")]:
+        monkeypatch.setattr(target, stage(name))
+
+    def ask_many(config: Any, questions: list[str]) -> list[Any]:
+        seen["ask"] = (config, questions)
+        raise SystemExit(0)  # answering needs a model; what ask was given is what is checked
+
+    monkeypatch.setattr("selfrag.inference.ask.ask_many", ask_many)
+    return seen
+
+
+def call(argv: list[str]) -> int:
+    """``main``'s exit code, also where it exits by SystemExit (the stand-in ask, a usage error)."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+
+
+def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.strip() and " INFO " not in line]
+
+
+@pytest.mark.parametrize(("command", "option", "fix"), GONE, ids=lambda value: " ".join(value) if isinstance(
+    value, list) else str(value))
+def test_an_old_option_is_refused_in_one_line_naming_the_key(
+    command: str, option: list[str], fix: str, nothing_runs: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    words = ["Who ruled Normandy?"] if command == "ask" else []
+    with pytest.raises(SystemExit) as stop:
+        main([command, *option, *words])
+    assert stop.value.code == 2
+    [line] = error_lines(capsys)
+    assert line.startswith(f"selfrag {command}: error: {fix}"), line
+    assert not nothing_runs
+
+
+def test_options_that_name_no_setting_stay(nothing_runs: dict[str, Any], tmp_path: Path) -> None:
+    """--json, --questions, -q, --config are not settings: unchanged (and audit/pg keep their own --port)."""
+    questions = tmp_path / "q.txt"
+    questions.write_text("Who?\n")
+    assert call(["ask", "--json", "model=m", f"retriever.corpus={DEMO_CORPUS}", "--questions", str(questions)]) == 0
+    assert nothing_runs["ask"][1] == ["Who?"]
+    assert call(["ask", "-q", "x=5: what is 2x?", "model=m", f"retriever.corpus={DEMO_CORPUS}"]) == 0
+    assert nothing_runs["ask"][1] == ["x=5: what is 2x?"]
+
+
+def _required(command: str, tmp_path: Path) -> list[str]:
+    """Every required key of ``command`` but the retriever, so the retriever's line is the only one."""
+    return {
+        "ask": ["model=m", "Q?"],
+        "serve": ["model=m"],
+        "eval": ["model=m", "data=d.jsonl", f"output_dir={tmp_path / 'out'}"],
+        "calibrate": ["model=m", "data=d.jsonl"],
+        "rl": ["model=m", "queries=q.jsonl", f"output_dir={tmp_path / 'out'}"],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["ask", "serve", "eval", "calibrate", "rl"])
+@pytest.mark.parametrize(("key", "fix"), [
+    ("corpus=c.jsonl", "corpus was removed: write retriever.corpus=FILE"),
+    ("index=runs/index", "index was removed: write retriever.index=DIR, or retriever.url=postgresql://"),
+])
+def test_a_top_level_retriever_key_is_refused_in_one_line(
+    command: str, key: str, fix: str, nothing_runs: dict[str, Any], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert call([command, *_required(command, tmp_path), key]) == 2
+    [line] = error_lines(capsys)  # not also "no passages": the removed key is the one mistake
+    assert line.startswith(f"selfrag {command}: error: {fix}"), line
+    assert not nothing_runs
+
+
+@pytest.mark.parametrize("command", ["ask", "serve", "eval", "calibrate", "rl"])
+def test_the_retriever_section_is_accepted_by_every_command(
+    command: str, nothing_runs: dict[str, Any], tmp_path: Path
+) -> None:
+    index = tmp_path / "index"
+    argv = [command, *_required(command, tmp_path), f"retriever.index={index}", "retriever.ef_search=50"]
+    assert call(argv) == 2  # ef_search is pgvector's: every command checks the section alike
+    url = "postgresql://u@db:5432/rag?table=wiki"
+    assert call([command, *_required(command, tmp_path), f"retriever.url={url}", "retriever.mode=hybrid"]) == 0
+    config = nothing_runs[command][0] if command == "ask" else nothing_runs[command]
+    assert (config.model, config.retriever.url, config.retriever.mode) == ("m", url, "hybrid")
+
+
+def test_ask_takes_its_question_positional_and_everything_else_as_keys(nothing_runs: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    recipe = tmp_path / "ask.yaml"
+    recipe.write_text(f"model: m\nretriever:\n  corpus: {tmp_path}\n  chunk_words: 80\ntop_k: 2\n")
+    code = call(["ask", "--config", str(recipe), "Who ruled Normandy?", "retriever.chunk_overlap=10", "mode=always"])
+    assert code == 0
+    config, questions = nothing_runs["ask"]
+    assert questions == ["Who ruled Normandy?"]
+    assert (config.model, config.retriever.corpus, config.retriever.chunk_words) == ("m", str(tmp_path), 80)
+    assert (config.retriever.chunk_overlap, config.mode, config.top_k) == (10, "always", 2)
+
+
+def test_serve_takes_every_setting_as_a_key(nothing_runs: dict[str, Any]) -> None:
+    argv = ["serve", "--config", str(REPO / "configs/serve/default.yaml"), "model=m", "retriever.index=runs/index",
+            "host=0.0.0.0", "port=8081", "engine=openai", "engine_options.base_url=http://127.0.0.1:9/v1"]
+    assert main(argv) == 0
+    config = nothing_runs["serve"]
+    assert (config.model, config.retriever.index, config.host, config.port, config.engine) == (
+        "m", "runs/index", "0.0.0.0", 8081, "openai")
+
+
+@pytest.mark.parametrize(("command", "recipe"), [("eval", "demo.yaml"), ("calibrate", "calibrate-demo.yaml")])
+def test_eval_and_calibrate_recipes_name_their_corpus_in_the_section(
+    command: str, recipe: str, nothing_runs: dict[str, Any], tmp_path: Path
+) -> None:
+    argv = [command, "--config", str(REPO / "configs/eval" / recipe), "model=m", f"output_dir={tmp_path / 'out'}"]
+    if command == "calibrate":
+        argv += ["data=d.jsonl", f"retriever.corpus={DEMO_CORPUS}"]
+    assert main(argv) == 0
+    assert Path(nothing_runs[command].retriever.corpus).resolve() == DEMO_CORPUS.resolve()
+    # other data over the demo recipe: its corpus does not go with them; a prebuilt index of their own does
+    if command == "eval":
+        index = ["retriever.corpus=null", f"retriever.index={tmp_path / 'index'}"]
+        assert main([*argv, "data=mine.jsonl", *index]) == 0
+        assert nothing_runs["eval"].retriever.index == str(tmp_path / "index")
+
+
+def test_rl_recipe_takes_the_section_from_the_command_line(nothing_runs: dict[str, Any], tmp_path: Path) -> None:
+    argv = ["rl", "--config", str(REPO / "configs/rl/smollm2-135m-cpu.yaml"), "model=m",
+            f"output_dir={tmp_path / 'out'}", "retriever.corpus=null", "retriever.index=runs/index"]
+    assert main(argv) == 0
+    assert (nothing_runs["rl"].retriever.index, nothing_runs["rl"].retriever.corpus) == ("runs/index", None)
