@@ -1,6 +1,6 @@
 """The model a training run starts from: the base loaded, given the reflection tokens, wrapped in LoRA.
 
-    prepared = prepare_model(config)   # PreparedModel: model, tokenizer, reflection ids, template, strategy
+    prepared = prepare_model(config)   # PreparedModel: model, tokenizer, meta (reflection ids, template, strategy)
 
 ``tokens.strategy`` ``add`` grows the vocabulary and trains the new rows through PEFT ``trainable_token_indices``;
 ``reserved`` maps the strings onto unused reserved tokens and trains a plain LoRA that vLLM serves (see
@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 
+from selfrag.artifacts import ModelMeta
 from selfrag.errors import ConfigError
 from selfrag.loading import load_base_model
 from selfrag.models import ALIASES, resolve_model
@@ -38,14 +39,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PreparedModel:
-    """The LoRA-wrapped model before training, with its tokenizer, reflection ids and resolved template."""
+    """The LoRA-wrapped model before training, with its tokenizer and what its ``selfrag.json`` will record (reflection
+    ids, the resolved tokens.strategy and template, the base, the kind)."""
 
     model: Any
     tokenizer: Any
-    token_ids: ReflectionIds
-    template: str
-    base_path: str
-    strategy: Literal["add", "reserved"] = "add"  # the resolved tokens.strategy ("auto" resolved)
+    meta: ModelMeta
 
 
 def prepare_model(config: TrainConfig) -> PreparedModel:
@@ -81,7 +80,9 @@ def prepare_model(config: TrainConfig) -> PreparedModel:
         trainable, total = model.get_nb_trainable_parameters()
     logger.info("method=%s, tokens.strategy=%s; trainable parameters: %d of %d", config.method, strategy,
                 trainable, total)
-    return PreparedModel(model, tokenizer, token_ids, template, base_path, strategy)
+    kind: Literal["adapter", "merged"] = "merged" if config.method == "full" else "adapter"
+    meta = ModelMeta(token_ids, strategy, template, base_model_name(config.model, base_path), kind)
+    return PreparedModel(model, tokenizer, meta)
 
 
 def start_reserved_rows(model: Any, tokenizer: Any, token_ids: ReflectionIds, init: str) -> None:

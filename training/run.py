@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from selfrag.artifacts import META_FILE, ModelMeta, load_meta, save_meta, save_trained_questions
+from selfrag.artifacts import META_FILE, load_meta, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
@@ -42,7 +42,7 @@ from selfrag.training.distributed import DEFAULT_TIMEOUT_S, Processes
 from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
-from selfrag.training.model import base_model_name, prepare_model
+from selfrag.training.model import prepare_model
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
@@ -132,7 +132,8 @@ def run(config: TrainConfig) -> TrainResult:
 
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
     prepared = prepare_model(config)
-    model, tokenizer, token_ids, template = prepared.model, prepared.tokenizer, prepared.token_ids, prepared.template
+    model, tokenizer, meta = prepared.model, prepared.tokenizer, prepared.meta
+    token_ids, template = meta.token_ids, meta.prompt_template
 
     # --- Records: split by stable id hash, encode with the paragraph mask ---------------------------
     train_records, held_out_records = split_records(records, config.training.eval_fraction, config.training.seed)
@@ -190,7 +191,7 @@ def run(config: TrainConfig) -> TrainResult:
             batches=batches,
             rank=relevance_rank(config.training.relevance_rank, token_ids),
         )
-    check_sharding(trainer, prepared.strategy, config)
+    check_sharding(trainer, meta.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
@@ -213,7 +214,7 @@ def run(config: TrainConfig) -> TrainResult:
         logger.info("judgement on %s: %s", config.eval_records, headline(judgement))
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, metrics (the main process writes) -----
-    kind: Literal["adapter", "merged"] = "merged" if config.method == "full" else "adapter"
+    kind = meta.kind
     save_adapter(trainer, model, output_dir, kind)  # every process: FSDP/ZeRO-3 gather the shards together
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
@@ -225,8 +226,7 @@ def run(config: TrainConfig) -> TrainResult:
     )
     if processes.is_main:
         tokenizer.save_pretrained(str(output_dir))
-        base_model = base_model_name(config.model, prepared.base_path)
-        save_meta(output_dir, ModelMeta(token_ids, prepared.strategy, template, base_model, kind))
+        save_meta(output_dir, meta)
         # what eval and calibrate check their questions against (the held-out records were not trained on)
         save_trained_questions(output_dir, (record.instruction for record in train_records))
         write_resolved(config, output_dir)

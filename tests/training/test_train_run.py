@@ -429,7 +429,7 @@ def test_full_fine_tuning_with_reserved_tokens_starts_the_rows_at_the_mean(
     train_config = make_full_config(base, records_path, tmp_path / "full", max_steps=2)
     train_config.tokens.strategy = "reserved"
     prepared = prepare_model(train_config)
-    rows = torch.tensor(sorted(prepared.token_ids.all_ids))
+    rows = torch.tensor(sorted(prepared.meta.token_ids.all_ids))
     known = len(tiny_tokenizer)
     for weight in (prepared.model.get_input_embeddings().weight, prepared.model.get_output_embeddings().weight):
         mean = weight[:known].mean(dim=0)
