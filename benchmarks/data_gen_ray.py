@@ -17,74 +17,16 @@ answered from the cache (in process vs through the Ray cache keeper), questions 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from teacher_concurrency import reply_for, write_data
+from teacher_concurrency import measure, serve, write_data
 
-from selfrag.config import load_config
-from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.ray_stages import STAGE_FUNCTIONS
-from selfrag.data_gen.run import run
 
 STAGE_NAMES = tuple(STAGE_FUNCTIONS)
-
-
-def serve(latency: float) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            time.sleep(latency)
-            prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-            text = reply_for(prompt)
-            usage = {"prompt_tokens": len(json.dumps(body["messages"])) // 4, "completion_tokens": len(text) // 4}
-            raw = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}], "usage": usage})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw.encode())
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 128
-
-    server = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *extra: str) -> tuple[float, Any]:
-    config = load_config(
-        GenerateConfig,
-        None,
-        [
-            "labeler=llm",
-            "teacher.model=bench",
-            f"teacher.base_url={url}",
-            f"teacher.max_concurrency={concurrency}",
-            f"teacher.cache={output}.sqlite",  # its own, empty: every call goes to the teacher
-            "split=all",
-            f"corpus={data[0]}",
-            f"queries={data[1]}",
-            f"output={output}",
-            *extra,
-        ],
-    )
-    start = time.perf_counter()
-    result = run(config)
-    return time.perf_counter() - start, result
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from selfrag.config import load_config
 from selfrag.data_gen.config import GenerateConfig
@@ -53,15 +54,16 @@ def serve(latency: float) -> ThreadingHTTPServer:
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             time.sleep(latency)
-            text = reply_for(body["messages"][-1]["content"])
-            raw = json.dumps(
-                {"choices": [{"message": {"role": "assistant", "content": text}}], "usage": {"prompt_tokens": 1}}
-            ).encode()
+            prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+            text = reply_for(prompt)
+            # a token counted as 4 characters (data_gen_ray.py reports tokens per question)
+            usage = {"prompt_tokens": len(json.dumps(body["messages"])) // 4, "completion_tokens": len(text) // 4}
+            raw = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}], "usage": usage})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
-            self.wfile.write(raw)
+            self.wfile.write(raw.encode())
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
@@ -91,7 +93,8 @@ def write_data(folder: Path, questions: int) -> tuple[Path, Path]:
     return corpus, queries
 
 
-def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int) -> tuple[float, int]:
+def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *extra: str) -> tuple[float, Any]:
+    """Seconds of one ``generate labeler=llm`` run into ``output`` (``extra``: more overrides), and its result."""
     config = load_config(
         GenerateConfig,
         None,
@@ -105,11 +108,12 @@ def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int) -
             f"corpus={data[0]}",
             f"queries={data[1]}",
             f"output={output}",
+            *extra,
         ],
     )
     start = time.perf_counter()
     result = run(config)
-    return time.perf_counter() - start, result.stats["run"]["teacher_calls_made"]
+    return time.perf_counter() - start, result
 
 
 def main() -> None:
@@ -125,8 +129,8 @@ def main() -> None:
         data = write_data(folder, args.questions)
         rows = []
         for concurrency in (1, args.concurrency):
-            seconds, calls = measure(url, data, folder / f"c{concurrency}", concurrency)
-            rows.append((concurrency, seconds, calls))
+            seconds, result = measure(url, data, folder / f"c{concurrency}", concurrency)
+            rows.append((concurrency, seconds, result.stats["run"]["teacher_calls_made"]))
         same = (folder / "c1" / "records.jsonl").read_bytes() == (
             folder / f"c{args.concurrency}" / "records.jsonl"
         ).read_bytes()
