@@ -16,13 +16,12 @@ answered from the cache (in process vs through the Ray cache keeper), questions 
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from teacher_concurrency import measure, serve, write_data
+from teacher_concurrency import measure, serve, teacher_parser, write_data
 
 from selfrag.data_gen.ray_stages import STAGE_FUNCTIONS
 
@@ -30,10 +29,7 @@ STAGE_NAMES = tuple(STAGE_FUNCTIONS)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", type=int, default=48)
-    parser.add_argument("--latency", type=float, default=0.1, help="seconds the teacher takes per call")
-    parser.add_argument("--concurrency", type=int, default=4, help="teacher.max_concurrency of each process/worker")
+    parser = teacher_parser(__doc__, 4, "teacher.max_concurrency of each process/worker")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--stage-workers", type=int, default=1, help="ray.stage_workers.* of the staged run")
     args = parser.parse_args()

@@ -116,12 +116,17 @@ def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *
     return time.perf_counter() - start, result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def teacher_parser(description: str | None, concurrency: int, concurrency_help: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark against the loopback teacher: questions, the teacher's latency, concurrency."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=48)
     parser.add_argument("--latency", type=float, default=0.1, help="seconds the teacher takes per call")
-    parser.add_argument("--concurrency", type=int, default=16)
-    args = parser.parse_args()
+    parser.add_argument("--concurrency", type=int, default=concurrency, help=concurrency_help)
+    return parser
+
+
+def main() -> None:
+    args = teacher_parser(__doc__, 16, "teacher.max_concurrency of the second run (the first: 1)").parse_args()
     server = serve(args.latency)
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     with tempfile.TemporaryDirectory() as tmp:
