@@ -120,6 +120,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
                           max_tokens=1, score_token_ids=ids.all_ids)
         for e in examples
     ]
+    from selfrag.inference.trace import Retrieve, Support
     from selfrag.inference.scoring import retrieve_probability
 
     decisions = engine.generate(requests)
@@ -145,7 +146,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     for example, decision, answer in zip(examples, decisions, answers, strict=True):
         best = answer.candidates[answer.chosen] if answer.chosen is not None else None
         score = best.score if best is not None else None
-        supports = [step for step in answer.trace if step.get("step") == "support"]
+        supports = [entry for entry in answer.trace if isinstance(entry, Support)]
         rows.append({
             "id": example.id,
             "answerable": example.answerable,
@@ -155,8 +156,8 @@ def run(config: CalibrateConfig) -> CalibrationResult:
             "support_token": None if score is None else score.support_token,
             "support": None if score is None else score.support,
             # re-retrieval rounds run, and whether one of them found what the first round did not (its answer accepted)
-            "rounds": sum(step.get("step") == "retrieve" for step in answer.trace),
-            "rescued": bool(supports) and supports[-1].get("chosen") == "accept" and supports[-1].get("round", 0) > 0,
+            "rounds": sum(isinstance(entry, Retrieve) for entry in answer.trace),
+            "rescued": bool(supports) and supports[-1].chosen == "accept" and supports[-1].round > 0,
         })
     calibration = choose(rows, config.target_false_abstain)
     calibration.update({

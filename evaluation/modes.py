@@ -18,6 +18,7 @@ from typing import Any
 from selfrag import reflection as rf
 from selfrag.inference.answer import Candidate
 from selfrag.inference.engines.base import GenerationRequest
+from selfrag.inference.trace import Decide, Retrieve, TraceEntry
 from selfrag.prompting import encode_prompt
 from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
@@ -116,19 +117,18 @@ def selfrag_runner(runtime: Any) -> Runner:
         answers = runtime.answer_many([example.prompt for example in batch])
         records = []
         for example, answer in zip(batch, answers, strict=True):
-            trace = [dict(step) for step in answer.trace]
             records.append({
                 **_base_record(example),
                 "answer": answer.answer,
                 "abstained": answer.abstained,
                 "low_confidence": answer.low_confidence,
                 "retrieved": answer.retrieved,
-                "retrieval_rounds": sum(step.get("step") == "retrieve" for step in trace),
+                "retrieval_rounds": sum(isinstance(entry, Retrieve) for entry in answer.trace),
                 "passages": [c.passage.to_json() for c in answer.candidates if c.passage is not None],
                 "cited": [p.to_json() for p in answer.citations],
-                "p_retrieve": _p_retrieve(trace),
+                "p_retrieve": _p_retrieve(answer.trace),
                 "well_formed": well_formed_flags(answer.candidates),
-                "trace": trace,
+                "trace": [entry.to_dict() for entry in answer.trace],
                 "trajectory": answer.trajectory,
             })
         return records
@@ -136,10 +136,11 @@ def selfrag_runner(runtime: Any) -> Runner:
     return run
 
 
-def _p_retrieve(trace: Sequence[dict[str, Any]]) -> float | None:
-    for step in trace:
-        if step.get("step") == "decide" and step.get("probabilities"):
-            value = step["probabilities"].get("p_retrieve")
+def _p_retrieve(trace: Sequence[TraceEntry]) -> float | None:
+    """The first decision's p_retrieve (None: no decision read one)."""
+    for entry in trace:
+        if isinstance(entry, Decide) and entry.probabilities:
+            value = entry.probabilities.get("p_retrieve")
             return None if value is None else float(value)
     return None
 

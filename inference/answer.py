@@ -8,6 +8,7 @@ from typing import Any
 from selfrag.trajectory import Passage, Trajectory
 
 from .scoring import CandidateScore
+from .trace import TraceEntry
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Answer:
     retrieved: bool
     abstained: bool
     low_confidence: bool
-    trace: tuple[dict[str, Any], ...]
+    trace: tuple[TraceEntry, ...]  # typed entries (:mod:`.trace`); ``to_json`` writes each one's ``to_dict()``
     trajectory: str
     candidates: tuple[Candidate, ...]
     chosen: int | None
@@ -108,5 +109,5 @@ class Answer:
             "abstained": self.abstained,
             "low_confidence": self.low_confidence,
             "reasons": list(self.reasons),
-            "trace": [dict(step) for step in self.trace],
+            "trace": [entry.to_dict() for entry in self.trace],
         }

@@ -9,10 +9,10 @@ cat questions.jsonl | selfrag ask model=DIR retriever.corpus=FILE --questions - 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import ClassVar, TextIO
 
 from selfrag.config import help_field
 from selfrag.errors import InputError
@@ -21,6 +21,7 @@ from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig, open_retriever
 from selfrag.inference.runtime import SelfRAG
+from selfrag.inference.trace import BeamStep, Generate, Rank, RankedCandidate, Relevance, TraceEntry, Vote, json_value
 from selfrag.retrieval import Retriever
 
 
@@ -117,61 +118,64 @@ def format_answer(answer: Answer) -> str:
     for passage in answer.citations:
         lines.append(f"  [{numbers[passage.id]}] {passage.id} ({passage.title})")
     lines.append("decisions:")
-    lines += ["  " + line for line in format_trace(answer.to_json()["trace"])]
+    lines += ["  " + line for line in format_trace(answer.trace)]
     return "\n".join(lines)
 
 
-def format_trace(trace: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One or a few lines per trace step, for people."""
+def format_trace(trace: Iterable[TraceEntry]) -> list[str]:
+    """One or a few lines per trace entry, for people."""
     lines: list[str] = []
-    for step in trace:
-        name = step.get("step")
-        if name in ("rank", "vote"):
-            lines.append(f"{name}: {step['reason']}")
-            for candidate in step["candidates"]:
-                mark = "*" if candidate.get("passage_id") == step.get("chosen") else " "
-                lines.append(f"  {mark} {candidate.get('passage_id')}: {_scores(candidate)}")
+    for entry in trace:
+        if isinstance(entry, Rank | Vote):
+            lines.append(f"{entry.step}: {entry.reason}")
+            for candidate in entry.candidates:
+                mark = "*" if candidate.passage_id == entry.chosen else " "
+                lines.append(f"  {mark} {candidate.passage_id}: {_scores(candidate)}")
                 lines += [f"      {line}" for line in _explained(candidate)]
-        elif name == "relevance":
-            lines.append(f"relevance: at >= {step['relevance_threshold']:.3g}")
-            for passage, verdict in step["chosen"].items():
-                score = step["relevance"].get(passage)
+        elif isinstance(entry, Relevance):
+            lines.append(f"relevance: at >= {entry.relevance_threshold:.3g}")
+            for passage, verdict in entry.chosen.items():
+                score = entry.relevance.get(passage)
                 shown = "no score" if score is None else f"{score:.3f}"
-                was = step["generated"].get(passage)
-                note = f"  (the model wrote {was or 'no verdict'})" if passage in step["overridden"] else ""
+                was = entry.generated.get(passage)
+                note = f"  (the model wrote {was or 'no verdict'})" if passage in entry.overridden else ""
                 lines.append(f"    {passage}: {verdict} {shown}{note}")
-        elif name == "beam":
-            kept = ", ".join(f"{beam['score']:.2f} ({beam['segments']} sentences)" for beam in step["chosen"])
-            lines.append(f"beam: kept {kept} — {step['reason']}")
+        elif isinstance(entry, BeamStep):
+            kept = ", ".join(f"{beam.score:.2f} ({beam.segments} sentences)" for beam in entry.chosen)
+            lines.append(f"beam: kept {kept} — {entry.reason}")
         else:
-            lines.append(f"{name}: {step.get('chosen')} — {step.get('reason')}")
-            if name == "generate" and step.get("abstain"):
-                lines.append(f"    wrote {step.get('generated', '')!r}: {step['abstain']}")
+            chosen = json_value(entry.chosen)
+            lines.append(f"{entry.step}: {chosen} — {entry.reason}")
+            if isinstance(entry, Generate) and entry.abstain:
+                lines.append(f"    wrote {entry.generated!r}: {entry.abstain}")
     return lines
 
 
-def _explained(candidate: Mapping[str, Any]) -> list[str]:
+def _explained(candidate: RankedCandidate) -> list[str]:
     """What a branch wrote and why it lost, where it is malformed, was retried or lost the ranking."""
     lines = []
-    if candidate.get("retried") is not None:
-        lines.append(f"first wrote {candidate['retried']!r} (no answer text); decoded again, text first")
-    if not candidate.get("well_formed", True) or candidate.get("retried") is not None:
-        lines.append(f"wrote {candidate.get('generated', '')!r}")
-    if candidate.get("rejected"):
-        lines.append(f"not chosen: {candidate['rejected']}")
+    if candidate.retried is not None:
+        lines.append(f"first wrote {candidate.retried!r} (no answer text); decoded again, text first")
+    if not candidate.well_formed or candidate.retried is not None:
+        lines.append(f"wrote {candidate.generated!r}")
+    if candidate.rejected:
+        lines.append(f"not chosen: {candidate.rejected}")
     return lines
 
 
-def _scores(candidate: Mapping[str, Any]) -> str:
-    components = candidate.get("components") or {}
+def _scores(candidate: RankedCandidate) -> str:
+    score = candidate.score
+    components = {} if score is None else {"relevance": score.relevance, "support": score.support,
+                                            "utility": score.utility}
     parts = [
-        f"{name} {components[name]:.2f}" if isinstance(components.get(name), float) else f"{name} missing"
+        f"{name} {value:.2f}" if isinstance(value := components.get(name), float) else f"{name} missing"
         for name in ("relevance", "support", "utility")
     ]
-    total = candidate.get("score")
-    parts.append(f"score {total:.2f}" if isinstance(total, float) else "score -")
-    tokens = [t for t in (candidate.get("tokens") or {}).values() if t]
-    problems = "; ".join(candidate.get("problems") or ())
-    shape = "" if candidate.get("well_formed", True) else f"  (malformed: {problems or 'unreadable'})"
-    shape += "  (pruned)" if candidate.get("pruned") else ""
+    parts.append(f"score {score.total:.2f}" if score is not None and isinstance(score.total, float) else "score -")
+    tokens = [] if score is None else [
+        token for token in (score.relevance_token, score.support_token, score.utility_token) if token
+    ]
+    problems = "; ".join(candidate.problems)
+    shape = "" if candidate.well_formed else f"  (malformed: {problems or 'unreadable'})"
+    shape += "  (pruned)" if candidate.pruned else ""
     return ", ".join(parts) + "  " + " ".join(tokens) + shape

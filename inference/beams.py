@@ -13,6 +13,7 @@ from . import policy
 from .answer import AnswerSegment, Candidate
 from .config import InferenceConfig
 from .scoring import CandidateScore
+from .trace import BeamSummary
 
 
 @dataclass
@@ -97,5 +98,6 @@ def last_text(beam: Beam | None) -> str:
     return beam.segments[-1].text if beam is not None and beam.segments else ""
 
 
-def describe(beam: Beam) -> dict[str, Any]:
-    return {"score": beam.score, "segments": len(beam.segments), "evidence": list(beam.evidence), "done": beam.done}
+def describe(beam: Beam) -> BeamSummary:
+    """The beam as the trace names it."""
+    return BeamSummary(beam.score, len(beam.segments), tuple(beam.evidence), beam.done)

@@ -23,6 +23,7 @@ from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations
 from .rounds import hopeless_round, stopped_branches
 from .scoring import RelevanceVerdict, relevance_entry, relevance_verdict, score_continuation
+from .trace import Prune, Retry, Skip, Together
 from .work import Work, call
 
 
@@ -222,13 +223,12 @@ class Decoding:
             best = max(members, key=lambda i: -1.0 if relevance[i] is None else float(relevance[i]))  # type: ignore[arg-type]
             joined.append((work, passage, work.prompt + tuple(passage_ids(tokenizer, ids, passage))))
             heads.append(_head(first[best], rf.RELEVANT))
-            work.trace.append({
-                "step": "together",
-                "round": work.round,
-                "chosen": [p.id for p in passages],
-                "reason": f"{len(passages)} passages judged {rf.RELEVANT} read in one paragraph and answered once "
+            work.trace.append(Together(
+                round=work.round,
+                chosen=tuple(p.id for p in passages),
+                reason=f"{len(passages)} passages judged {rf.RELEVANT} read in one paragraph and answered once "
                 f"(read=together); its relevance is the best of theirs, {branches[best][1].passage.id}'s",
-            })
+            ))
         texts = self._from_relevant([(work, prompt) for work, _, prompt in joined])
         return [
             (work, replace(self.candidate(passage, tuple(passage_ids(tokenizer, ids, passage)),
@@ -256,13 +256,12 @@ class Decoding:
         owners = [work for work, _, _ in branches]
         for work in {id(work): work for work in owners}.values():
             mine = [hit.passage.id for owner, hit, _ in branches if owner is work]
-            work.trace.append({
-                "step": "retry",
-                "round": work.round,
-                "chosen": mine,
-                "reason": f"{len(mine)} branch(es) judged the passage {rf.RELEVANT} and wrote no answer text; "
+            work.trace.append(Retry(
+                round=work.round,
+                chosen=tuple(mine),
+                reason=f"{len(mine)} branch(es) judged the passage {rf.RELEVANT} and wrote no answer text; "
                 f"decoded once more from {rf.RELEVANT}, text first",
-            })
+            ))
         return self._from_relevant([(work, prompt) for work, _, prompt in branches])
 
     def _from_relevant(self, prompts: list[tuple[PromptWork, tuple[int, ...]]]) -> list[Generation]:
@@ -291,8 +290,7 @@ class Decoding:
             mine = [i for i, branch in enumerate(branches) if branch[0] is work]
             if mine:
                 passages = [branches[i][1].passage.id for i in mine]
-                entry = relevance_entry(passages, [verdicts[i] for i in mine], threshold)
-                work.trace.append(entry | {"round": work.round})
+                work.trace.append(relevance_entry(passages, [verdicts[i] for i in mine], threshold, round_=work.round))
         return verdicts
 
     def _prune(self, works: Sequence[PromptWork], branches: list[Any], relevance: list[float | None]) -> list[bool]:
@@ -308,23 +306,20 @@ class Decoding:
                        if stop]
             for i in stopped:
                 pruned[i] = True
-            work.trace.append(
-                {
-                    "step": "prune",
-                    "round": work.round,
-                    "relevance_bound": pruning.relevance_bound,
-                    "margin": pruning.margin,
-                    "relevance": {branches[i][1].passage.id: relevance[i] for i in mine},
-                    "chosen": [branches[i][1].passage.id for i in stopped],
-                    "reason": f"{len(stopped)} of {len(mine)} branches stopped after their relevance token "
-                    f"(below {pruning.relevance_bound} or more than {pruning.margin} behind the best {max(known):.4f})",
-                }
-            )
+            work.trace.append(Prune(
+                round=work.round,
+                relevance_bound=pruning.relevance_bound,
+                margin=pruning.margin,
+                relevance={branches[i][1].passage.id: relevance[i] for i in mine},
+                chosen=tuple(branches[i][1].passage.id for i in stopped),
+                reason=f"{len(stopped)} of {len(mine)} branches stopped after their relevance token "
+                f"(below {pruning.relevance_bound} or more than {pruning.margin} behind the best {max(known):.4f})",
+            ))
             hopeless = hopeless_round([relevance[i] for i in mine], self.config)
             if hopeless is not None:  # skip.relevance_gap: the rest of the round stops here too
-                work.trace.append({"step": "skip", "round": work.round, "rule": "relevance_gap",
-                                   "chosen": [branches[i][1].passage.id for i in mine if not pruned[i]],
-                                   "reason": hopeless})
+                work.trace.append(Skip(round=work.round, rule="relevance_gap",
+                                       chosen=tuple(branches[i][1].passage.id for i in mine if not pruned[i]),
+                                       reason=hopeless))
                 for i in mine:
                     pruned[i] = True
         return pruned

@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from . import policy
 from .answer import Candidate
+from .trace import ChoiceMatch, Rank, Vote
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -40,8 +41,9 @@ def match(answer: str, choices: Sequence[str]) -> str | None:
     return None
 
 
-def vote(candidates: Sequence[Candidate], indices: Sequence[int], choices: Sequence[str]) -> tuple[int, dict[str, Any]]:
-    """The best candidate voting for the winning choice, and the trace entry (``step: vote``)."""
+def vote(candidates: Sequence[Candidate], indices: Sequence[int], choices: Sequence[str]) -> tuple[int, Vote | Rank]:
+    """The best candidate voting for the winning choice, and the trace entry (a :class:`~.trace.Vote`; where no
+    candidate matches a choice, the :class:`~.trace.Rank` the scores alone give)."""
     totals: dict[str, float] = {}
     voters: dict[str, list[int]] = {}
     abstaining = []
@@ -54,31 +56,25 @@ def vote(candidates: Sequence[Candidate], indices: Sequence[int], choices: Seque
         totals[choice] = totals.get(choice, 0.0) + (score.total if score is not None else 0.0)
         voters.setdefault(choice, []).append(index)
     if not totals:
-        best, entry = policy.rank(candidates, indices, {})
-        entry["reason"] = "no candidate's answer matches a choice; ranked by score instead. " + entry["reason"]
-        entry["no_match"] = abstaining
-        return best, entry
+        best, ranked = policy.rank(candidates, indices, {})
+        return best, replace(ranked, reason="no candidate's answer matches a choice; ranked by score instead. "
+                             + ranked.reason, no_match=tuple(abstaining))
     order = [choice for choice in choices if choice in totals]
     winner = max(order, key=lambda choice: (totals[choice], -order.index(choice)))
     best = max(voters[winner], key=lambda i: (policy.rank_key(candidates[i]), -i))
-    entry = {
-        "step": "vote",
-        "choices": list(choices),
-        "totals": totals,
-        "voters": {choice: [policy.passage_id(candidates[i]) for i in members] for choice, members in voters.items()},
-        "no_match": abstaining,
-        "candidates": [policy.candidate_trace(candidates[i]) for i in indices],
-        "chosen": policy.passage_id(candidates[best]),
-        "answer": winner,
-        "reason": f"{winner!r} has the highest summed score {totals[winner]:.4f}",
-    }
-    return best, entry
+    return best, Vote(
+        choices=tuple(choices),
+        totals=totals,
+        voters={choice: tuple(policy.passage_id(candidates[i]) for i in members) for choice, members in voters.items()},
+        no_match=tuple(abstaining),
+        candidates=tuple(policy.candidate_trace(candidates[i]) for i in indices),
+        chosen=policy.passage_id(candidates[best]),
+        answer=winner,
+        reason=f"{winner!r} has the highest summed score {totals[winner]:.4f}",
+    )
 
 
-def no_retrieval_entry(answer: str, choice: str | None) -> dict[str, Any]:
-    return {
-        "step": "vote",
-        "answer": choice,
-        "chosen": choice,
-        "reason": f"the answer {answer!r} " + ("matches a choice" if choice else "matches no choice"),
-    }
+def no_retrieval_entry(answer: str, choice: str | None) -> ChoiceMatch:
+    """The trace entry of a closed-set answer written without passages: the choice it matches."""
+    return ChoiceMatch(answer=choice, chosen=choice,
+                       reason=f"the answer {answer!r} " + ("matches a choice" if choice else "matches no choice"))

@@ -12,20 +12,21 @@ its verdict is final and is never retracted: the concatenation of every ``Segmen
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from selfrag.trajectory import Passage
 
 from .answer import Answer
+from .trace import TraceEntry
 
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One decision, as it is appended to the answer's trace (same dict)."""
+    """One decision, as it is appended to the answer's trace (the same typed entry; the server sends its
+    ``to_dict()``)."""
 
-    entry: dict[str, Any]
+    entry: TraceEntry
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,14 @@ class FinalEvent:
 StreamEvent = TraceEvent | SegmentEvent | CitationEvent | FinalEvent
 
 
-def final_events(answer: Answer, trace: Sequence[Mapping[str, Any]], closed_set: bool = False) -> Iterator[StreamEvent]:
+def final_events(answer: Answer, trace: Sequence[TraceEntry], closed_set: bool = False) -> Iterator[StreamEvent]:
     """The events after the last phase: the trace entries not sent yet, the citations, the text, the final answer.
 
     The text goes out segment by segment (each with its passage), so the deltas concatenate to ``answer.answer``;
     a closed-set answer is the chosen label, sent whole.
     """
     for entry in trace:
-        yield TraceEvent(dict(entry))
+        yield TraceEvent(entry)
     for passage in answer.citations:
         yield CitationEvent(passage)
     if answer.segments and not closed_set:

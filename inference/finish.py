@@ -11,26 +11,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from selfrag import reflection as rf
 
 from . import closedset, policy
 from .answer import Answer, AnswerSegment, Candidate, shorten
 from .config import InferenceConfig
+from .trace import Abstain, Finish, Generate, Length, Malformed, Partial
 from .work import Work
 
 
-def with_passages(work: Work, config: InferenceConfig, tally: dict[str, Any]) -> Answer:
+def with_passages(work: Work, config: InferenceConfig, tally: Mapping[str, int]) -> Answer:
     """The answer of a work that ended its rounds with an outcome (accept, flag or abstain)."""
     assert work.outcome is not None, "every retrieving question ends with an outcome"
-    action, best, why = work.outcome
+    action, best, why = work.outcome.kind, work.outcome.best, work.outcome.reason
     chosen = work.candidates[best]
     if action != "accept" and cut_before_support(chosen):
         # max_tokens ended the decode before the model could give its verdict: not an abstention, a cut answer
         action, why = "flag", f"{length_reason(config, 'before its support verdict')}: {why}"
-        work.trace.append({"step": "length", "chosen": "flag", "reason": why})
+        work.trace.append(Length(reason=why))
     reasons = [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {why}"]
     segments: list[AnswerSegment] = []
     if action != "abstain":
@@ -39,14 +40,14 @@ def with_passages(work: Work, config: InferenceConfig, tally: dict[str, Any]) ->
         if chosen.truncated:
             reasons.append(f"truncated: {chosen.truncated}")
         if notes:
-            work.trace.append({"step": "partial", "chosen": config.on_partial, "reason": "; ".join(notes)})
+            work.trace.append(Partial(chosen=config.on_partial, reason="; ".join(notes)))
         if not segments:
             left = "after on_partial=drop" if notes else "in the chosen continuation"
             reasons.append(f"abstained: no sentence is left {left}")
-            work.trace.append({"step": "abstain", "chosen": "abstain", "reason": f"no sentence is left {left}"})
+            work.trace.append(Abstain(reason=f"no sentence is left {left}"))
     if tally:
         counts = ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in tally.items())
-        work.trace.append({"step": "finish", "chosen": action, **tally, "reason": counts})
+        work.trace.append(Finish(chosen=action, counts=dict(tally), reason=counts))
     if not segments:
         return answer_of(work, config.abstain_text, best, [], reasons, abstained=True)
     return answer_of(work, join_or_choice(work, segments), best, segments, reasons, low_confidence=bool(reasons))
@@ -56,7 +57,7 @@ def without_passages(
     work: Work,
     candidate: Candidate,
     config: InferenceConfig,
-    tally: dict[str, Any],
+    tally: Mapping[str, int],
     written: str = "continuation",
     empty_because: str | None = "no text between its reflection tokens",
 ) -> Answer:
@@ -67,26 +68,23 @@ def without_passages(
     """
     work.candidates.append(candidate)  # after the irrelevant passages' candidates, where there were any
     chosen = len(work.candidates) - 1
-    step: dict[str, Any] = {
-        "step": "generate",
-        "chosen": "answer_without_retrieval",
-        "reason": "no passage was used; there is no relevance or support verdict to apply",
-        "well_formed": candidate.well_formed,
-        "problems": list(candidate.problems),
-        "generated": shorten(candidate.generated),
-        **tally,
-    }
+    step = Generate(
+        reason="no passage was used; there is no relevance or support verdict to apply",
+        well_formed=candidate.well_formed,
+        problems=candidate.problems,
+        generated=shorten(candidate.generated),
+        counts=dict(tally),
+        truncated=candidate.truncated or None,
+    )
     reasons = []
     if work.outcome is not None:  # on_all_irrelevant=no_retrieval: retrieved, every passage judged irrelevant
-        reasons.append(f"flagged: {work.outcome[2]}; answered without sources")
+        reasons.append(f"flagged: {work.outcome.reason}; answered without sources")
     if candidate.truncated:
-        step["truncated"] = candidate.truncated
         reasons.append(f"truncated: {candidate.truncated}")
     if not candidate.answer.strip():
         # e.g. a model that wanted to retrieve, held to [No Retrieval] by the threshold, repeating [No Retrieval]:
         # an empty answer is never shipped as a confident one
-        step["abstain"] = f"the {written} has no answer text"
-        work.trace.append(step)
+        work.trace.append(replace(step, abstain=f"the {written} has no answer text"))
         why = "; ".join(candidate.problems) or empty_because
         reasons.append("abstained: the model wrote no answer without retrieval" + (f" ({why})" if why else ""))
         return answer_of(work, config.abstain_text, chosen, [], reasons, abstained=True)
@@ -94,7 +92,7 @@ def without_passages(
     flag = _unfinished(candidate, config)
     if flag is not None:
         work.trace.append(flag)
-        reasons.append(f"flagged: {flag['reason']}")
+        reasons.append(f"flagged: {flag.reason}")
     segments = [AnswerSegment(candidate.answer, None, None)]
     if work.choices is not None:
         choice = closedset.match(candidate.answer, work.choices)
@@ -105,15 +103,14 @@ def without_passages(
     return answer_of(work, text, chosen, segments, reasons, low_confidence=bool(reasons))
 
 
-def _unfinished(candidate: Candidate, config: InferenceConfig) -> dict[str, Any] | None:
+def _unfinished(candidate: Candidate, config: InferenceConfig) -> Length | Malformed | None:
     """The trace step flagging an answer without passages that max_tokens cut or whose reflection tokens are out of
     place (nothing then vouches for its text), or None."""
     if candidate.finish_reason == "length":
-        return {"step": "length", "chosen": "flag", "reason": length_reason(config)}
+        return Length(reason=length_reason(config))
     malformed = [problem for problem in candidate.problems if problem != candidate.truncated]
     if malformed:
-        return {"step": "malformed", "chosen": "flag",
-                "reason": f"the answer is malformed ({'; '.join(dict.fromkeys(malformed))})"}
+        return Malformed(reason=f"the answer is malformed ({'; '.join(dict.fromkeys(malformed))})")
     return None
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.prompting import encode_prompt, passage_ids
@@ -52,6 +51,7 @@ from .scoring import (
     retrieve_probability,
     score_continuation,
 )
+from .trace import BeamStep, Decide, Finish, Partial, Prune, Retrieve, SegmentSupport, TraceEntry
 from .work import call, check_question
 
 
@@ -65,7 +65,7 @@ class LongForm:
         self.prompt = tuple(encode_prompt(engine.tokenizer, question, engine.prompt_template))
         check_question(question, len(self.prompt), config.max_tokens, context_limit(engine))
         self.counter = Counter()
-        self.trace: list[dict[str, Any]] = []
+        self.trace: list[TraceEntry] = []
         self.retrieve_ids = self.ids.ids(Group.RETRIEVE)
         self.stop_ids = (*self.retrieve_ids, self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
         # After [No Retrieval] a segment is text, then its stop (a retrieve decision, <paragraph> or a utility token):
@@ -89,7 +89,7 @@ class LongForm:
             beams = self._step(beams)
             final = common_prefix([beam.segments for beam in beams])
             for entry in self.trace[sent_trace:]:
-                yield TraceEvent(dict(entry))
+                yield TraceEvent(entry)
             sent_trace = len(self.trace)
             for segment in final[sent_segments:]:
                 if segment.passage is not None and segment.passage.id not in cited:
@@ -99,7 +99,7 @@ class LongForm:
                 sent_segments += 1
         self.answer = self._finish(beams)
         for entry in self.answer.trace[sent_trace:]:
-            yield TraceEvent(dict(entry))
+            yield TraceEvent(entry)
         shipped = list(self.answer.segments) or [AnswerSegment(self.answer.answer)]
         for index, segment in enumerate(shipped[sent_segments:], start=sent_segments):
             if segment.passage is not None and segment.passage.id not in cited:
@@ -127,14 +127,11 @@ class LongForm:
             if beam.done is None and (beam.written >= limit or beam.steps >= 2 * limit + 1):
                 beam.done = "max_segments"
                 beam.reasons.append(f"truncated: stopped at long_form.max_segments={limit}")
-        self.trace.append(
-            {
-                "step": "beam",
-                "chosen": [describe(beam) for beam in kept],
-                "dropped": [describe(beam) for beam in expanded[len(kept) :]],
-                "reason": f"kept the {len(kept)} best of {len(expanded)} partial answers by summed segment score",
-            }
-        )
+        self.trace.append(BeamStep(
+            chosen=tuple(describe(beam) for beam in kept),
+            dropped=tuple(describe(beam) for beam in expanded[len(kept) :]),
+            reason=f"kept the {len(kept)} best of {len(expanded)} partial answers by summed segment score",
+        ))
         return kept
 
     def _wants_evidence(self, beam: Beam) -> bool:
@@ -193,7 +190,7 @@ class LongForm:
 
     def _ship(self, beam: Beam, segment: AnswerSegment) -> None:
         if segment.support == rf.PARTIALLY_SUPPORTED and self.config.on_partial == "drop":
-            self.trace.append({"step": "partial", "chosen": "drop", "reason": f"dropped {segment.text!r}"})
+            self.trace.append(Partial(chosen="drop", reason=f"dropped {segment.text!r}"))
             return
         if segment.support == rf.PARTIALLY_SUPPORTED and self.config.on_partial == "rewrite":
             segment = AnswerSegment(
@@ -230,19 +227,16 @@ class LongForm:
         else:
             chosen = rf.NO_RETRIEVAL
         beam.ids += (self.ids.id(chosen),)
-        self.trace.append(
-            {
-                "step": "decide",
-                "segment": beam.written,
-                "first_token": token,
-                "probabilities": {"p_retrieve": p_retrieve},
-                "threshold": self.config.retrieve_threshold,
-                "chosen": chosen,
-                "reason": f"the model wrote {token}"
-                + ("" if p_retrieve is None else f", p_retrieve {p_retrieve:.4f}")
-                + ("" if beam.retrievals < self.config.long_form.depth else "; long_form.depth reached"),
-            }
-        )
+        self.trace.append(Decide(
+            segment=beam.written,
+            first_token=token,
+            probabilities={"p_retrieve": p_retrieve},
+            threshold=self.config.retrieve_threshold,
+            chosen=chosen,
+            reason=f"the model wrote {token}"
+            + ("" if p_retrieve is None else f", p_retrieve {p_retrieve:.4f}")
+            + ("" if beam.retrievals < self.config.long_form.depth else "; long_form.depth reached"),
+        ))
 
     def _last_retrieve(self, beam: Beam) -> str | None:
         for token_id in reversed(beam.ids):
@@ -263,16 +257,13 @@ class LongForm:
         for round_ in range(self.config.max_rounds + 1):
             assert self.retriever is not None
             (hits,) = new_passages(self.retriever, [query], [tried], self.config.top_k)
-            self.trace.append(
-                {
-                    "step": "retrieve",
-                    "segment": beam.written,
-                    "round": round_,
-                    "query": query,
-                    "chosen": [hit.passage.id for hit in hits],
-                    "reason": "the question plus the text so far; passages in context are skipped",
-                }
-            )
+            self.trace.append(Retrieve(
+                segment=beam.written,
+                round=round_,
+                query=query,
+                chosen=tuple(hit.passage.id for hit in hits),
+                reason="the question plus the text so far; passages in context are skipped",
+            ))
             if not hits:
                 break
             tried.update(hit.passage.id for hit in hits)
@@ -295,16 +286,13 @@ class LongForm:
                 best, reason = children[index][0], verdicts[index][1]
             query = policy.rewrite_query(self.config, self.question, prefix_text + " " + last_text(best))
             last = step == "give_up"
-            self.trace.append(
-                {
-                    "step": "support",
-                    "segment": beam.written,
-                    "round": round_,
-                    "chosen": self.config.on_unsupported if last else "re-retrieve",
-                    "reason": reason,
-                    **({} if last else {"query": query}),
-                }
-            )
+            self.trace.append(SegmentSupport(
+                segment=beam.written,
+                round=round_,
+                chosen=self.config.on_unsupported if last else "re-retrieve",
+                reason=reason,
+                query=None if last else query,
+            ))
             if last:
                 return [self._give_up(beam, best, reason)]
         return [self._give_up(beam, None, "no new passage to retrieve")]
@@ -336,8 +324,7 @@ class LongForm:
         """Each branch's relevance verdict read at ``relevance_threshold`` (as the short form does)."""
         threshold = self.config.relevance_cut
         verdicts = [relevance_verdict(g, self.ids, threshold) for g in first]  # one-token decodes
-        entry = relevance_entry([hit.passage.id for hit in hits], verdicts, threshold)
-        self.trace.append(entry | {"segment": beam.written})
+        self.trace.append(relevance_entry([hit.passage.id for hit in hits], verdicts, threshold, segment=beam.written))
         return verdicts
 
     def _prune(self, beam: Beam, hits: list[Hit], relevance: list[float | None]) -> list[int]:
@@ -346,31 +333,25 @@ class LongForm:
             return list(range(len(hits)))
         stopped = stopped_branches(relevance, self.config.pruning)
         keep = [i for i, stop in enumerate(stopped) if not stop]
-        self.trace.append(
-            {
-                "step": "prune",
-                "segment": beam.written,
-                "relevance": {hit.passage.id: value for hit, value in zip(hits, relevance, strict=True)},
-                "chosen": [hits[i].passage.id for i in range(len(hits)) if stopped[i]],
-                "reason": f"{len(hits) - len(keep)} of {len(hits)} branches stopped after their relevance token",
-            }
-        )
+        self.trace.append(Prune(
+            segment=beam.written,
+            relevance={hit.passage.id: value for hit, value in zip(hits, relevance, strict=True)},
+            chosen=tuple(hits[i].passage.id for i in range(len(hits)) if stopped[i]),
+            reason=f"{len(hits) - len(keep)} of {len(hits)} branches stopped after their relevance token",
+        ))
         return keep
 
     def _without_evidence(self, beam: Beam, base: tuple[int, ...], round_: int, judged: int) -> Beam:
         """on_all_irrelevant=no_retrieval: every passage of this retrieval step was judged [Irrelevant], so the
         segment is written from the text so far + [No Retrieval] (uncited, flagged), as the short form answers."""
         reason = f"the model judged all {judged} retrieved passages {rf.IRRELEVANT}"
-        self.trace.append(
-            {
-                "step": "support",
-                "segment": beam.written,
-                "round": round_,
-                "chosen": "answer_without_retrieval",
-                "reason": reason,
-                "why": f"on_all_irrelevant=no_retrieval: the segment comes from the text so far + {rf.NO_RETRIEVAL}",
-            }
-        )
+        self.trace.append(SegmentSupport(
+            segment=beam.written,
+            round=round_,
+            chosen="answer_without_retrieval",
+            reason=reason,
+            why=f"on_all_irrelevant=no_retrieval: the segment comes from the text so far + {rf.NO_RETRIEVAL}",
+        ))
         child = beam.child(base + (self.ids.id(rf.NO_RETRIEVAL),))
         child.retrievals += 1  # the retrieval happened (and counts against long_form.depth); nothing of it is used
         child.reasons.append(f"flagged: {reason}; segment {beam.written + 1} was written without sources")
@@ -392,7 +373,7 @@ class LongForm:
         best = max(range(len(beams)), key=lambda i: (beams[i].score, -i))
         beam = beams[best]
         candidates = tuple(beam_candidate(b, self.ids, self.engine.tokenizer) for b in beams)
-        self.trace.append({"step": "finish", "chosen": describe(beam), "reason": f"highest beam score; {beam.done}"})
+        self.trace.append(Finish(chosen=describe(beam), reason=f"highest beam score; {beam.done}"))
         abstained = not beam.segments
         text = self.config.abstain_text if abstained else policy.join_segments(beam.segments)
         reasons = list(beam.reasons) + (["abstained: no sentence is left"] if abstained and not beam.reasons else [])

@@ -1,6 +1,6 @@
 """The policy: how candidates are ranked, when a verdict makes an answer unsupported, what ships.
 
-    index, entry = rank(candidates, weights)        # the trace's "rank" step
+    index, entry = rank(candidates, weights)        # the trace's "rank" step (a trace.Rank)
     ok, reason = judge(candidates[index], config)   # False: re-retrieve, then abstain or flag
     segments, notes = shipped_segments(candidates[index], config)
 
@@ -25,13 +25,13 @@ Decisions this module makes (each is tested in ``tests/inference/test_runtime*.p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.trajectory import Passage, parse_trajectory
 
 from .answer import AnswerSegment, Candidate, shorten
 from .config import InferenceConfig
+from .trace import Rank, RankedCandidate
 
 
 def rank_key(candidate: Candidate) -> tuple[bool, float]:
@@ -44,7 +44,7 @@ def rank_key(candidate: Candidate) -> tuple[bool, float]:
 
 def rank(
     candidates: Sequence[Candidate], indices: Sequence[int], weights: Mapping[str, float]
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, Rank]:
     """The best of ``candidates[indices]`` and the trace entry that explains the choice."""
     best = indices[0]
     for index in indices[1:]:
@@ -57,21 +57,15 @@ def rank(
         reason += "; every candidate misses a verdict, so none is complete"
     elif any(not rank_key(candidates[i])[0] for i in indices):
         reason += "; candidates missing a verdict rank below complete ones"
-    traced = [candidate_trace(candidates[i]) for i in indices]
-    for index, data in zip(indices, traced, strict=True):
-        if index != best:
-            data["rejected"] = _why_not(candidates[index], complete, total)
-    entry: dict[str, Any] = {
-        "step": "rank",
-        "weights": dict(weights),
-        "candidates": traced,
-        "chosen": passage_id(candidates[best]),
-        "reason": reason,
-    }
-    if len(tied) > 1:
-        entry["tie"] = [passage_id(candidates[i]) for i in tied]
-        entry["reason"] += f"; a tie of {len(tied)} is broken by retrieval order"
-    return best, entry
+    traced = tuple(
+        candidate_trace(candidates[i], None if i == best else _why_not(candidates[i], complete, total))
+        for i in indices
+    )
+    tie = tuple(passage_id(candidates[i]) for i in tied) if len(tied) > 1 else None
+    if tie:
+        reason += f"; a tie of {len(tied)} is broken by retrieval order"
+    return best, Rank(weights=dict(weights), candidates=traced, chosen=passage_id(candidates[best]), reason=reason,
+                      tie=tie)
 
 
 def _why_not(candidate: Candidate, best_complete: bool, best_total: float) -> str:
@@ -162,21 +156,18 @@ def passage_id(candidate: Candidate) -> str | None:
     return None if candidate.passage is None else candidate.passage.id
 
 
-def candidate_trace(candidate: Candidate) -> dict[str, Any]:
-    data: dict[str, Any] = {"passage_id": passage_id(candidate)}
-    if candidate.score is not None:
-        data.update(candidate.score.to_json())
-    data["well_formed"] = candidate.well_formed
-    if not candidate.well_formed:
-        data["problems"] = list(candidate.problems)
-    data["generated"] = shorten(candidate.generated)
-    if candidate.retried is not None:
-        data["retried"] = shorten(candidate.retried)
-    data["complete"] = rank_key(candidate)[0]
-    if candidate.pruned:
-        data["pruned"] = True
-    if candidate.truncated:
-        data["truncated"] = candidate.truncated
-    if candidate.round:
-        data["round"] = candidate.round
-    return data
+def candidate_trace(candidate: Candidate, rejected: str | None = None) -> RankedCandidate:
+    """The candidate as a ``rank`` or ``vote`` entry lists it (``rejected``: why it lost, where it did)."""
+    return RankedCandidate(
+        passage_id=passage_id(candidate),
+        score=candidate.score,
+        well_formed=candidate.well_formed,
+        problems=candidate.problems,
+        generated=shorten(candidate.generated),
+        retried=None if candidate.retried is None else shorten(candidate.retried),
+        complete=rank_key(candidate)[0],
+        pruned=candidate.pruned,
+        truncated=candidate.truncated or None,
+        round=candidate.round,
+        rejected=rejected,
+    )

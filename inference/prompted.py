@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.errors import ConfigError
@@ -40,6 +39,7 @@ from .engines.base import Engine, GenerationRequest, context_limit
 from .events import StreamEvent
 from .rounds import Rounds
 from .scoring import CandidateScore
+from .trace import CriticRecord, CriticRelevance, Critique, Decide
 from .work import Work, call, check_question
 
 logger = logging.getLogger(__name__)
@@ -182,11 +182,11 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
             replies.append(self.engine.tokenizer.decode(ids, skip_special_tokens=False))
         return replies
 
-    def _ask(self, kind: str, asks: list[tuple[_CriticWork, dict[str, str]]]) -> list[tuple[str, dict[str, Any]]]:
+    def _ask(self, kind: str, asks: list[tuple[_CriticWork, dict[str, str]]]) -> list[tuple[str, CriticRecord]]:
         """One critic call per ask (batched); strict parse, retries, fallback. Returns (verdict, record)."""
         instruction, options = QUESTIONS[kind]
         prompts = [instruction.format(**fields) for _, fields in asks]
-        results: list[tuple[str, dict[str, Any]] | None] = [None] * len(asks)
+        results: list[tuple[str, CriticRecord] | None] = [None] * len(asks)
         replies_of: list[list[str]] = [[] for _ in asks]
         pending = list(range(len(asks)))
         for attempt in range(self.critic.retries + 1):
@@ -200,13 +200,13 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
                 if verdict is None:
                     still.append(i)
                 else:
-                    results[i] = (verdict, {"replies": replies_of[i], "verdict": verdict, "retried": attempt > 0})
+                    results[i] = (verdict, CriticRecord(tuple(replies_of[i]), verdict, retried=attempt > 0))
             pending = still
             if not pending:
                 break
         for i in pending:
             fallback = self.critic.fallback[kind]
-            results[i] = (fallback, {"replies": replies_of[i], "verdict": fallback, "fallback": True})
+            results[i] = (fallback, CriticRecord(tuple(replies_of[i]), fallback, fallback=True))
         return [result for result in results if result is not None]
 
     # -- the loop's steps (see :mod:`.rounds`) --------------------------------------------------------
@@ -215,29 +215,16 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
         if self.config.mode != "adaptive":
             for work in works:
                 work.retrieve = self.config.mode == "always"
-                work.trace.append(
-                    {
-                        "step": "decide",
-                        "mode": self.config.mode,
-                        "probabilities": None,
-                        "chosen": "retrieve" if work.retrieve else "no_retrieval",
-                        "reason": f"mode={self.config.mode} skips the decision",
-                    }
-                )
+                work.trace.append(Decide(mode=self.config.mode, chosen="retrieve" if work.retrieve else "no_retrieval",
+                                         reason=f"mode={self.config.mode} skips the decision"))
             return
         for work, (verdict, record) in zip(
             works, self._ask("retrieve", [(w, {"question": w.question}) for w in works]), strict=True
         ):
             work.retrieve = verdict == rf.RETRIEVAL
-            work.trace.append(
-                {
-                    "step": "decide",
-                    "mode": "adaptive",
-                    "critic": record,
-                    "chosen": "retrieve" if work.retrieve else "no_retrieval",
-                    "reason": "the critic's verdict" + (" (fallback)" if record.get("fallback") else ""),
-                }
-            )
+            work.trace.append(Decide(mode="adaptive", critic=record,
+                                     chosen="retrieve" if work.retrieve else "no_retrieval",
+                                     reason="the critic's verdict" + (" (fallback)" if record.fallback else "")))
 
     def answer_alone(self, works: list[_CriticWork]) -> None:
         asks = [(work, ANSWER_ALONE.format(question=work.question)) for work in works]
@@ -249,7 +236,7 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
         text = strip_reflection_tokens(reply).strip()
         return Candidate(None, text, text, True, (), None, "stop", generated=reply)
 
-    def tally(self, work: _CriticWork) -> dict[str, Any]:
+    def tally(self, work: _CriticWork) -> dict[str, int]:
         return {"critic_calls": work.critic_calls}
 
     def branch(self, works: list[_CriticWork]) -> None:
@@ -270,15 +257,12 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
             why = "; none was, so from all" if not relevant and not alone else ""
             if alone:
                 why = "; none was, and on_all_irrelevant=no_retrieval answers the question alone"
-            work.trace.append(
-                {
-                    "step": "relevance",
-                    "round": work.round,
-                    "critic": {pairs[i][1].id: relevance[i][1] for i in mine},
-                    "chosen": [pairs[i][1].id for i in answered],
-                    "reason": "answers are generated from the passages the critic judged relevant" + why,
-                }
-            )
+            work.trace.append(CriticRelevance(
+                round=work.round,
+                critic={pairs[i][1].id: relevance[i][1] for i in mine},
+                chosen=tuple(pairs[i][1].id for i in answered),
+                reason="answers are generated from the passages the critic judged relevant" + why,
+            ))
         answers = self._generate(
             [
                 (pairs[i][0], ANSWER_WITH_PASSAGE.format(passage=pairs[i][1].render(), question=pairs[i][0].question))
@@ -306,16 +290,13 @@ class PromptedSelfRAG(Rounds[_CriticWork]):
             work.candidates.append(
                 self._candidate(passage, answers[n], relevance[i][0], support[n][0], utility[n][0], work.round)
             )
-            work.trace.append(
-                {
-                    "step": "critique",
-                    "round": work.round,
-                    "passage_id": passage.id,
-                    "critic": {"support": support[n][1], "utility": utility[n][1]},
-                    "chosen": [relevance[i][0], support[n][0], utility[n][0]],
-                    "reason": "one critic call per decision",
-                }
-            )
+            work.trace.append(Critique(
+                round=work.round,
+                passage_id=passage.id,
+                critic={"support": support[n][1], "utility": utility[n][1]},
+                chosen=(relevance[i][0], support[n][0], utility[n][0]),
+                reason="one critic call per decision",
+            ))
 
     def _judged_only(self, passage: Passage, relevance: str, round_: int) -> Candidate:
         """A passage with its relevance verdict only (no answer was written from it), like a pruned branch."""

@@ -25,8 +25,9 @@ the new trace entries.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Generic, Literal, TypeVar
 
 from selfrag import reflection as rf
 from selfrag.retrieval import Hit, Retriever
@@ -37,6 +38,7 @@ from .config import InferenceConfig, PruningConfig
 from .engines.base import Engine
 from .events import StreamEvent, TraceEvent, final_events
 from .finish import with_passages, without_passages
+from .trace import Outcome, Retrieve, Skip, SkipRule, Support, SupportAction
 from .work import Work
 
 Step = Literal["answer_without_retrieval", "accept", "re-retrieve", "give_up"]
@@ -129,7 +131,7 @@ class Rounds(ABC, Generic[W]):
         """``work.alone`` as a candidate without a passage."""
         ...
 
-    def tally(self, work: W) -> dict[str, Any]:
+    def tally(self, work: W) -> Mapping[str, int]:
         """Counts a mode adds to the trace's closing entry (the prompted critic: its critic calls)."""
         return {}
 
@@ -145,7 +147,7 @@ class Rounds(ABC, Generic[W]):
         while active:
             self.branch(active)
             again = [work for work in active if self.judge_round(work)]
-            self.answer_alone([work for work in active if work.outcome and work.outcome[0] == "no_retrieval"])
+            self.answer_alone([work for work in active if work.outcome and work.outcome.kind == "no_retrieval"])
             yield
             active = self.retrieve(again)
 
@@ -164,7 +166,7 @@ class Rounds(ABC, Generic[W]):
         sent = pending[index]
         if not final:
             for entry in work.trace[sent:]:
-                yield index, TraceEvent(dict(entry))
+                yield index, TraceEvent(entry)
             pending[index] = len(work.trace)
             return
         del pending[index]
@@ -184,20 +186,19 @@ class Rounds(ABC, Generic[W]):
             work.queries.append(normalise(work.query))
             work.seen.update(hit.passage.id for hit in hits)
             work.hits, repeated = self._unread(work, hits)
-            entry: dict[str, Any] = {
-                "step": "retrieve",
-                "round": work.round,
-                "query": work.query,
-                "chosen": [hit.passage.id for hit in work.hits],
-                "scores": [hit.score for hit in work.hits],
-                "reason": f"top {k} passages for the question"
-                if work.round == 0
-                else f"top {k} passages not tried yet for the rewritten query",
-            }
-            if repeated:
-                entry["repeated"] = repeated
-                entry["reason"] += f"; {len(repeated)} repeat the text of a passage already read, not decoded again"
-            work.trace.append(entry)
+            if work.hits or repeated:
+                reason = (f"top {k} passages for the question" if work.round == 0
+                          else f"top {k} passages not tried yet for the rewritten query")
+                if repeated:
+                    reason += f"; {len(repeated)} repeat the text of a passage already read, not decoded again"
+            elif work.round == 0:
+                reason = f"the retriever found nothing; answering from {self.alone_from}"
+            else:
+                reason = "the rewritten query found no passage not tried yet"
+            work.trace.append(Retrieve(
+                round=work.round, query=work.query, chosen=tuple(hit.passage.id for hit in work.hits),
+                scores=tuple(hit.score for hit in work.hits), reason=reason, repeated=tuple(repeated) or None,
+            ))
             if work.hits:
                 found.append(work)
             elif repeated:
@@ -205,9 +206,7 @@ class Rounds(ABC, Generic[W]):
                            "of one already read; the round would decode nothing new")
             elif work.round == 0:
                 work.retrieve = False
-                entry["reason"] = f"the retriever found nothing; answering from {self.alone_from}"
             else:
-                entry["reason"] = "the rewritten query found no passage not tried yet"
                 self.give_up(work, "re-retrieval found no new passage")
         return found
 
@@ -246,10 +245,12 @@ class Rounds(ABC, Generic[W]):
                 work.read.add(key)
         return kept, repeated
 
-    def _skip(self, work: W, rule: str, reason: str) -> None:
-        """A round not run: traced (step ``skip``), then the question gives up as when nothing new is found."""
-        work.trace.append({"step": "skip", "round": work.round, "rule": rule, "chosen": "give_up", "reason": reason})
-        self.give_up(work, f"round {work.round} was not run: {reason}")
+    def _skip(self, work: W, rule: SkipRule, reason: str, round_: int | None = None) -> None:
+        """Round ``round_`` (default: the work's current one) not run: traced (a :class:`~.trace.Skip`), then the
+        question gives up as when nothing new is found."""
+        round_ = work.round if round_ is None else round_
+        work.trace.append(Skip(round=round_, rule=rule, chosen="give_up", reason=reason))
+        self.give_up(work, f"round {round_} was not run: {reason}")
 
     def judge_round(self, work: W) -> bool:
         """Rank this round's candidates and act on the verdict; returns True when the work should re-retrieve."""
@@ -258,32 +259,27 @@ class Rounds(ABC, Generic[W]):
             best, entry = closedset.vote(work.candidates, indices, work.choices)
         else:
             best, entry = policy.rank(work.candidates, indices, self.weights)
-        entry["round"] = work.round
-        work.trace.append(entry)
+        work.trace.append(replace(entry, round=work.round))
         chosen = work.candidates[best]
         supported, reason = policy.judge(chosen, self.config)
         step = next_step(self.config, work.round, all_irrelevant=policy.all_irrelevant(work.candidates),
                          supported=supported)
         if step == "answer_without_retrieval":
             reason = f"the model judged all {len(work.candidates)} retrieved passages {rf.IRRELEVANT}"
-            work.outcome = ("no_retrieval", best, reason)
-            work.trace.append(
-                self.support_entry(chosen, step, reason, work.round)
-                | {"why": f"on_all_irrelevant=no_retrieval: the answer comes from {self.alone_from}"}
-            )
+            work.outcome = Outcome("no_retrieval", best, reason)
+            work.trace.append(self.support_entry(
+                chosen, step, reason, work.round,
+                why=f"on_all_irrelevant=no_retrieval: the answer comes from {self.alone_from}",
+            ))
         elif step == "accept":
-            work.outcome = ("accept", best, reason)
+            work.outcome = Outcome("accept", best, reason)
             work.trace.append(self.support_entry(chosen, "accept", reason, work.round))
         elif step == "re-retrieve" and (unpaid := self._unpaid()) is not None:
-            work.trace.append({"step": "skip", "round": work.round + 1, "rule": "unpaid_rounds", "chosen": "give_up",
-                               "reason": unpaid})
-            self.give_up(work, f"round {work.round + 1} was not run: {unpaid}")
+            self._skip(work, "unpaid_rounds", unpaid, work.round + 1)
         elif step == "re-retrieve":
             work.round += 1
             work.query = policy.rewrite_query(self.config, work.question, chosen.answer)
-            work.trace.append(
-                self.support_entry(chosen, "re-retrieve", reason, work.round - 1) | {"query": work.query}
-            )
+            work.trace.append(self.support_entry(chosen, "re-retrieve", reason, work.round - 1, query=work.query))
             return True
         else:
             work.trace.append(self.support_entry(chosen, "rounds exhausted", reason, work.round))
@@ -306,28 +302,31 @@ class Rounds(ABC, Generic[W]):
                     why += " (on_all_irrelevant=no_retrieval answers without the passages instead)"
         best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
         _, reason = policy.judge(work.candidates[best], self.config)
-        entry = self.support_entry(work.candidates[best], action, reason, work.candidates[best].round)
-        entry["why"] = f"best of all {work.round + 1} rounds; {why}"
-        work.trace.append(entry)
-        work.outcome = (action, best, reason if why == reason else f"{reason}; {why}")
+        work.trace.append(self.support_entry(work.candidates[best], action, reason, work.candidates[best].round,
+                                             why=f"best of all {work.round + 1} rounds; {why}"))
+        work.outcome = Outcome(action, best, reason if why == reason else f"{reason}; {why}")
 
-    def support_entry(self, chosen: Candidate, action: str, reason: str, round_: int) -> dict[str, Any]:
+    def support_entry(
+        self, chosen: Candidate, action: SupportAction, reason: str, round_: int,
+        why: str | None = None, query: str | None = None,
+    ) -> Support:
         score = chosen.score
-        return {
-            "step": "support",
-            "round": round_,
-            "passage_id": policy.passage_id(chosen),
-            "verdict": score.support_token if score else None,
-            "relevance_verdict": score.relevance_token if score else None,
-            "probabilities": {"support": score.support if score else None},
-            "support_bound": self.config.support_floor,
-            "chosen": action,
-            "reason": reason,
-        }
+        return Support(
+            round=round_,
+            passage_id=policy.passage_id(chosen),
+            verdict=score.support_token if score else None,
+            relevance_verdict=score.relevance_token if score else None,
+            support=score.support if score else None,
+            support_bound=self.config.support_floor,
+            chosen=action,
+            reason=reason,
+            why=why,
+            query=query,
+        )
 
     def finish(self, work: W) -> Answer:
         """The work's answer (see :mod:`.finish`)."""
-        if not work.retrieve or (work.outcome is not None and work.outcome[0] == "no_retrieval"):
+        if not work.retrieve or (work.outcome is not None and work.outcome.kind == "no_retrieval"):
             candidate = self.alone_candidate(work)
             return without_passages(work, candidate, self.config, self.tally(work), self.written, self.empty_because)
         return with_passages(work, self.config, self.tally(work))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.errors import ConfigError
@@ -45,6 +44,7 @@ from .events import StreamEvent
 from .longform import LongForm
 from .rounds import Rounds
 from .scoring import retrieve_probability
+from .trace import Decide
 from .work import call, check_question
 
 logger = logging.getLogger(__name__)
@@ -176,61 +176,54 @@ class SelfRAG(Rounds[PromptWork]):
         first_token = None if first is None else self.engine.token_ids.token(first)
         logprobs = generation.score_logprobs[0] if generation.score_logprobs else {}
         p_retrieve = retrieve_probability(logprobs, self.engine.token_ids)
-        step: dict[str, Any] = {
-            "step": "decide",
-            "mode": "adaptive",
-            "probabilities": {
-                "retrieval": _probability(logprobs.get(self.decoding.retrieval_id)),
-                "no_retrieval": _probability(logprobs.get(self.decoding.no_retrieval_id)),
-                "p_retrieve": p_retrieve,
-            },
-            "threshold": self.config.retrieve_threshold,
-            "first_token": first_token,
-        }
         if p_retrieve is None:
             work.retrieve = first == self.decoding.retrieval_id
-            step["reason"] = (
-                f"neither retrieve token has a log-prob; fell back to the generated first token {first_token!r}"
-            )
+            reason = f"neither retrieve token has a log-prob; fell back to the generated first token {first_token!r}"
         else:
             work.retrieve = p_retrieve > self.config.retrieve_threshold
             relation = ">" if work.retrieve else "<="
-            step["reason"] = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.retrieve_threshold}"
-        step["chosen"] = "retrieve" if work.retrieve else "no_retrieval"
+            reason = f"p_retrieve {p_retrieve:.4f} {relation} threshold {self.config.retrieve_threshold}"
+        discarded = reused = None
         rest = generation.token_ids[1:] if first == self.decoding.no_retrieval_id else generation.token_ids
         if work.retrieve and first != self.decoding.retrieval_id:
-            step["discarded"] = f"the model went on with {first_token!r}; that continuation is discarded"
+            discarded = f"the model went on with {first_token!r}; that continuation is discarded"
         elif not work.retrieve and first == self.decoding.retrieval_id:
             work.prefix = (self.decoding.no_retrieval_id,)
-            step["discarded"] = f"the model emitted {rf.RETRIEVAL}; continuing once from the prompt + {rf.NO_RETRIEVAL}"
+            discarded = f"the model emitted {rf.RETRIEVAL}; continuing once from the prompt + {rf.NO_RETRIEVAL}"
         elif not work.retrieve and not self.decoding.opens_with_text(rest):
             # The model chose [No Retrieval] and went on with another decision or verdict, not an answer (the 150-step
             # CPU model repeats [No Retrieval] on arithmetic questions): decode once more, text first.
             work.prefix = (self.decoding.no_retrieval_id,)
             went_on = self.engine.tokenizer.decode(list(rest[:3]), skip_special_tokens=False)
-            step["discarded"] = (
+            discarded = (
                 f"the model's own continuation has no answer text ({went_on!r}…); continuing once from the prompt + "
                 f"{rf.NO_RETRIEVAL}, text first"
             )
         elif not work.retrieve:
             work.alone = generation
-            step["reused"] = "the decision's own generation is the answer (no second decode)"
-        work.trace.append(step)
+            reused = "the decision's own generation is the answer (no second decode)"
+        work.trace.append(Decide(
+            mode="adaptive",
+            probabilities={
+                "retrieval": _probability(logprobs.get(self.decoding.retrieval_id)),
+                "no_retrieval": _probability(logprobs.get(self.decoding.no_retrieval_id)),
+                "p_retrieve": p_retrieve,
+            },
+            threshold=self.config.retrieve_threshold,
+            first_token=first_token,
+            chosen="retrieve" if work.retrieve else "no_retrieval",
+            reason=reason,
+            discarded=discarded,
+            reused=reused,
+        ))
 
     def _fixed_decision(self, work: PromptWork) -> None:
         mode = self.config.mode
         work.retrieve = mode == "always"
         if mode == "never":
             work.prefix = (self.decoding.no_retrieval_id,)
-        work.trace.append(
-            {
-                "step": "decide",
-                "mode": mode,
-                "probabilities": None,
-                "chosen": "retrieve" if work.retrieve else "no_retrieval",
-                "reason": f"mode={mode} skips the decision",
-            }
-        )
+        work.trace.append(Decide(mode=mode, chosen="retrieve" if work.retrieve else "no_retrieval",
+                                 reason=f"mode={mode} skips the decision"))
 
 
 def _probability(logprob: float | None) -> float | None:

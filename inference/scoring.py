@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from selfrag import reflection as rf
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.scores import first_of_two_terms, support_terms, utility_terms
 
 from .engines.base import Generation
+from .trace import Relevance
 
 COMPONENTS = ("relevance", "support", "utility")
 
@@ -93,20 +93,23 @@ def relevance_verdict(first: Generation, token_ids: ReflectionIds, threshold: fl
 
 
 def relevance_entry(
-    passage_ids: Sequence[str], verdicts: Sequence[RelevanceVerdict], threshold: float
-) -> dict[str, Any]:
-    """The trace entry of one set of branches' relevance verdicts."""
-    overridden = [pid for pid, v in zip(passage_ids, verdicts, strict=True) if v.overridden]
-    return {
-        "step": "relevance",
-        "relevance_threshold": threshold,
-        "relevance": {pid: v.score for pid, v in zip(passage_ids, verdicts, strict=True)},
-        "chosen": {pid: v.token for pid, v in zip(passage_ids, verdicts, strict=True)},
-        "generated": {pid: v.generated for pid, v in zip(passage_ids, verdicts, strict=True)},
-        "overridden": overridden,
-        "reason": f"{rf.RELEVANT} where the relevance score is >= {threshold}, else {rf.IRRELEVANT}; "
+    passage_ids: Sequence[str], verdicts: Sequence[RelevanceVerdict], threshold: float,
+    round_: int | None = None, segment: int | None = None,
+) -> Relevance:
+    """The trace entry of one set of branches' relevance verdicts (short form: of ``round_``; long form: before
+    ``segment``)."""
+    overridden = tuple(pid for pid, v in zip(passage_ids, verdicts, strict=True) if v.overridden)
+    return Relevance(
+        relevance_threshold=threshold,
+        relevance={pid: v.score for pid, v in zip(passage_ids, verdicts, strict=True)},
+        chosen={pid: v.token for pid, v in zip(passage_ids, verdicts, strict=True)},
+        generated={pid: v.generated for pid, v in zip(passage_ids, verdicts, strict=True)},
+        overridden=overridden,
+        reason=f"{rf.RELEVANT} where the relevance score is >= {threshold}, else {rf.IRRELEVANT}; "
         f"{len(overridden)} of {len(verdicts)} differ from the token the model generated",
-    }
+        round=round_,
+        segment=segment,
+    )
 
 
 def support_score(logprobs: Mapping[int, float], token_ids: ReflectionIds) -> float | None:

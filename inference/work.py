@@ -11,6 +11,7 @@ from selfrag.retrieval import Hit
 
 from .answer import Candidate
 from .engines.base import Engine, Generation, GenerationRequest, context_problem
+from .trace import Outcome, TraceEntry
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Work:
     question: str
     query: str
     choices: tuple[str, ...] | None = None
-    trace: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[TraceEntry] = field(default_factory=list)
     engine_calls: int = 0
     generated_tokens: int = 0
     retrieve: bool = False
@@ -31,7 +32,7 @@ class Work:
     read: set[tuple[str, str]] = field(default_factory=set)  # every passage's (title, text), normalised (skip.repeated)
     hits: list[Hit] = field(default_factory=list)  # this round's passages
     candidates: list[Candidate] = field(default_factory=list)  # every round's
-    outcome: tuple[str, int, str] | None = None  # (accept | abstain | flag | no_retrieval, candidate index, reason)
+    outcome: Outcome | None = None  # how its rounds ended (None: not yet, or answered without retrieving)
 
 
 class Counts(Protocol):

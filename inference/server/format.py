@@ -51,7 +51,7 @@ def extension(answer: Answer) -> dict[str, Any]:
         "abstain_reason": reason if answer.abstained else None,
         "low_confidence": answer.low_confidence,
         "low_confidence_reason": reason if answer.low_confidence else None,
-        "trace": [clean(dict(step)) for step in answer.trace],
+        "trace": [clean(entry.to_dict()) for entry in answer.trace],
         "engine_calls": answer.engine_calls,
         "generated_tokens": answer.generated_tokens,
     }
@@ -108,7 +108,7 @@ class ChunkWriter:
 
     def event(self, event: StreamEvent) -> dict[str, Any]:
         if isinstance(event, TraceEvent):
-            return self.chunk([], selfrag={"type": "trace", "step": clean(event.entry)})
+            return self.chunk([], selfrag={"type": "trace", "step": clean(event.entry.to_dict())})
         if isinstance(event, CitationEvent):
             return self.chunk([], selfrag={"type": "citation", "citation": citation(event.passage)})
         if isinstance(event, SegmentEvent):
@@ -127,10 +127,9 @@ def _delta(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 def _policy_reason(answer: Answer) -> str | None:
     """Why the answer was abstained or flagged: the reason of the last policy step that was not 'accept'."""
-    for step in reversed(answer.trace):
-        if step.get("chosen") in ("abstain", "flag"):
-            reason = step.get("reason")
-            return str(reason) if reason is not None else None
+    for entry in reversed(answer.trace):
+        if entry.chosen in ("abstain", "flag"):
+            return entry.reason
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from selfrag.inference.answer import Answer
+from selfrag.inference.trace import Retrieve
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -40,8 +41,7 @@ class ServerMetrics:
 
     def observe_answer(self, answer: Answer) -> None:
         self.answers.inc()
-        rounds = sum(1 for step in answer.trace if str(step.get("step", "")).replace("-", "_") in
-                     ("retrieve", "re_retrieve"))
+        rounds = sum(isinstance(entry, Retrieve) for entry in answer.trace)
         if answer.retrieved or rounds:
             self.retrievals.inc()
         if rounds > 1:

@@ -200,7 +200,7 @@ def test_calibrated_threshold_changes_the_decision(world_engine: ScriptedEngine)
     retriever = ExampleRetriever([], None)  # finds nothing; only the decision matters here
     world_engine.calibration = {"threshold": 0.95}  # type: ignore[attr-defined]
     answer = SelfRAG(world_engine, retriever, InferenceConfig()).answer("Capital of France?")
-    assert not answer.retrieved and "threshold 0.95" in answer.trace[0]["reason"]  # p_retrieve 0.9 <= 0.95
+    assert not answer.retrieved and "threshold 0.95" in answer.trace[0].reason  # p_retrieve 0.9 <= 0.95
     world_engine.calibration = {"threshold": 0.5}  # type: ignore[attr-defined]
     answer = SelfRAG(world_engine, retriever, InferenceConfig()).answer("Capital of France?")
-    assert "p_retrieve 0.9000 > threshold 0.5" in answer.trace[0]["reason"]
+    assert "p_retrieve 0.9000 > threshold 0.5" in answer.trace[0].reason

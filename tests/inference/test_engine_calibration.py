@@ -22,6 +22,7 @@ from selfrag.inference.config import InferenceConfig  # noqa: E402
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.inference.engines.openai import OpenAIEngine  # noqa: E402
 from selfrag.inference.runtime import SelfRAG  # noqa: E402
+from selfrag.inference.trace import Decide  # noqa: E402
 from selfrag.retrieval import BM25Retriever  # noqa: E402
 from selfrag.trajectory import Passage  # noqa: E402
 
@@ -54,9 +55,9 @@ def test_hf_and_openai_engines_carry_the_models_calibration_and_answer_alike(cal
         assert _settings(runtime) == _settings(expected)
         question = "What is the capital of France?"
         answer, reference = runtime.answer(question), expected.answer(question)
-    decision = next(step for step in answer.trace if step.get("step") == "decide")
-    assert decision["threshold"] == 0.01 and decision["chosen"] == "retrieve"
-    assert [step.get("step") for step in answer.trace] == [step.get("step") for step in reference.trace]
+    decision = next(entry for entry in answer.trace if isinstance(entry, Decide))
+    assert decision.threshold == 0.01 and decision.chosen == "retrieve"
+    assert [entry.step for entry in answer.trace] == [entry.step for entry in reference.trace]
     assert (answer.answer, answer.abstained, answer.chosen) == (reference.answer, reference.abstained, reference.chosen)
 
 

@@ -121,7 +121,7 @@ def test_adaptive_threshold_both_sides(reflection_tokenizer, token_ids, retrieva
     first = decision(reflection_tokenizer, token_ids, retrieval * 0.1, (1 - retrieval) * 0.1, rf.NO_RETRIEVAL)
     scenario = Scenario(reflection_tokenizer, token_ids, first, good_passages(reflection_tokenizer, token_ids))
     answer = scenario.rag(threshold=0.2).answer("What is the capital of France?")
-    decide = answer.trace[0]
+    decide = answer.to_json()["trace"][0]
     assert decide["step"] == "decide"
     assert decide["probabilities"]["p_retrieve"] == pytest.approx(retrieval)
     assert answer.retrieved is expect_retrieve
@@ -141,7 +141,7 @@ def test_decision_uses_probabilities_not_logprobs(reflection_tokenizer, token_id
     first = decision(reflection_tokenizer, token_ids, 0.01, 0.5, rf.NO_RETRIEVAL)
     answer = Scenario(reflection_tokenizer, token_ids, first).rag(threshold=0.2).answer("q?")
     assert answer.retrieved is False
-    assert answer.trace[0]["probabilities"]["p_retrieve"] == pytest.approx(0.01 / 0.51)
+    assert answer.to_json()["trace"][0]["probabilities"]["p_retrieve"] == pytest.approx(0.01 / 0.51)
 
 
 def test_no_retrieval_path_makes_exactly_one_engine_call(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -154,7 +154,7 @@ def test_no_retrieval_path_makes_exactly_one_engine_call(reflection_tokenizer, t
     assert answer.trajectory == "[No Retrieval]Four.[Utility:4]"
     assert answer.candidates[0].well_formed
     assert answer.generated_tokens == len(first.token_ids)
-    assert "reused" in answer.trace[0]
+    assert "reused" in answer.to_json()["trace"][0]
 
 
 def test_emitted_retrieval_below_threshold_continues_once_with_no_retrieval(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def test_emitted_retrieval_below_threshold_continues_once_with_no_retrieval(refl
     assert answer.generated_tokens == 1 + len(forced.token_ids)  # the decision stopped at [Retrieval]
     assert answer.answer == "Four."
     assert answer.trajectory == "[No Retrieval]Four.[Utility:5]"
-    assert "discarded" in answer.trace[0]
+    assert "discarded" in answer.to_json()["trace"][0]
 
 
 @pytest.mark.parametrize(("first_token", "expect_retrieve"), [(rf.RETRIEVAL, True), (rf.NO_RETRIEVAL, False)])
@@ -177,8 +177,8 @@ def test_missing_retrieve_logprobs_fall_back_to_generated_token(reflection_token
     scenario = Scenario(reflection_tokenizer, token_ids, first, good_passages(reflection_tokenizer, token_ids))
     answer = scenario.rag().answer("q?")
     assert answer.retrieved is expect_retrieve
-    assert answer.trace[0]["probabilities"]["p_retrieve"] is None
-    assert "fell back to the generated first token" in answer.trace[0]["reason"]
+    assert answer.to_json()["trace"][0]["probabilities"]["p_retrieve"] is None
+    assert "fell back to the generated first token" in answer.to_json()["trace"][0]["reason"]
 
 
 # -- candidates, ranking and policy ---------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_all_continuations_in_one_call_and_trace(reflection_tokenizer, token_ids
     assert request.stop_token_ids == (token_ids.id(rf.RETRIEVAL), token_ids.id(rf.PARAGRAPH_OPEN),
                                       *token_ids.ids(Group.UTILITY))
     assert set(request.score_token_ids) == set(token_ids.all_ids)
-    rank = next(step for step in answer.trace if step["step"] == "rank")
+    rank = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")
     assert [c["passage_id"] for c in rank["candidates"]] == [PARIS.id, LYON.id, NICE.id]
     assert rank["chosen"] == PARIS.id
     paris = rank["candidates"][0]
@@ -233,7 +233,7 @@ def test_missing_support_token_scores_zero_and_is_marked(reflection_tokenizer, t
     }
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     answer = scenario.rag(mode="always", top_k=2).answer("q?")
-    rank = next(step for step in answer.trace if step["step"] == "rank")
+    rank = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")
     paris = rank["candidates"][0]
     assert paris["missing"] == ["support"] and paris["components"]["support"] is None
     assert paris["tokens"]["support"] is None
@@ -247,7 +247,7 @@ def test_missing_support_on_the_best_candidate_is_unsupported(reflection_tokeniz
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     answer = scenario.rag(mode="always", top_k=1, max_rounds=0).answer("q?")
     assert answer.abstained and answer.answer == "The sources do not say."
-    assert answer.trace[-1]["chosen"] == "abstain" and "no support verdict" in answer.trace[-1]["reason"]
+    assert answer.trace[-1].chosen == "abstain" and "no support verdict" in answer.trace[-1].reason
 
 
 @pytest.mark.parametrize("policy", ["abstain", "flag"])
@@ -255,7 +255,7 @@ def test_unsupported_best_abstains_or_flags(reflection_tokenizer, token_ids, pol
     passages = {PARIS.id: continuation(reflection_tokenizer, token_ids, "Berlin.", support=(0.1, 0.2, 0.7))}
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     answer = scenario.rag(mode="always", top_k=1, on_unsupported=policy, max_rounds=0).answer("q?")
-    support = answer.trace[-1]
+    support = answer.to_json()["trace"][-1]
     assert support["step"] == "support" and support["verdict"] == rf.NO_SUPPORT
     assert support["chosen"] == policy
     if policy == "abstain":
@@ -274,7 +274,7 @@ def test_support_bound(reflection_tokenizer, token_ids) -> None:  # type: ignore
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     assert not scenario.rag(mode="always", top_k=1).answer("q?").abstained
     bounded = scenario.rag(mode="always", top_k=1, support_bound=0.6, max_rounds=0).answer("q?")
-    assert bounded.abstained and "below support_bound" in bounded.trace[-1]["reason"]
+    assert bounded.abstained and "below support_bound" in bounded.to_json()["trace"][-1]["reason"]
 
 
 def test_forced_no_retrieval_decodes_text_first(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -322,7 +322,7 @@ def test_own_no_retrieval_without_text_decodes_once_more(reflection_tokenizer, t
     decide, again = (call[0] for call in scenario.engine.calls)
     assert again.prompt_ids == decide.prompt_ids + (token_ids.id(rf.NO_RETRIEVAL),) and again.min_tokens == 1
     assert token_ids.id(rf.NO_RETRIEVAL) in again.banned_token_ids
-    step = answer.trace[0]
+    step = answer.to_json()["trace"][0]
     assert step["chosen"] == "no_retrieval" and "reused" not in step
     assert step["discarded"].startswith("the model's own continuation has no answer text")
 
@@ -332,7 +332,7 @@ def test_own_no_retrieval_with_text_is_the_answer(reflection_tokenizer, token_id
     first = decision(reflection_tokenizer, token_ids, 0.2, 0.8, rf.NO_RETRIEVAL, text=" Four.")
     scenario = Scenario(reflection_tokenizer, token_ids, first)
     answer = scenario.rag().answer("2 + 2?")
-    assert answer.answer == "Four." and answer.engine_calls == 1 and "reused" in answer.trace[0]
+    assert answer.answer == "Four." and answer.engine_calls == 1 and "reused" in answer.to_json()["trace"][0]
 
 
 @pytest.mark.parametrize("mode", ["never", "adaptive-empty-retriever"])
@@ -360,7 +360,7 @@ def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer, token_i
     assert not answer.retrieved and answer.abstained
     assert answer.answer == InferenceConfig().abstain_text
     assert answer.trajectory.startswith("[No Retrieval]")
-    generate = answer.trace[-1]
+    generate = answer.to_json()["trace"][-1]
     assert generate["chosen"] == "answer_without_retrieval"
     assert generate["abstain"] == "the continuation has no answer text"
     assert generate["generated"] == " [Utility:1]"  # what the model wrote, in the trace
@@ -427,7 +427,7 @@ def test_stream_ends_with_the_answer_and_its_segments_concatenate_to_it(reflecti
     text = "".join(event.text for event in events if isinstance(event, SegmentEvent))
     assert text == answer.answer == "Paris is the capital."
     assert [event.passage.id for event in events if isinstance(event, CitationEvent)] == [PARIS.id]
-    assert [event.entry for event in events if isinstance(event, TraceEvent)] == [dict(e) for e in answer.trace]
+    assert [event.entry for event in events if isinstance(event, TraceEvent)] == list(answer.trace)
 
 
 def test_stream_many_shares_engine_calls_and_sends_each_answer_once_its_verdict_is_in(  # type: ignore[no-untyped-def]

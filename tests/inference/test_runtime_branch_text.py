@@ -85,13 +85,13 @@ def test_relevant_branch_without_text_is_decoded_again_text_first(reflection_tok
     gold = answer.candidates[0]
     assert gold.well_formed and gold.retried is not None and gold.retried.startswith(rf.RELEVANT)
     assert gold.score is not None and gold.score.relevance == pytest.approx(0.998)  # the verdict's own log-probs
-    retry = next(step for step in answer.trace if step["step"] == "retry")
+    retry = next(step for step in answer.to_json()["trace"] if step["step"] == "retry")
     assert retry["chosen"] == [GOLD.id] and "text first" in retry["reason"]
     constrained = [r for call in engine.calls for r in call if r.banned_token_ids]
     assert len(constrained) == 1 and constrained[0].min_tokens == 1 and constrained[0].max_tokens == 1
     assert token_ids.id(rf.FULLY_SUPPORTED) in constrained[0].banned_token_ids
     assert constrained[0].prompt_ids[-1] == token_ids.id(rf.RELEVANT)
-    rank = next(step for step in answer.trace if step["step"] == "rank")
+    rank = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")
     assert rank["candidates"][0]["retried"] == gold.retried and rank["chosen"] == GOLD.id
 
 
@@ -100,7 +100,7 @@ def test_a_branch_with_text_is_not_decoded_again(reflection_tokenizer, token_ids
     engine = BranchEngine(reflection_tokenizer, token_ids, segments.script("Ada.", (rf.FULLY_SUPPORTED, FULL), U5))
     answer = _rag(engine).answer(Q)
     assert answer.answer == "Ada." and answer.candidates[0].retried is None
-    assert not any(step["step"] == "retry" for step in answer.trace)
+    assert not any(step["step"] == "retry" for step in answer.to_json()["trace"])
     assert not any(r.banned_token_ids for call in engine.calls for r in call)
 
 
@@ -131,6 +131,6 @@ def test_long_generated_text_is_shortened_in_the_trace(reflection_tokenizer, tok
     long = " ".join(["word"] * 200)
     engine = BranchEngine(reflection_tokenizer, token_ids, segments.script(long))
     answer = _rag(engine, max_tokens=300, pruning=PruningConfig(enabled=False)).answer(Q)
-    gold = next(step for step in answer.trace if step["step"] == "rank")["candidates"][0]
+    gold = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")["candidates"][0]
     assert len(gold["generated"]) <= 160 and gold["generated"].endswith("…")
     assert encode_text  # the helper stays imported for scripts that need raw ids

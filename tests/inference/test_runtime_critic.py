@@ -50,8 +50,8 @@ def test_one_critic_call_per_decision_and_an_answer(reflection_tokenizer) -> Non
     assert answer.answer == "Paris." and answer.citations == (PARIS,) and not answer.low_confidence
     # retrieve? (1) + relevant? (2) + one answer (only Paris is relevant) + supported? (1) + useful? (1)
     assert [len(batch) for batch in fake.calls] == [1, 2, 1, 1, 1]
-    assert answer.engine_calls == 5 and answer.trace[-1]["critic_calls"] == 5
-    relevance = next(e for e in answer.trace if e["step"] == "relevance")
+    assert answer.engine_calls == 5 and answer.to_json()["trace"][-1]["critic_calls"] == 5
+    relevance = next(e for e in answer.to_json()["trace"] if e["step"] == "relevance")
     assert relevance["chosen"] == [PARIS.id]
     assert answer.candidates[0].score.total == pytest.approx(1.0 + 1.0 + 0.5 * 1.0)
 
@@ -81,10 +81,10 @@ def test_malformed_reply_is_retried_then_falls_back(reflection_tokenizer) -> Non
     fake = engine(reflection_tokenizer, stubborn)
     answer = PromptedSelfRAG(fake, FixedRetriever([PARIS]), InferenceConfig(top_k=1, max_rounds=0,
                                                                              on_unsupported="flag")).answer(Q)
-    relevance = next(e for e in answer.trace if e["step"] == "relevance")["critic"][PARIS.id]
+    relevance = next(e for e in answer.to_json()["trace"] if e["step"] == "relevance")["critic"][PARIS.id]
     assert relevance["replies"][0].startswith("Sure") and relevance["replies"][1] == "yes"  # cut at max_tokens
     assert relevance["verdict"] == rf.RELEVANT and relevance["retried"] is True
-    critique = next(e for e in answer.trace if e["step"] == "critique")["critic"]["support"]
+    critique = next(e for e in answer.to_json()["trace"] if e["step"] == "critique")["critic"]["support"]
     assert critique["fallback"] is True and critique["verdict"] == rf.NO_SUPPORT and len(critique["replies"]) == 2
     assert answer.low_confidence and rf.NO_SUPPORT in answer.reasons[0]
 
@@ -115,7 +115,7 @@ def test_no_retrieval_without_answer_text_abstains(reflection_tokenizer) -> None
 
     answer = PromptedSelfRAG(engine(reflection_tokenizer, mute), FixedRetriever([PARIS])).answer("2 + 2?")
     assert answer.abstained and answer.answer == InferenceConfig().abstain_text and not answer.retrieved
-    assert answer.segments == () and answer.trace[-1]["abstain"] == "the reply has no answer text"
+    assert answer.segments == () and answer.to_json()["trace"][-1]["abstain"] == "the reply has no answer text"
     assert answer.reasons == ("abstained: the model wrote no answer without retrieval",)
 
 
@@ -134,7 +134,7 @@ def test_stream_sends_each_phase_as_it_ends_and_matches_answer(reflection_tokeni
     assert final.answer == rag.answer(Q)  # the same answer (and trace) as answer()
     assert "".join(e.text for e in events if isinstance(e, SegmentEvent)) == final.answer.answer == "Paris."
     assert [e.passage for e in events if isinstance(e, CitationEvent)] == [PARIS]
-    assert [e.entry for e in events if isinstance(e, TraceEvent)] == [dict(t) for t in final.answer.trace]
+    assert [e.entry for e in events if isinstance(e, TraceEvent)] == list(final.answer.trace)
     # incremental: the retrieve decision goes out after the first critic call, before the other four are made
     first_trace = next(i for i, e in enumerate(events) if isinstance(e, TraceEvent))
     assert calls_when_sent[first_trace] == 1 and calls_when_sent[-1] == 5

@@ -28,7 +28,7 @@ def test_an_answer_cut_by_max_tokens_before_its_verdict_is_flagged_with_finish_r
     assert answer.answer and LONG.startswith(answer.answer) and answer.answer != LONG
     assert answer.citations == (PARIS,)
     assert len(answer.reasons) == 1 and "cut at max_tokens=6 before its support verdict" in answer.reasons[0]
-    assert answer.trace[-1]["step"] == "length" and answer.trace[-1]["chosen"] == "flag"
+    assert answer.to_json()["trace"][-1]["step"] == "length" and answer.to_json()["trace"][-1]["chosen"] == "flag"
     body = completion(answer, "m", 3)
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["selfrag"]["low_confidence"] and "max_tokens=6" in body["selfrag"]["low_confidence_reason"]

@@ -66,7 +66,7 @@ def test_no_verdict_is_taken_from_document_text(smollm2) -> None:  # type: ignor
     assert reflection == [rf.RETRIEVAL, rf.PARAGRAPH_OPEN, rf.PARAGRAPH_CLOSE]
     assert question_and_passage.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == \
         encode_prompt(tokenizer, "x").count(tokenizer.convert_tokens_to_ids("<|im_start|>"))
-    support = [e for e in answer.trace if e["step"] == "support"][-1]
+    support = [e for e in answer.to_json()["trace"] if e["step"] == "support"][-1]
     assert support["verdict"] == rf.NO_SUPPORT and answer.low_confidence  # the real id, not the literal text
     assert answer.segments[0].support == rf.NO_SUPPORT
     assert "[Fully supported]" in answer.answer  # the literal stays text

@@ -9,6 +9,7 @@ from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
 from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
 from selfrag.inference.runtime import SelfRAG
+from selfrag.inference.trace import Retrieve, SegmentSupport
 from selfrag.prompting import encode_prompt
 from selfrag.trajectory import Passage
 
@@ -72,7 +73,7 @@ def test_second_retrieval_uses_prefix_and_keeps_earlier_evidence(build, reflecti
     # the utility score is real: the final beam's score includes 0.5 * utility read at [Utility:5]
     utility = (0.9 * 1 + 0.1 * -1) / 1.0
     segment = 1.0 * 0.9 + 1.0 * (0.9 + 0.5 * 0.05)
-    final = next(e for e in reversed(answer.trace) if e["step"] == "beam")["chosen"][0]
+    final = next(e for e in reversed(answer.to_json()["trace"]) if e["step"] == "beam")["chosen"][0]
     assert final["score"] == pytest.approx(2 * segment + 0.5 * utility)
     assert not answer.low_confidence and not answer.abstained and answer.retrieved
 
@@ -86,7 +87,7 @@ def test_beam_order_keeps_the_best_and_drops_the_rest(build) -> None:  # type: i
                ("[Utility:5]", UTILITY_5)],
     }, mode="always", top_k=3, long_form=LongFormConfig(width=2), pruning=OFF)
     answer = rag.answer(QUESTION)
-    beam = next(e for e in answer.trace if e["step"] == "beam")
+    beam = next(e for e in answer.to_json()["trace"] if e["step"] == "beam")
     assert [b["evidence"] for b in beam["chosen"]] == [[PARIS.id], [NICE.id]]  # sorted by score, width 2
     assert [b["evidence"] for b in beam["dropped"]] == [[LYON.id]]
     assert beam["chosen"][0]["score"] > beam["chosen"][1]["score"]
@@ -110,7 +111,7 @@ def test_continue_to_use_evidence_keeps_the_passage_without_retrieving(build) ->
         ("That is all.", None, None),  # [No Retrieval]: written without evidence, cites nothing
     ]
     assert len(retriever.queries) == 1
-    decisions = [e for e in answer.trace if e["step"] == "decide"]
+    decisions = [e for e in answer.to_json()["trace"] if e["step"] == "decide"]
     assert [d["chosen"] for d in decisions] == [rf.CONTINUE_EVIDENCE, rf.NO_RETRIEVAL]
     assert decisions[0]["probabilities"]["p_retrieve"] == pytest.approx(0.01 / 0.51)
     dropped = rag.__class__(rag.engine, rag.retriever, InferenceConfig(
@@ -127,7 +128,7 @@ def test_threshold_at_a_no_retrieval_token_triggers_retrieval(build) -> None:  #
     }, mode="always", top_k=1, long_form=LongFormConfig(width=1))
     answer = rag.answer(QUESTION)
     assert answer.answer == "Paris. Lyon." and len(retriever.queries) == 2
-    decide = next(e for e in answer.trace if e["step"] == "decide")
+    decide = next(e for e in answer.to_json()["trace"] if e["step"] == "decide")
     assert decide["first_token"] == rf.NO_RETRIEVAL and decide["chosen"] == rf.RETRIEVAL
 
 
@@ -146,12 +147,12 @@ def test_stream_sends_segments_as_they_become_final_and_never_a_rejected_one(bui
     final = events[-1]
     assert isinstance(final, FinalEvent) and "".join(texts) == final.answer.answer
     first_segment = next(i for i, e in enumerate(events) if isinstance(e, SegmentEvent))
-    retrieves = [i for i, e in enumerate(events) if isinstance(e, TraceEvent) and e.entry["step"] == "retrieve"]
+    retrieves = [i for i, e in enumerate(events) if isinstance(e, TraceEvent) and isinstance(e.entry, Retrieve)]
     second_retrieve = retrieves[1]
     assert first_segment < second_retrieve  # sent before the answer was complete
     assert [e.passage.id for e in events if isinstance(e, CitationEvent)] == [PARIS.id, NICE.id]
-    support = [e.entry for e in events if isinstance(e, TraceEvent) and e.entry["step"] == "support"]
-    assert support[0]["chosen"] == "re-retrieve" and rf.NO_SUPPORT in support[0]["reason"]
+    support = [e.entry for e in events if isinstance(e, TraceEvent) and isinstance(e.entry, SegmentSupport)]
+    assert support[0].chosen == "re-retrieve" and rf.NO_SUPPORT in support[0].reason
 
 
 @pytest.mark.parametrize("action", ["abstain", "flag"])
@@ -179,7 +180,7 @@ def test_every_passage_irrelevant_writes_the_segment_without_retrieval(build, se
     }, passages=(PARIS, LYON), mode="always", top_k=1, max_rounds=1, on_all_irrelevant=setting,
         long_form=LongFormConfig(width=1), pruning=OFF)
     answer = rag.answer(QUESTION)
-    support = [e for e in answer.trace if e["step"] == "support"]
+    support = [e for e in answer.to_json()["trace"] if e["step"] == "support"]
     if setting == "unsupported":  # as before: re-retrieve, then abstain
         assert len(retriever.queries) == 2 and answer.abstained
         assert [e["chosen"] for e in support] == ["re-retrieve", "abstain"]
@@ -203,7 +204,7 @@ def test_a_relevant_but_unsupported_passage_is_no_reason_to_answer_without_retri
                               long_form=LongFormConfig(width=1), pruning=OFF)
     answer = rag.answer(QUESTION)
     assert len(retriever.queries) == 2 and answer.abstained  # Paris was relevant: the usual unsupported path
-    assert "answer_without_retrieval" not in [e["chosen"] for e in answer.trace if e["step"] == "support"]
+    assert "answer_without_retrieval" not in [e["chosen"] for e in answer.to_json()["trace"] if e["step"] == "support"]
 
 
 def test_invalid_long_form_settings_are_refused(build) -> None:  # type: ignore[no-untyped-def]

@@ -59,7 +59,7 @@ def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
 
 
 def step(answer, name):  # type: ignore[no-untyped-def]
-    return [entry for entry in answer.trace if entry["step"] == name]
+    return [entry for entry in answer.to_json()["trace"] if entry["step"] == name]
 
 
 # -- the four trace-contract cases of the issue --------------------------------------------------------------
@@ -200,14 +200,14 @@ def test_all_irrelevant_with_flag_never_abstains_behind_a_flag_step(build) -> No
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
     answer = rag.answer(Q)
     assert all(c.pruned for c in answer.candidates)
-    last = answer.trace[-1]
+    last = answer.to_json()["trace"][-1]
     assert answer.abstained and not answer.low_confidence
     assert last["chosen"] == "abstain" and "no candidate wrote answer text" in last["why"]
     assert "on_all_irrelevant=no_retrieval" in last["why"]
-    assert not any(entry.get("chosen") == "flag" for entry in answer.trace)
+    assert not any(entry.get("chosen") == "flag" for entry in answer.to_json()["trace"])
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0, pruning=OFF)
     flagged = rag.answer(Q)
-    assert flagged.trace[-1]["chosen"] == "flag" and flagged.low_confidence and not flagged.abstained
+    assert flagged.to_json()["trace"][-1]["chosen"] == "flag" and flagged.low_confidence and not flagged.abstained
     assert flagged.answer == "Lyon." and flagged.citations == ()
 
 
@@ -216,7 +216,7 @@ def test_flag_ships_the_best_candidate_that_has_text(build) -> None:  # type: ig
     table = {PARIS: seg("Berlin.", relevance=IRR, support=NONE), LYON: seg("Nice.", relevance=REL, support=NONE)}
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
     answer = rag.answer(Q)
-    assert answer.trace[-1]["chosen"] == "flag" and answer.answer == "Nice." and answer.low_confidence
+    assert answer.to_json()["trace"][-1]["chosen"] == "flag" and answer.answer == "Nice." and answer.low_confidence
 
 
 def test_all_irrelevant_answers_without_passages_when_configured(build) -> None:  # type: ignore[no-untyped-def]

@@ -78,7 +78,7 @@ def test_relevant_passages_read_together_are_answered_once(reflection_tokenizer,
     alone = {c.passage.id: c for c in answer.candidates if c.passage is not None and c.passage != JOINED}
     assert alone[BORN.id].pruned and alone[WROTE.id].pruned  # their answers are the joined branch's
     assert alone[BORN.id].answer == "" and alone[WROTE.id].answer == ""  # not decoded past the verdict
-    step = next(step for step in answer.trace if step["step"] == "together")
+    step = next(step for step in answer.to_json()["trace"] if step["step"] == "together")
     assert step["chosen"] == [BORN.id, WROTE.id] and "read=together" in step["reason"] and BORN.id in step["reason"]
     # the joined prompt holds both passages in retrieval order, each title and text, and OTHER is not in it
     size = len(engine.joined)
@@ -95,14 +95,14 @@ def test_each_is_the_default_and_answers_branch_by_branch(reflection_tokenizer, 
     assert InferenceConfig().read == "each"
     assert answer.abstained  # alone, no branch is supported
     assert not any(c.passage == JOINED for c in answer.candidates)
-    assert not any(step["step"] == "together" for step in answer.trace)
+    assert not any(step["step"] == "together" for step in answer.to_json()["trace"])
 
 
 def test_one_relevant_passage_is_read_as_each_would(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     engine = TogetherEngine(reflection_tokenizer, token_ids)
     together = _rag(engine, [BORN, OTHER], read="together").answer(Q)
     each = _rag(TogetherEngine(reflection_tokenizer, token_ids), [BORN, OTHER]).answer(Q)
-    assert not any(step["step"] == "together" for step in together.trace)
+    assert not any(step["step"] == "together" for step in together.to_json()["trace"])
     assert [c.to_json() for c in together.candidates] == [c.to_json() for c in each.candidates]
 
 

@@ -65,7 +65,7 @@ def whole(segments: Segments, relevance: dict[str, float], token: str) -> Script
 
 
 def relevance_step(answer):  # type: ignore[no-untyped-def]
-    return next(entry for entry in answer.trace if entry["step"] == "relevance")
+    return next(entry for entry in answer.to_json()["trace"] if entry["step"] == "relevance")
 
 
 @pytest.mark.parametrize("pruning", [True, False])

@@ -110,7 +110,7 @@ def test_the_prompted_critic_writes_the_single_pass_runtimes_trace(name, reflect
     expected = SelfRAG(engine, FixedRetriever([PARIS, LYON]), config).answer(Q)
     answer = PromptedSelfRAG(critic(reflection_tokenizer, verdicts, "Four."), FixedRetriever([PARIS, LYON]),
                              config).answer(Q)
-    assert shared(answer.trace) == shared(expected.trace)
+    assert shared(answer.to_json()["trace"]) == shared(expected.to_json()["trace"])
     assert (answer.answer, answer.abstained, answer.low_confidence, answer.citations) == (
         expected.answer, expected.abstained, expected.low_confidence, expected.citations)
     assert [why.split(":")[0] for why in answer.reasons] == [why.split(":")[0] for why in expected.reasons]
@@ -123,7 +123,7 @@ def test_the_prompted_critic_honours_on_all_irrelevant(setting, reflection_token
     verdicts = {PARIS.id: (False, True), LYON.id: (False, True)}
     config = InferenceConfig(mode="always", top_k=2, max_rounds=1, on_all_irrelevant=setting)
     answer = PromptedSelfRAG(critic(reflection_tokenizer, verdicts, "Four.", asked), retriever, config).answer(Q)
-    support = [entry["chosen"] for entry in answer.trace if entry["step"] == "support"]
+    support = [entry["chosen"] for entry in answer.to_json()["trace"] if entry["step"] == "support"]
     if setting == "unsupported":  # as before: answers from the passages, re-retrieve (nothing new), then abstain
         assert retriever.queries[0] == Q and len(retriever.queries) == 2 and answer.abstained
         assert "answer_without_retrieval" not in support
@@ -150,7 +150,7 @@ def test_a_long_form_step_whose_every_branch_is_pruned_is_unsupported(reflection
     config = InferenceConfig(form="long", mode="always", top_k=1, max_rounds=1, long_form=LongFormConfig(width=1))
     answer = SelfRAG(engine, retriever, config).answer(Q)
     assert len(retriever.queries) == 2 and answer.abstained and answer.answer == config.abstain_text
-    support = [entry for entry in answer.trace if entry["step"] == "support"]
+    support = [entry for entry in answer.to_json()["trace"] if entry["step"] == "support"]
     assert [entry["chosen"] for entry in support] == ["re-retrieve", "abstain"]
     assert all("pruning stopped every branch" in entry["reason"] for entry in support)
 
@@ -195,4 +195,4 @@ def test_the_prompted_critic_streams_several_questions_as_the_runtime_does(refle
     for index, answer in enumerate(answers):
         mine = [event for i, event in events if i == index]
         assert isinstance(mine[-1], FinalEvent) and mine[-1].answer == answer
-        assert [e.entry for e in mine if isinstance(e, TraceEvent)] == [dict(t) for t in answer.trace]
+        assert [e.entry for e in mine if isinstance(e, TraceEvent)] == list(answer.trace)

@@ -12,6 +12,7 @@ from selfrag.errors import ConfigError
 from selfrag.inference.config import InferenceConfig, SkipConfig
 from selfrag.inference.prompted import PromptedSelfRAG
 from selfrag.inference.runtime import SelfRAG
+from selfrag.inference.trace import Retrieve, Skip
 from selfrag.trajectory import Passage
 
 PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
@@ -44,12 +45,15 @@ def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
     return make
 
 
-def skips(answer):  # type: ignore[no-untyped-def]
-    return [entry for entry in answer.trace if entry["step"] == "skip"]
+def skips(answer) -> list[Skip]:  # type: ignore[no-untyped-def]
+    """The answer's skip entries: every rule's is a typed :class:`Skip`, in the JSON as ``step: skip``."""
+    typed = [entry for entry in answer.trace if isinstance(entry, Skip)]
+    assert [entry.to_dict() for entry in typed] == [e for e in answer.to_json()["trace"] if e["step"] == "skip"]
+    return typed
 
 
 def chosen(answer, name):  # type: ignore[no-untyped-def]
-    return [entry["chosen"] for entry in answer.trace if entry["step"] == name]
+    return [entry.chosen for entry in answer.trace if entry.step == name]
 
 
 # -- a rewritten query that repeats an earlier round's ------------------------------------------------------------
@@ -65,10 +69,10 @@ def test_a_round_whose_query_repeats_an_earlier_one_is_not_run(build, repeated) 
     if repeated:
         assert retriever.queries == [Q, f"{Q} Berlin."]  # the third search is never made
         [skip] = skips(answer)
-        assert skip["rule"] == "repeated_query" and skip["round"] == 2 and skip["chosen"] == "give_up"
-        assert "repeats round 1's query" in skip["reason"]
+        assert skip.rule == "repeated_query" and skip.round == 2 and skip.chosen == "give_up"
+        assert "repeats round 1's query" in skip.reason
         assert chosen(answer, "support") == ["re-retrieve", "re-retrieve", "abstain"]
-        assert "round 2 was not run" in answer.trace[-1]["why"]
+        assert "round 2 was not run" in answer.trace[-1].why
         assert len(engine.calls) == 4  # two rounds of (relevance step + the rest)
     else:  # as before: the same query searched again reaches the next passage
         assert retriever.queries == [Q, f"{Q} Berlin.", f"{Q} Berlin."] and not skips(answer)
@@ -83,9 +87,9 @@ def test_a_duplicate_passage_is_decoded_once(build) -> None:  # type: ignore[no-
     table = {PARIS: branch("Paris.", support=FULL), LYON: branch("Lyon.")}
     rag, engine, _ = build(table, (PARIS, PARIS_COPY, LYON), top_k=3, max_rounds=0)
     answer = rag.answer(Q)
-    [retrieve] = [entry for entry in answer.trace if entry["step"] == "retrieve"]
-    assert retrieve["chosen"] == [PARIS.id, LYON.id] and retrieve["repeated"] == [PARIS_COPY.id]
-    assert "1 repeat the text of a passage already read" in retrieve["reason"]
+    [retrieve] = [entry for entry in answer.trace if isinstance(entry, Retrieve)]
+    assert retrieve.chosen == (PARIS.id, LYON.id) and retrieve.repeated == (PARIS_COPY.id,)
+    assert "1 repeat the text of a passage already read" in retrieve.reason
     assert [c.passage.id for c in answer.candidates] == [PARIS.id, LYON.id]
     assert sum(len(batch) for batch in engine.calls) == 2 + 2  # two branches (relevance step and rest), not three
     assert answer.answer == "Paris."
@@ -99,7 +103,7 @@ def test_a_round_that_finds_only_repeats_is_not_run(build, repeated) -> None:  #
     assert answer.abstained
     if repeated:
         [skip] = skips(answer)
-        assert skip["rule"] == "repeated_passages" and skip["round"] == 1 and PARIS_COPY.id in skip["reason"]
+        assert skip.rule == "repeated_passages" and skip.round == 1 and PARIS_COPY.id in skip.reason
         assert len(engine.calls) == 2 and [c.passage.id for c in answer.candidates] == [PARIS.id]
     else:
         assert not skips(answer) and len(engine.calls) == 4
@@ -122,9 +126,9 @@ def test_a_round_far_below_the_relevance_cut_stops_after_its_verdicts(build, rel
     assert answer.abstained or relevance >= 0.5
     if skipped:
         [skip] = skips(answer)
-        assert skip["rule"] == "relevance_gap" and skip["round"] == 0
-        assert skip["chosen"] == [PARIS.id, LYON.id]  # the branches pruning had let through
-        assert f"best relevance {relevance:.4f} is more than {gap} below relevance_threshold 0.5000" in skip["reason"]
+        assert skip.rule == "relevance_gap" and skip.round == 0
+        assert skip.chosen == (PARIS.id, LYON.id)  # the branches pruning had let through
+        assert f"best relevance {relevance:.4f} is more than {gap} below relevance_threshold 0.5000" in skip.reason
         assert len(engine.calls) == 1  # the relevance step only
         assert all(c.pruned for c in answer.candidates)
     else:
@@ -145,7 +149,7 @@ def test_a_skipped_round_then_a_repeated_query_gives_up_with_both_reasons(build)
     low = {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}
     rag, engine, retriever = build({PARIS: branch("Lyon.", relevance=low)}, (PARIS, LYON), max_rounds=2)
     answer = rag.answer(Q)
-    assert [entry["rule"] for entry in skips(answer)] == ["relevance_gap", "repeated_query"]
+    assert [entry.rule for entry in skips(answer)] == ["relevance_gap", "repeated_query"]
     assert retriever.queries == [Q] and len(engine.calls) == 1 and answer.abstained
 
 
@@ -165,7 +169,7 @@ def test_the_prompted_critic_skips_a_repeated_query_too(reflection_tokenizer) ->
     engine = ScriptedEngine(reflection_tokenizer, None, script)  # type: ignore[arg-type]
     retriever = Fixed([PARIS, LYON, NICE])
     answer = PromptedSelfRAG(engine, retriever, InferenceConfig(mode="always", top_k=1, max_rounds=2)).answer(Q)
-    assert retriever.queries == [Q, f"{Q} Berlin."] and [s["rule"] for s in skips(answer)] == ["repeated_query"]
+    assert retriever.queries == [Q, f"{Q} Berlin."] and [s.rule for s in skips(answer)] == ["repeated_query"]
 
 
 def test_skip_settings_are_validated() -> None:
@@ -202,8 +206,8 @@ def test_no_re_retrieval_where_the_calibration_measured_it_never_paid(build, ans
     assert len(retriever.queries) == rounds
     if rounds == 1:
         [skip] = skips(answer)
-        assert skip["rule"] == "unpaid_rounds" and skip["round"] == 1
-        assert "none of the 7 dev questions" in skip["reason"]
+        assert skip.rule == "unpaid_rounds" and skip.round == 1
+        assert "none of the 7 dev questions" in skip.reason
         assert answer.abstained and len(engine.calls) == 2
     else:
         assert answer.answer == "Paris." and not skips(answer)
