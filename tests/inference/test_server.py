@@ -31,11 +31,6 @@ from server_harness import (
 from selfrag.inference.config import InferenceConfig
 
 
-@pytest.fixture
-def engine(reflection_tokenizer, token_ids) -> ScriptedBackendEngine:  # type: ignore[no-untyped-def]
-    return ScriptedBackendEngine(reflection_tokenizer, token_ids)
-
-
 @pytest.fixture(scope="module")
 def shared_engine(reflection_tokenizer, token_ids) -> ScriptedBackendEngine:  # type: ignore[no-untyped-def]
     return ScriptedBackendEngine(reflection_tokenizer, token_ids)

@@ -28,11 +28,6 @@ from selfrag.prompting import encode_prompt, passage_ids
 
 
 @pytest.fixture
-def engine(reflection_tokenizer, token_ids) -> ScriptedBackendEngine:  # type: ignore[no-untyped-def]
-    return ScriptedBackendEngine(reflection_tokenizer, token_ids)
-
-
-@pytest.fixture
 def live(engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
     server = start_server(engine)
     yield server
