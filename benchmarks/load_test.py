@@ -84,8 +84,8 @@ def batches_at_once(concurrent_batches: int | None, tier: VllmServe | None) -> i
 def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None,
                  tier: VllmServe | None = None, concurrent_batches: int | None = None) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-m", "selfrag.app.cli", "serve", "--model", args.model, "--corpus", str(args.corpus),
-        "--port", str(port), f"max_batch={max_batch}", f"max_queue={args.max_queue or args.clients * 2}",
+        sys.executable, "-m", "selfrag.app.cli", "serve", f"model={args.model}", f"retriever.corpus={args.corpus}",
+        f"port={port}", f"max_batch={max_batch}", f"max_queue={args.max_queue or args.clients * 2}",
         "batch_wait_ms=20",
         f"inference.max_tokens={args.max_tokens}", f"inference.top_k={args.top_k}", "timeout_s=600",
         "served_model_name=bench",

@@ -1,6 +1,6 @@
 """Engine settings: which backend decodes, on what device, with which backend options.
 
-    selfrag ask --model DIR --corpus FILE "question" engine=vllm engine_options.dtype=bfloat16
+    selfrag ask model=DIR retriever.corpus=FILE "question" engine=vllm engine_options.dtype=bfloat16
     engine = build_engine(config, model_dir)     # config: an InferenceConfig (engine + engine_options)
 
 Every field is documented (``selfrag ask --help-config``); :meth:`EngineOptions.validate` names the field,

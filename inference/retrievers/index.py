@@ -4,7 +4,7 @@
     selfrag index corpus=docs/ output=runs/dense kind=dense                       # all-MiniLM-L6-v2, exact
     selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss                   # factory picked by size
     selfrag index corpus=data/corpus.jsonl output=runs/faiss kind=faiss faiss_factory=IVF4096,PQ64 nprobe=32
-    selfrag ask --model DIR --index runs/index "question"
+    selfrag ask model=DIR retriever.index=runs/index "question"
 
 An index directory holds ``index.json`` (format version, kind, options, passage count, the corpus's path, size,
 modification time and SHA-256 at build time), ``passages.sqlite`` (the passages, read by row for the hits only: see

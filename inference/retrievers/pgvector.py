@@ -1,7 +1,7 @@
 """PostgreSQL + pgvector: one retrieval index shared by every worker, eval run and server replica.
 
     selfrag index kind=pgvector corpus=data/psgs.tsv output='postgresql://user:pw@db:5432/rag?table=wiki'
-    selfrag ask --model DIR --index 'postgresql://user:pw@db:5432/rag?table=wiki' "who wrote Hamlet?"
+    selfrag ask model=DIR retriever.url='postgresql://user@db:5432/rag?table=wiki' "who wrote Hamlet?"
     selfrag generate --config ... retriever.url='postgresql://user:pw@db:5432/rag?table=wiki'
 
 One table per index: ``row`` (0-based corpus order), ``id``, ``title``, ``text``, ``embedding vector(d)``
