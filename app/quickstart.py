@@ -14,7 +14,6 @@ folder copied or moved elsewhere is kept as it is.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -31,7 +30,7 @@ from selfrag.errors import ConfigError, SelfragError
 from selfrag.fsutil import claim_output, write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
-from selfrag.runs import Ledger, file_digest, fingerprint_digest, run_fingerprint, setting_defaults
+from selfrag.runs import Ledger, fingerprint_digest, run_fingerprint, setting_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.training.run import run as train
 
     out = config.output_dir
-    claim_output(out, "quickstart", key="output_dir", legacy=lambda path: (path / STAGES_FILE).is_file())
+    claim_output(out, "quickstart", key="output_dir")
     write_resolved(config, out, "quickstart.yaml")
     stages = Stages(out)
     started = time.monotonic()
@@ -328,37 +327,6 @@ def _banner(step: int, text: str) -> None:
 NOT_COMPUTED = ("output_dir", "output", "show")
 
 
-def _hex(path: Path) -> str:
-    """A file's digest as the versions before portable fingerprints wrote it (bare hex), for :meth:`Stages.check`."""
-    return file_digest(path).split(":", 1)[1]
-
-
-def legacy_fingerprint(parts: list[Any]) -> str:
-    """A stage's hash as the versions before portable fingerprints computed it (absolute paths inside)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-#: data_gen settings added after quickstart folders existed, with the default that computes what such a folder did:
-#: at that default they stay out of the data fingerprint, so an older folder keeps its data and its training (else a
-#: new field would retrain every existing quickstart); at any other value they change it.
-DATA_SETTINGS_ADDED: dict[str, Any] = {
-    "erased_negatives": 0, "output_sync_s": 10.0, "more_queries": [], "answers": None, "more_corpora": [],
-    "more_answers": [],
-}
-
-
-def data_fingerprint_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """``selfrag generate``'s resolved settings as the data stage fingerprints them (see DATA_SETTINGS_ADDED)."""
-    return {k: v for k, v in settings.items() if not (k in DATA_SETTINGS_ADDED and v == DATA_SETTINGS_ADDED[k])}
-
-
-def _portable(settings: Any) -> Any:
-    """Settings without the output paths, which say where a stage writes, not what it computes."""
-    if isinstance(settings, dict):
-        return {k: _portable(v) for k, v in settings.items() if k not in ("output_dir", "output", "show")}
-    return settings
-
-
 class Stages:
     """``<output_dir>/stages.json``: each stage's fingerprint and whether it finished (a :class:`Ledger`). A changed
     fingerprint clears the stage's outputs so it runs again from scratch; an unchanged one lets the stage keep or
@@ -369,19 +337,15 @@ class Stages:
         self.output_dir = output_dir
         self.ledger = Ledger(output_dir / STAGES_FILE)
         self.digests: dict[str, str] = {}
-        self.legacy: dict[str, str] = {}  # each stage's hash as older versions computed it (their stages.json)
 
     def check(self, stage: str, config: Any, inputs: Mapping[str, Path], outputs: list[Path], after: str | None = None,
               versions: Mapping[str, Any] = {}) -> str:  # noqa: B006 (read only)
         """Record ``stage``'s fingerprint (its ``config``, ``inputs`` by content, the stage ``after`` which it runs,
         code ``versions``); clear its ``outputs`` when it changed; return its digest."""
         settings, upstream = to_dict(config), {after: self.digests[after]} if after else {}
-        legacy_settings = data_fingerprint_settings(settings) if stage == "data" else _portable(settings)
-        self.legacy[stage] = legacy_fingerprint([*([self.legacy[after]] if after else []), legacy_settings,
-                                                 *(_hex(path) for path in inputs.values()), *versions.values()])
         fingerprint = run_fingerprint(stage, {**settings, **versions}, inputs, ignore=NOT_COMPUTED,
                                       root=self.output_dir, digests=upstream)
-        verdict = self.ledger.check(stage, fingerprint, lambda: self.legacy[stage], setting_defaults(type(config)))
+        verdict = self.ledger.check(stage, fingerprint, setting_defaults(type(config)))
         if verdict.state == "changed":
             print(f"{stage}: redoing it, changed since the last run: {'; '.join(verdict.changes)}")
         elif verdict.state == "new" and any(output.exists() for output in outputs) and stage != "data":

@@ -8,20 +8,15 @@ elsewhere) is the same run. ``fingerprint.json`` in the output holds the content
 input (and ``selfrag.sentences.SPLITTER``: labels split into other sentences are other
 records); a rerun with other ones is refused with one line naming each (``restart=true`` starts over). The teacher
 path also keeps one digest per question in its journal (:func:`query_digest`), so a question whose text or answer
-changed is labelled again while the unchanged ones resume.
-
-Folders written before ``fingerprint.json`` (settings in ``config.yaml``, digests in ``inputs.json``) are read
-as their fingerprint, so they resume as before.
+changed is labelled again while the unchanged ones resume. A folder an older version wrote (no ``fingerprint.json``,
+or one of another version) is refused in one line; ``restart=true`` starts over.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-import yaml
+from typing import Literal
 
 from selfrag.config import to_dict
 from selfrag.corpus import Query
@@ -31,15 +26,8 @@ from selfrag.trajectory import Passage
 
 FINGERPRINT_FILE = "fingerprint.json"
 CONFIG_FILE = "config.yaml"
-#: Where older versions kept the input digests (still read, and deleted when a run starts over).
-INPUTS_FILE = "inputs.json"
 #: Inputs compared by their content digest: their path settings are not part of the fingerprint.
 INPUT_SETTINGS = ("corpus", "queries")
-
-
-#: What a run that recorded its inputs but not this one used: sentences were split by regular expressions until
-#: ``selfrag.sentences`` (whose ``SPLITTER`` generate records as ``sentences``).
-UNRECORDED = {"sentences": "regex"}
 
 
 def passages_digest(passages: Sequence[Passage]) -> str:
@@ -68,29 +56,6 @@ def check_output(
     fingerprint = run_fingerprint("generate", to_dict(config), keep=keep, digests=digests, root=output)
     return check_rerun(
         output, fingerprint, config.restart, file=FINGERPRINT_FILE, what="output", owned=True, clear=clear,
-        legacy=lambda folder: legacy_fingerprint(folder, keep), defaults=setting_defaults(GenerateConfig),
-        bookkeeping=(CONFIG_FILE, INPUTS_FILE, *bookkeeping), partial=partial,
+        defaults=setting_defaults(GenerateConfig), bookkeeping=(CONFIG_FILE, *bookkeeping), partial=partial,
         fix=fix or "use a new output directory, set the old values to resume, or pass restart=true to start over",
     )
-
-
-def legacy_fingerprint(output: Path, keep: Sequence[str]) -> dict[str, Any] | None:
-    """The fingerprint of a folder written before ``fingerprint.json``: its ``config.yaml`` and ``inputs.json``."""
-    try:
-        settings = yaml.safe_load((output / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    if not isinstance(settings, dict):
-        return None
-    old = run_fingerprint("generate", settings, keep=keep, root=output)
-    inputs = read_inputs(output)
-    return {**old, "version": 1, "inputs": {**UNRECORDED, **inputs} if inputs else {}}
-
-
-def read_inputs(output: Path) -> dict[str, str]:
-    """The input digests an older version wrote to ``inputs.json`` ({} where there are none)."""
-    try:
-        data = json.loads((output / INPUTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}

@@ -25,7 +25,7 @@ from selfrag.corpus import Query, load_corpus, load_queries, retrieval_needed
 from selfrag.data_gen.answer_forms import with_answer_form
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.distractors import Evidence, NegativeMix, article_of, find_evidence
-from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest
+from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, check_output, passages_digest
 from selfrag.data_gen.gold import GoldLabeler, check_support_labels, has_judged_output
 from selfrag.data_gen.gold_outputs import CRITIC_OF, HELDOUT_FILE, RECORDS_FILE, write_critic
 from selfrag.data_gen.queries import check_gold_ids, select_queries
@@ -239,7 +239,7 @@ def negatives_short(
 
 def start_over(output: Path) -> None:
     """Delete what an earlier gold run wrote into ``output`` (only its own files)."""
-    for name in (RECORDS_FILE, HELDOUT_FILE, *CRITIC_OF.values(), STATS_FILE, INPUTS_FILE, FINGERPRINT_FILE):
+    for name in (RECORDS_FILE, HELDOUT_FILE, *CRITIC_OF.values(), STATS_FILE, FINGERPRINT_FILE):
         (output / name).unlink(missing_ok=True)
 
 

@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.gold_outputs import RECORDS_FILE
-from selfrag.data_gen.gold_run import CONFIG_FILE, STATS_FILE, GenerateResult, run_gold
+from selfrag.data_gen.gold_run import STATS_FILE, GenerateResult, run_gold
 from selfrag.fsutil import check_output_path, claim_output, is_url
 
 __all__ = ["GenerateResult", "run"]
@@ -32,7 +30,7 @@ def run(config: GenerateConfig) -> GenerateResult:
     check_output_path(config.output, inputs=[config.corpus, config.queries])
     # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run (resumed),
     # never a folder of the user's files or another command's output (an index's config.yaml was overwritten once).
-    claim_output(config.output, "generate", legacy=_is_generate_run)
+    claim_output(config.output, "generate")
     if config.labeler == "llm":
         from selfrag.data_gen.teacher_run import run_llm, run_problems, summarize
 
@@ -42,12 +40,3 @@ def run(config: GenerateConfig) -> GenerateResult:
         message, problems = summarize(stats, output), tuple(run_problems(stats, output))
         return GenerateResult(output, output / RECORDS_FILE, output / STATS_FILE, written, stats, message, problems)
     return run_gold(config)
-
-
-def _is_generate_run(output: Path) -> bool:
-    """A folder written by `selfrag generate` before the owner file existed: its config.yaml names a labeler."""
-    try:
-        settings = yaml.safe_load((output / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(settings, dict) and "labeler" in settings

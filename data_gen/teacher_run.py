@@ -30,7 +30,7 @@ from selfrag.corpus import Chunk, Query, load_chunks, load_queries
 from selfrag.data_gen.assembly import Assembler, Outcome
 from selfrag.data_gen.cache import CallCache, Ledger, default_cache_path
 from selfrag.data_gen.config import GenerateConfig, parse_shard
-from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, INPUTS_FILE, check_output, passages_digest, query_digest
+from selfrag.data_gen.fingerprints import FINGERPRINT_FILE, check_output, passages_digest, query_digest
 from selfrag.data_gen.labelers import LLMLabeler
 from selfrag.data_gen.outputs import JOURNAL_FILE, OUTPUT_FILES, Journal, write_outputs
 from selfrag.data_gen.queries import fallback_retriever, select_queries
@@ -202,8 +202,9 @@ def _label_locally(
 
 
 def _finished(entry: dict[str, Any] | None, digest: str) -> bool:
-    """A journal entry stands for the question as it is now (entries of older versions carry no digest)."""
-    return entry is not None and entry.get("input_digest", digest) == digest
+    """A journal entry stands for the question as it is now (an entry without a digest, an older version's, does not:
+    the question is labelled again, its calls from the cache)."""
+    return entry is not None and entry.get("input_digest") == digest
 
 
 def teacher_cache_path(config: GenerateConfig, output: Path) -> Path:
@@ -296,7 +297,7 @@ def select_tasks(config: GenerateConfig, passages: Sequence[Passage]) -> list[tu
 
 def start_over(output: Path) -> None:
     """Delete what an earlier teacher run wrote into ``output`` (only its own files; a teacher cache there stays)."""
-    for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE, INPUTS_FILE, FINGERPRINT_FILE):
+    for name in (JOURNAL_FILE, *OUTPUT_FILES, RUN_FILE, "corpus.jsonl", CONFIG_FILE, FINGERPRINT_FILE):
         (output / name).unlink(missing_ok=True)
 
 

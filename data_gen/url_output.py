@@ -7,7 +7,7 @@ The run works in a local staging folder (``<selfrag cache>/generate-staging/<has
 start) and keeps the URL up to date, so the same command resumes from any machine:
 
     <url>/.selfrag-output.json      owner: the URL is claimed like a directory (new, empty, or an earlier generate run)
-    <url>/config.yaml, inputs.json  the settings and input fingerprints a resumed run checks (uploaded first)
+    <url>/config.yaml, fingerprint.json  the settings and input digests a resumed run checks (uploaded first)
     <url>/journal/NNNNNNNN.jsonl    the finished questions, in parts (object stores cannot append): every
                                     ``output_sync_s`` seconds the lines journaled since the last part (a
                                     run that pulls more than 64 parts joins them into one)
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 JOURNAL_DIR = "journal"
 #: Small files that say how the run was made; uploaded before any journal part (a part never names a run that the
 #: URL's config does not describe).
-STATE_FILES = ("config.yaml", "inputs.json")
+STATE_FILES = ("config.yaml", "fingerprint.json")
 #: Journal parts a run joins into one when it pulls more (a part every ``output_sync_s`` while questions finish).
 COMPACT_AFTER = 64
 #: Files uploaded when the run finishes (besides the shards and the manifest).

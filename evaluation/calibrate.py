@@ -104,8 +104,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     from .modes import ExampleRetriever
 
     if config.output_dir is not None:  # unset: the model's own folder, which calibrate writes into by design
-        claim_output(config.output_dir, "calibrate", key="output_dir",
-                     legacy=lambda path: (path / "calibration.json").is_file())
+        claim_output(config.output_dir, "calibrate", key="output_dir")
     examples = _dev_examples(config)
     check_not_trained_on(examples, config.model, config.data, config.split, "calibrate",
                          config.allow_trained_questions)
@@ -120,8 +119,8 @@ def run(config: CalibrateConfig) -> CalibrationResult:
                           max_tokens=1, score_token_ids=ids.all_ids)
         for e in examples
     ]
-    from selfrag.inference.trace import Retrieve, Support
     from selfrag.inference.scoring import retrieve_probability
+    from selfrag.inference.trace import Retrieve, Support
 
     decisions = engine.generate(requests)
     prompts = [e.prompt for e in examples]

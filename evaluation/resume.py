@@ -17,16 +17,14 @@ the kept answers each time: it is cheap next to decoding, and a changed judge mu
 * rows are appended and fsynced one batch at a time (``JsonlAppender``); a line cut by a kill is dropped.
 
 So retraining a model re-runs ``single_pass`` only, and a changed calibration does too, while the base-model modes
-(the prompted critic is the slowest) are kept. Folders of older versions (a hash per mode, with absolute paths and
-the model's file times) are still accepted where they are: :func:`legacy_mode_fingerprint` recomputes that hash.
+(the prompted critic is the slowest) are kept. A mode an older version recorded (a bare hash) is answered again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,34 +60,6 @@ def mode_fingerprint(
     return run_fingerprint(mode, settings, ignore=NOT_ANSWERS, root=root, digests={**digests, "model": model})
 
 
-def legacy_mode_fingerprint(
-    settings: Mapping[str, Any], mode: str, model_name: str, digests: Mapping[str, str | None]
-) -> str:
-    """The hash the versions before portable fingerprints stored for a mode (absolute paths, the model's times)."""
-    kept = {key: value for key, value in settings.items() if key not in NOT_ANSWERS}
-    model = legacy_model_identity(model_name)
-    blob = json.dumps({"mode": mode, "model": model, "settings": kept, "inputs": dict(digests)}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def legacy_model_identity(name: str) -> str:
-    """The model identity of the versions before portable fingerprints: file names, sizes and times."""
-    path = Path(name).expanduser()
-    if not path.is_dir():
-        return f"name:{name}"
-    digest = hashlib.sha256()
-    for file in sorted(path.rglob("*")):
-        relative = file.relative_to(path)
-        if not file.is_file() or relative.parts[0] in ("checkpoints", RESUME_DIR):
-            continue
-        stat = file.stat()
-        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-        if file.name == "selfrag.json":
-            digest.update(file.read_bytes())
-    return f"dir:{digest.hexdigest()}"
-
-
 class AnswerStore:
     """Each mode's answered rows in ``<output>/resume/<mode>.jsonl``, its fingerprint in ``resume/state.json``."""
 
@@ -102,13 +72,10 @@ class AnswerStore:
         return self.dir / f"{mode}.jsonl"
 
     def start(
-        self, mode: str, fingerprint: Mapping[str, Any], example_ids: Sequence[str],
-        legacy: Callable[[], str] | None = None,
+        self, mode: str, fingerprint: Mapping[str, Any], example_ids: Sequence[str]
     ) -> list[dict[str, Any]]:
-        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over.
-
-        ``legacy()``: this mode's hash as an older version computed it (see :func:`legacy_mode_fingerprint`)."""
-        verdict = self.ledger.check(mode, fingerprint, legacy)
+        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over."""
+        verdict = self.ledger.check(mode, fingerprint)
         path = self._path(mode)
         if verdict.state == "same" and path.is_file():
             truncate_partial_line(path)  # a line cut by a kill is answered again

@@ -33,7 +33,7 @@ from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
 from .counting import CountingEngine, base_model_of
 from .data import check_not_trained_on, check_passages, load_examples, load_reflection_labels, passage_ids, searched
 from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import RESUME_DIR, AnswerStore, legacy_mode_fingerprint, mode_fingerprint, model_identity
+from .resume import AnswerStore, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def run(config: EvalConfig) -> EvalResult:
     from selfrag.inference.retrievers.spec import open_retriever
 
     started = time.monotonic()
-    claim_output(config.output_dir, "eval", key="output_dir", legacy=_is_eval_run)
+    claim_output(config.output_dir, "eval", key="output_dir")
     examples = load_examples(config.data, config.format, config.limit, config.split)
     check_not_trained_on(examples, config.model, config.data, config.split, "eval", config.allow_trained_questions)
     labels = load_reflection_labels(config.labels) if config.labels else []
@@ -118,9 +118,8 @@ def run(config: EvalConfig) -> EvalResult:
         # single-pass and prompted answers are the runtimes': a runtime that decides differently answers again
         version = RUNTIME_VERSIONS.get(mode)
         mode_settings = settings if version is None else {**settings, "runtime_version": version}
-        legacy = functools.partial(legacy_mode_fingerprint, mode_settings, mode, model, digests)
         fingerprint = mode_fingerprint(mode_settings, mode, identity(model), digests, out)
-        done = store.start(mode, fingerprint, ids, legacy)
+        done = store.start(mode, fingerprint, ids)
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)
@@ -164,11 +163,6 @@ def run(config: EvalConfig) -> EvalResult:
     write_json(out / "results.json", results)
     answers = report.show_answers(records, config.show)
     return EvalResult(out, summaries, reflection, table, answers, plots)
-
-
-def _is_eval_run(output_dir: Path) -> bool:
-    """A folder written by `selfrag eval` before the owner file existed."""
-    return (output_dir / RESUME_DIR).is_dir() or (output_dir / "results.json").is_file()
 
 
 def estimate(config: EvalConfig, examples: int) -> str:

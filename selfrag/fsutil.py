@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -215,21 +215,18 @@ def claim_output(
     path: str | Path,
     command: str,
     key: str = "output",
-    legacy: Callable[[Path], bool] | None = None,
-    legacy_files: Iterable[str] = (),
     replaces: bool = False,
     mark: bool = True,
 ) -> Path:
     """Refuse an output directory that holds files ``selfrag <command>`` did not write, before any work is done.
 
     An absent or empty directory is claimed (``mark``: created, and :data:`OWNER_FILE` written into it). An existing
-    one is accepted when its :data:`OWNER_FILE` names ``command`` or, for folders written before that file existed,
-    when ``legacy(path)`` says it is one (``legacy_files``: the entries such a folder may hold). Anything else (a
-    folder of the user's, another command's output) is refused: writing there could overwrite or delete what the
-    user keeps in it.
+    one is accepted when its :data:`OWNER_FILE` names ``command``. Anything else (a folder of the user's, another
+    command's output, a folder an older selfrag wrote before it marked its outputs) is refused: writing there could
+    overwrite or delete what the user keeps in it.
 
     ``replaces``: the command replaces the whole directory (``selfrag index``); then every entry in it must be one
-    the command wrote (the owner file's ``files``, or ``legacy`` for older folders), or it is refused too.
+    the command wrote (the owner file's ``files``), or it is refused too.
     """
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
@@ -242,8 +239,6 @@ def claim_output(
     owner = read_owner(path)
     if owner is not None and owner.get("command") == command:
         owned = set(owner.get("files") or ())
-    elif owner is None and legacy is not None and legacy(path):
-        owned = set(legacy_files)
     else:
         raise foreign_output(key, str(path), entries, owner, command)
     if replaces:
@@ -253,8 +248,6 @@ def claim_output(
                 f"{key} {str(path)!r} holds {', '.join(foreign[:4])}, which `selfrag {command}` did not write and "
                 "would delete when it replaces the directory; move them out, or give a new directory"
             )
-    if mark and owner is None:
-        write_owner(path, command, sorted(owned))
     return path
 
 

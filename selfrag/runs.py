@@ -21,14 +21,14 @@ Three things a stage does with it, all here:
 * :func:`check_rerun` (train, generate): one fingerprint file per output folder. The same fingerprint resumes; a
   different one is refused with one line naming each changed setting or input and the fix; ``restart`` deletes the
   old outputs and starts over, same fingerprint or not; a folder holding nothing but bookkeeping (or empty files)
-  starts over quietly; a
-  non-empty folder with no fingerprint (and no ``legacy`` one) is refused, and nothing in it is deleted.
+  starts over quietly; a non-empty folder with no fingerprint, or one an older version wrote (another
+  ``version``), is refused in one line (``restart`` starts over), and nothing in it is deleted.
 * :class:`Ledger` (quickstart stages, eval modes): named entries, each with its fingerprint and whether it
-  finished; a changed entry is redone (the caller clears its outputs), an unchanged finished one is kept.
+  finished; a changed entry (or one an older version wrote) is redone (the caller clears its outputs), an unchanged
+  finished one is kept.
 * per-item resume (generate's questions, eval's answers) keys each item by :func:`content_digest` of what made it.
 
-Folders written before this format (absolute paths; quickstart and eval stored only a hash) are still accepted:
-the caller passes what the older version computed (``legacy``), and a match is kept and rewritten in this format.
+Nothing an older version wrote in another format is read as work: it is refused, or redone, never reused.
 """
 
 from __future__ import annotations
@@ -225,7 +225,6 @@ def check_rerun(
     *,
     file: str = RUN_FILE,
     what: str = "output_dir",
-    legacy: Callable[[Path], Mapping[str, Any] | None] | None = None,
     defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
     bookkeeping: Iterable[str] = (),
     owned: bool = False,
@@ -236,17 +235,15 @@ def check_rerun(
     """Decide whether ``output_dir`` starts fresh or resumes; refuse a different run; write the fingerprint ``file``.
 
     ``key``: the setting that says "start over", named in the refusal; ``what``: how the user spells the folder's
-    setting. ``legacy(dir)``: the fingerprint of a folder an older version wrote (without ``file``), or None.
+    setting. A fingerprint of another ``version`` (an older selfrag's) is never resumed: refused, or ``restart``.
     ``bookkeeping``: files that are not work (a resolved config); a folder holding only those starts over quietly.
     ``owned``: the caller has claimed the folder (:func:`selfrag.fsutil.claim_output`), so a folder without a
-    fingerprint is its own and starts fresh. ``clear``: deletes the old outputs for ``restart`` (default: every
-    entry but the owner file). ``fix``: the advice in the refusal. ``partial``: an early check before the slow
-    inputs are digested: compares what ``fingerprint`` has, writes and deletes nothing.
+    fingerprint is its own: refused in one line, or cleared by ``restart``. ``clear``: deletes the old outputs for
+    ``restart`` (default: every entry but the owner file). ``fix``: the advice in the refusal. ``partial``: an early
+    check before the slow inputs are digested: compares what ``fingerprint`` has, writes and deletes nothing.
     """
     output_dir = Path(output_dir)
     previous: Mapping[str, Any] | None = read_fingerprint(output_dir, file)
-    if previous is None and legacy is not None:
-        previous = legacy(output_dir)
     quiet = {file, OWNER_FILE, *bookkeeping}
     entries = list(output_dir.iterdir()) if output_dir.is_dir() else []
     # an empty file is no work either: a run refused on a bad input after it opened its outputs wrote nothing
@@ -258,12 +255,21 @@ def check_rerun(
                 f"{what} {str(output_dir)!r} is not empty and holds no {file} (it is not a selfrag "
                 f"{fingerprint['stage']} run, or one from an older version); choose an empty or new {what}"
             )
+        if work and not restart:  # the command's own folder, but nothing says what made its work: never reused
+            raise RunMismatchError(
+                f"{what} {str(output_dir)!r} holds a {fingerprint['stage']} run without {file} (an older selfrag's, "
+                f"or the file was deleted); set {key}=true to delete it and start over, or choose another {what}"
+            )
+        if work and not partial:
+            logger.warning("%s=true: deleting the run without %s in %s and starting over", key, file, output_dir)
+            (clear or _clear)(output_dir)
         _finish(output_dir, file, fingerprint, partial)
         return "fresh"
-    changed = differences(previous, fingerprint, defaults)
+    if previous.get("version") != RUN_VERSION:  # an older selfrag's: its settings and digests mean other things
+        changed = [f"fingerprint version {previous.get('version')!r} of an older selfrag, expected {RUN_VERSION}"]
+    else:
+        changed = differences(previous, fingerprint, defaults)
     if not changed and not (restart and work):
-        if previous.get("version") != RUN_VERSION:
-            logger.info("%s: a run of an older version with the same settings and inputs; resuming it", output_dir)
         _finish(output_dir, file, fingerprint, partial)
         return "resume"
     if not work:  # the previous run stopped before it wrote anything (a wrong model name, a bad record)
@@ -329,7 +335,8 @@ class Verdict:
 
 class Ledger:
     """A JSON file of named entries (``{name: {"fingerprint", "settings", "inputs", "finished"}}``): each piece of
-    work's fingerprint and whether it finished. Entries of older versions hold only ``fingerprint`` (a hash)."""
+    work's fingerprint and whether it finished. An entry an older version wrote (only a ``fingerprint`` hash) is
+    ``changed``: its work is done again."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -345,14 +352,12 @@ class Ledger:
         self,
         name: str,
         fingerprint: Mapping[str, Any],
-        legacy: Callable[[], str] | None = None,
         defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
     ) -> Verdict:
         """Compare ``name``'s entry with ``fingerprint`` and record the new one (unfinished unless it is the same).
 
-        ``legacy()``: the hash an older version stored for this very work (asked only for an entry of that version);
-        a match is the same. Anything else that differs is ``changed``, with what differs. ``defaults``: see
-        :func:`differences`.
+        Anything that differs is ``changed``, with what differs; an entry of an older version (no ``settings``) too.
+        ``defaults``: see :func:`differences`.
         """
         entry = self.entries.get(name)
         if entry is None:
@@ -360,10 +365,8 @@ class Ledger:
         elif "settings" in entry:
             changes = differences(entry, fingerprint, defaults)
             verdict = Verdict("changed", changes) if changes else Verdict("same", finished=bool(entry.get("finished")))
-        elif legacy is not None and entry.get("fingerprint") == legacy():
-            verdict = Verdict("same", finished=bool(entry.get("finished")))
         else:
-            verdict = Verdict("changed", ["made by an older version with other settings or inputs"])
+            verdict = Verdict("changed", ["recorded by an older selfrag"])
         self.entries[name] = {
             **{key: value for key, value in fingerprint.items() if key != "finished"},
             "fingerprint": fingerprint_digest(fingerprint), "finished": verdict.finished,

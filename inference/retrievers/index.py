@@ -14,8 +14,8 @@ nor the corpus; the corpus is only ``stat``-ed to warn when it changed after the
 
 Builds happen in ``.<name>.building`` beside the output and are renamed into place at the end, so a killed build
 never leaves an index that opens. The embeddings (dense, faiss) are written there in shards and a killed build
-run again resumes them: see :mod:`.index_build`. Folders of format 1 (``passages.jsonl``, read in full) still
-open, with a warning to rebuild.
+run again resumes them: see :mod:`.index_build`. An index of another format version (an older selfrag's) is
+refused in one line: rebuild it with ``selfrag index`` into a new folder, or delete the old one first.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from selfrag.config import help_field
-from selfrag.corpus import load_corpus
 from selfrag.corpus_stream import scan_corpus
 from selfrag.errors import ConfigError, InputError
-from selfrag.passages import PassageList, PassageSource, PassageStore
+from selfrag.passages import PassageSource, PassageStore
 from selfrag.retrieval import BM25Retriever, Retriever
 
 from .embeddings import DEFAULT_EMBEDDING_MODEL, POOLINGS, SentenceEncoder, TextEncoder
@@ -44,14 +43,8 @@ logger = logging.getLogger(__name__)
 
 INDEX_FILE = "index.json"
 STORE_FILE = "passages.sqlite"
-LEGACY_PASSAGES_FILE = "passages.jsonl"
 INDEX_VERSION = 2
 KINDS = ("bm25", "dense", "faiss", "pgvector")
-#: What an index folder of version 1, written before the owner file existed, may hold (bm25s's files, or dense's).
-LEGACY_FILES = (
-    INDEX_FILE, "config.yaml", LEGACY_PASSAGES_FILE, "embeddings.npy", "params.index.json", "vocab.index.json",
-    "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy",
-)
 
 
 @dataclass
@@ -244,19 +237,13 @@ def read_meta(path: Path) -> dict[str, Any]:
         meta["kind"]  # noqa: B018 - a missing kind is a malformed file
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise InputError(f"{meta_path} is malformed ({error!r}); rebuild it with `selfrag index`") from None
-    if meta.get("version") not in (1, INDEX_VERSION):
-        raise InputError(f"{path} has index version {meta.get('version')}, expected {INDEX_VERSION}; rebuild it "
-                         "with `selfrag index`")
+    if meta.get("version") != INDEX_VERSION:
+        raise InputError(f"{path} is an index of format version {meta.get('version')} (an older selfrag's), expected "
+                         f"{INDEX_VERSION}; delete it and rebuild it with `selfrag index`")
     return meta  # type: ignore[no-any-return]
 
 
 def _open_passages(path: Path, meta: dict[str, Any]) -> PassageSource:
-    if meta.get("version") == 1:  # format 1: every passage a Python object, read in full on each open
-        if meta["kind"] == "faiss":
-            raise InputError(f"{path}: a format-1 folder cannot be a faiss index; rebuild it with `selfrag index`")
-        logger.warning("%s is an index of format 1 (its passages are read in full on every open); rebuild it with "
-                       "`selfrag index` to open it in milliseconds", path)
-        return PassageList(load_corpus(path / LEGACY_PASSAGES_FILE))
     store = PassageStore(path / STORE_FILE)
     if len(store) != meta.get("passages"):
         raise InputError(f"{path / STORE_FILE} holds {len(store)} passages, {INDEX_FILE} says {meta.get('passages')}; "
@@ -269,9 +256,7 @@ def _warn_if_stale(path: Path, recorded: dict[str, Any]) -> None:
     from .index_build import corpus_stamp
 
     source = Path(recorded.get("path", ""))
-    if not recorded or not source.exists():
-        return
-    if "stamp" not in recorded:  # format 1 recorded only a SHA-256: not re-hashed on open any more
+    if not recorded or not source.exists() or "stamp" not in recorded:
         return
     if corpus_stamp(source) != recorded["stamp"]:
         logger.warning("the corpus %s changed after the index %s was built; rebuild it with `selfrag index`",

@@ -38,7 +38,7 @@ from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store
-from .index import INDEX_FILE, INDEX_VERSION, LEGACY_FILES, STORE_FILE, IndexConfig
+from .index import INDEX_FILE, INDEX_VERSION, STORE_FILE, IndexConfig
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,7 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
     # The build replaces ``output`` whole: refuse, before any work, one that holds the corpus or anything but an
     # index this command wrote (a user's folder with the corpus in it was deleted here once).
     check_output_path(output, key="output", inputs=[corpus])
-    claim_output(
-        output, "index", legacy=lambda path: (path / INDEX_FILE).is_file(), legacy_files=LEGACY_FILES,
-        replaces=True, mark=False,
-    )
+    claim_output(output, "index", replaces=True, mark=False)
     work = output.parent / f".{output.name}.building"
     work.mkdir(parents=True, exist_ok=True)
     lock_path = work.parent / f".{output.name}.lock"

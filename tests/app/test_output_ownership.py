@@ -67,23 +67,28 @@ def test_index_replaces_its_own_index_but_not_a_file_added_to_it(corpus: Path, t
     assert (output / "mine.txt").read_text() == "keep me\n"
 
 
-def test_an_index_built_before_the_owner_file_is_still_rebuilt(corpus: Path, tmp_path: Path) -> None:
+def test_an_index_an_older_version_wrote_is_refused_in_one_line_and_kept(  # type: ignore[no-untyped-def]
+    corpus: Path, tmp_path: Path, capsys
+) -> None:
     output = tmp_path / "index"
     output.mkdir()  # a format-1 BM25 index as an older version wrote it: no owner file
     (output / "index.json").write_text(json.dumps({"version": 1, "kind": "bm25", "passages": 2, "options": {}}))
     for name in ("passages.jsonl", "config.yaml", "params.index.json", "vocab.index.json"):
         (output / name).write_text("{}\n")
-    assert main(["index", f"corpus={corpus}", f"output={output}"]) == 0
-    owner = read_owner(output)
-    assert owner is not None and "passages.jsonl" not in owner["files"]
+    before = _snapshot(output)
+    capsys.readouterr()
+    assert main(["index", f"corpus={corpus}", f"output={output}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not written by `selfrag index`" in err[0] and "give a new or empty directory" in err[0]
+    assert _snapshot(output) == before  # nothing rebuilt over it, nothing deleted
 
 
 def test_generate_into_an_index_folder_overwrites_nothing(corpus: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     index = tmp_path / "index"
     assert main(["index", f"corpus={corpus}", f"output={index}"]) == 0
     before = _snapshot(index)
-    for legacy in (False, True):
-        if legacy:  # an index written before the owner file existed: its config.yaml is not a generate run's
+    for older in (False, True):
+        if older:  # an index written before the owner file existed: its config.yaml is not a generate run's
             (index / OWNER_FILE).unlink()
             before = _snapshot(index)
         capsys.readouterr()
@@ -104,14 +109,13 @@ def test_claim_output_marks_a_new_folder_and_accepts_it_again(tmp_path: Path) ->
         claim_output(output, "calibrate", key="output_dir")
 
 
-def test_claim_output_accepts_an_older_run_by_its_legacy_test_and_marks_it(tmp_path: Path) -> None:
+def test_claim_output_refuses_an_older_run_without_the_owner_file_and_marks_nothing(tmp_path: Path) -> None:
     output = tmp_path / "old-eval"
     output.mkdir()
-    (output / "results.json").write_text("{}")
-    with pytest.raises(InputError, match="it holds results.json"):
+    (output / "results.json").write_text("{}")  # an eval folder an older version wrote: no owner file
+    with pytest.raises(InputError, match=r"\(it holds results\.json\); nothing was changed: give a new or empty"):
         claim_output(output, "eval")
-    claim_output(output, "eval", legacy=lambda path: (path / "results.json").is_file())
-    assert read_owner(output) is not None
+    assert read_owner(output) is None and sorted(p.name for p in output.iterdir()) == ["results.json"]
 
 
 def test_claim_output_refuses_a_file(tmp_path: Path) -> None:

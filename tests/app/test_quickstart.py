@@ -4,7 +4,6 @@ what a changed setting affects."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -151,30 +150,22 @@ def test_changed_settings_redo_their_stage_and_later_ones(tmp_path: Path) -> Non
     assert entry["settings"]["epochs"] == 2 and entry["settings"]["records"] == "$OUTPUT/data/records.jsonl"
 
 
-def test_a_stage_of_the_older_format_is_kept_where_it_matches(tmp_path: Path) -> None:
-    """stages.json of the versions before portable fingerprints held a hash per stage (over absolute paths)."""
-    from selfrag.app.quickstart import Stages, legacy_fingerprint
+def test_a_stage_an_older_version_recorded_is_redone_never_kept(tmp_path: Path) -> None:
+    """stages.json of an older version held a bare hash per stage: nothing says what it was made from, so the stage
+    (and every later one) is redone, its outputs cleared, even where that entry says finished."""
+    from selfrag.app.quickstart import Stages
 
     model = tmp_path / "model"
     model.mkdir()
     records = tmp_path / "data" / "records.jsonl"
-    # what those versions stored: sha256 of [the data stage's hash, the settings with absolute paths], 16 hex digits
-    old_data = legacy_fingerprint([{"split": "train"}])
-    old_train = hashlib.sha256(json.dumps([old_data, {"records": str(records), "epochs": 1}], sort_keys=True)
-                               .encode()).hexdigest()[:16]
     (tmp_path / "stages.json").write_text(json.dumps({
-        "data": {"fingerprint": old_data, "finished": True}, "train": {"fingerprint": old_train, "finished": True},
+        "data": {"fingerprint": "0" * 16, "finished": True}, "train": {"fingerprint": "1" * 16, "finished": True},
     }))
     stages = Stages(tmp_path)
     stages.check("data", _Data(), {}, [])
     stages.check("train", _Train(records), {}, [model], after="data")
-    assert stages.finished("train") and model.exists()  # accepted: kept, not retrained
-    assert "settings" in json.loads((tmp_path / "stages.json").read_text())["train"]  # rewritten in the new format
-    (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "0" * 16, "finished": True}}))
-    other = Stages(tmp_path)
-    other.check("data", _Data(), {}, [])
-    other.check("train", _Train(records), {}, [model], after="data")
-    assert not other.finished("train") and not model.exists()  # an old hash that does not match: redone
+    assert not stages.finished("data") and not stages.finished("train") and not model.exists()
+    assert "settings" in json.loads((tmp_path / "stages.json").read_text())["train"]  # recorded in today's format
 
 
 def test_nested_extras_are_checked_when_the_config_loads(tmp_path: Path) -> None:
@@ -206,22 +197,3 @@ def test_relevance_judged_reads_the_evaluations_relevance_auroc() -> None:
     assert relevance_judged(results(0.7, 49))["learned"] is True
     assert relevance_judged(results(None, 0))["learned"] is None
     assert relevance_judged({})["learned"] is None
-
-
-def test_a_data_setting_added_later_keeps_older_folders_at_its_default() -> None:
-    """A quickstart folder made before ``erased_negatives`` existed fingerprinted its data without it: at its default
-    (0, the same records) the data fingerprint is unchanged, so the folder keeps its data and its 10-minute training;
-    set to 1 it changes, and the data and everything after are redone."""
-    from selfrag.app.quickstart import DATA_SETTINGS_ADDED, REPO, data_fingerprint_settings, data_settings
-    from selfrag.app.quickstart import legacy_fingerprint as fingerprint
-    from selfrag.config import to_dict
-    from selfrag.data_gen.config import GenerateConfig
-
-    # the span-answer recipe such older folders ran (today's default sets more_queries and answers: new data)
-    config = from_dict(QuickstartConfig, {"data_recipe": "configs/data_gen/squad-demo.yaml"})
-    resolved = data_settings(config, REPO / "c.jsonl", REPO / "q.jsonl", REPO, "train")
-    settings = to_dict(from_dict(GenerateConfig, resolved))
-    assert settings["erased_negatives"] == 0 and settings["more_queries"] == [] and settings["answers"] is None
-    older = {k: v for k, v in settings.items() if k not in DATA_SETTINGS_ADDED}  # what a folder made before held
-    assert fingerprint([data_fingerprint_settings(settings)]) == fingerprint([older])
-    assert fingerprint([data_fingerprint_settings({**settings, "erased_negatives": 1})]) != fingerprint([older])

@@ -163,20 +163,24 @@ def test_the_owner_file_is_not_work_and_survives_a_restart(tmp_path: Path) -> No
     assert sorted(path.name for path in out.iterdir()) == [OWNER_FILE, RUN_FILE]
 
 
-def test_a_legacy_fingerprint_is_read_when_the_file_is_absent(tmp_path: Path) -> None:
+def test_a_fingerprint_an_older_version_wrote_is_refused_in_one_line_never_resumed(tmp_path: Path) -> None:
+    """The same settings and inputs under another fingerprint version (an older selfrag's) are not resumed: one line
+    naming the version and the fix; ``restart=true`` deletes the old run and starts over."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "records.jsonl").write_text("done\n")
-    old = {**make(tmp_path), "version": 1}
-    assert check_rerun(out, make(tmp_path), restart=False, legacy=lambda folder: old) == "resume"
-    assert json.loads((out / RUN_FILE).read_text())["version"] == 2  # rewritten in the new format
-    (out / RUN_FILE).unlink()
-    with pytest.raises(RunMismatchError, match=r"training.seed=7 \(was 0\)"):
-        check_rerun(out, make(tmp_path, seed=7), restart=False, legacy=lambda folder: old, partial=True)
-    assert not (out / RUN_FILE).exists()  # a partial check writes nothing
+    (out / RUN_FILE).write_text(json.dumps({**make(tmp_path), "version": 1}))
+    with pytest.raises(RunMismatchError) as refused:
+        check_rerun(out, make(tmp_path), restart=False)
+    message = str(refused.value)
+    assert "\n" not in message and "fingerprint version 1 of an older selfrag" in message
+    assert "set restart=true to delete it and start over" in message
+    assert (out / "records.jsonl").read_text() == "done\n"  # nothing deleted
+    assert check_rerun(out, make(tmp_path), restart=True) == "fresh"
+    assert not (out / "records.jsonl").exists() and json.loads((out / RUN_FILE).read_text())["version"] == 2
 
 
-def test_ledger_keeps_same_redoes_changed_and_accepts_a_matching_older_hash(tmp_path: Path) -> None:
+def test_ledger_keeps_same_and_redoes_changed_or_an_older_versions_entry(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "stages.json")
     first = run_fingerprint("train", {"epochs": 1})
     assert ledger.check("train", first).state == "new"
@@ -185,11 +189,11 @@ def test_ledger_keeps_same_redoes_changed_and_accepts_a_matching_older_hash(tmp_
     assert again.check("train", first) == Verdict("same", finished=True)
     changed = again.check("train", run_fingerprint("train", {"epochs": 2}))
     assert changed.state == "changed" and changed.changes == ["epochs=2 (was 1)"] and not again.finished("train")
+    # an older version's entry (a bare hash, marked finished) is redone, never kept
     (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "abc", "finished": True}}))
-    older = Ledger(tmp_path / "stages.json")
-    assert older.check("train", first, legacy=lambda: "abc") == Verdict("same", finished=True)
-    (tmp_path / "stages.json").write_text(json.dumps({"train": {"fingerprint": "abc", "finished": True}}))
-    assert Ledger(tmp_path / "stages.json").check("train", first, legacy=lambda: "def").state == "changed"
+    older = Ledger(tmp_path / "stages.json").check("train", first)
+    assert older == Verdict("changed", ["recorded by an older selfrag"])
+    assert not Ledger(tmp_path / "stages.json").finished("train")
 
 
 def test_directory_digest_follows_content_not_file_times(tmp_path: Path) -> None:

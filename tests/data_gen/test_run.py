@@ -58,8 +58,8 @@ def test_resume_after_a_kill(tmp_path: Path) -> None:
     # file from an earlier render (it is rendered again from the records).
     killed = tmp_path / "killed"
     killed.mkdir()
-    # A run writes its config.yaml (and its owner file) before its first record: a kill leaves them.
-    for name in ("config.yaml", OWNER_FILE):
+    # A run writes its owner file, fingerprint.json and config.yaml before its first record: a kill leaves them.
+    for name in ("config.yaml", OWNER_FILE, FINGERPRINT_FILE):
         (killed / name).write_bytes((tmp_path / "whole" / name).read_bytes())
     for name, keep in (("records.jsonl", 100), ("heldout.jsonl", 10)):
         full = lines(tmp_path / "whole" / name)
@@ -131,27 +131,23 @@ def test_resume_reads_a_setting_added_later_as_its_default(tmp_path: Path) -> No
         run(make_config(out, limit=10, article_negatives=1))
 
 
-def test_a_folder_in_the_older_format_resumes_and_refuses_what_changed(tmp_path: Path) -> None:
-    """Folders written before fingerprint.json (settings in config.yaml, absolute paths; digests in inputs.json)."""
+def test_a_folder_in_the_older_format_is_refused_in_one_line_then_restart_starts_over(tmp_path: Path) -> None:
+    """A folder written before fingerprint.json (settings in config.yaml, digests in inputs.json) is never resumed:
+    nothing records what made its work. One line names the fix; restart=true deletes it and starts over."""
     out = tmp_path / "out"
     run(make_config(out, limit=5))
-    config_file = out / "config.yaml"
-    config_file.write_text(
-        "".join(line for line in config_file.read_text().splitlines(True) if not line.startswith("article_negatives")))
     (out / "inputs.json").write_text(json.dumps(json.loads((out / FINGERPRINT_FILE).read_text())["inputs"]))
     (out / FINGERPRINT_FILE).unlink()
-    assert str(out) in config_file.read_text()  # today's format: absolute paths
     records = (out / "records.jsonl").read_text()
-    again = run(make_config(out, limit=5))
-    assert again.records_written == 0 and (out / "records.jsonl").read_text() == records
-    assert (out / FINGERPRINT_FILE).is_file()  # now in the new format
-    (out / FINGERPRINT_FILE).unlink()
-    with pytest.raises(ConfigError, match=r"article_negatives=1 \(was 0\)"):
-        run(make_config(out, limit=5, article_negatives=1))
-    queries = tmp_path / "queries.jsonl"
-    queries.write_text(DEMO_QUERIES.read_text().replace("?", "??", 1))
-    with pytest.raises(ConfigError, match=r"queries: content changed"):
-        run(make_config(out, queries=queries, limit=5))
+    with pytest.raises(ConfigError) as refused:
+        run(make_config(out, limit=5))
+    (problem,) = refused.value.problems
+    assert "holds a generate run without fingerprint.json" in problem and "set restart=true" in problem
+    assert (out / "records.jsonl").read_text() == records and not (out / FINGERPRINT_FILE).exists()  # untouched
+    again = run(make_config(out, limit=5, restart=True))
+    assert again.records_written > 0 and (out / "records.jsonl").read_text() == records  # labelled anew
+    assert (out / FINGERPRINT_FILE).is_file()
+    assert run(make_config(out, limit=5)).records_written == 0  # recorded now: resumes
 
 
 def test_a_copied_folder_resumes_with_nothing_written(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -10,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from selfrag.config import from_dict, to_dict
+from selfrag.config import from_dict
 from selfrag.evaluation import run as run_module
 from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.resume import RESUME_DIR, AnswerStore
 from selfrag.inference.engines import ScriptedEngine
-from selfrag.runs import file_digest, run_fingerprint
+from selfrag.runs import run_fingerprint
 
 PARIS = {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."}
 LYON = {"id": "lyon", "title": "Lyon", "text": "Lyon has silk."}
@@ -177,53 +176,16 @@ def test_a_copied_output_folder_decodes_nothing(setup: tuple[Engines, dict], tmp
     assert moved.summaries == first.summaries
 
 
-# The formula of the versions before portable fingerprints (7d12181 evaluation/resume.py), verbatim: it writes the
-# state.json of a folder in today's format, which must still be accepted.
-def _old_model_identity(name: str) -> str:
-    path = Path(name).expanduser()
-    if not path.is_dir():
-        return f"name:{name}"
-    digest = hashlib.sha256()
-    for file in sorted(path.rglob("*")):
-        relative = file.relative_to(path)
-        if not file.is_file() or relative.parts[0] in ("checkpoints", RESUME_DIR):
-            continue
-        stat = file.stat()
-        digest.update(f"{relative}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-        if file.name == "selfrag.json":
-            digest.update(file.read_bytes())
-    return f"dir:{digest.hexdigest()}"
-
-
-def _old_mode_fingerprint(settings: dict, mode: str, model: str, inputs: dict) -> str:  # type: ignore[type-arg]
-    not_answers = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model")
-    kept = {key: value for key, value in settings.items() if key not in not_answers}
-    hashes = {name: (file_digest(path) if path is not None else None) for name, path in inputs.items()}
-    blob = json.dumps({"mode": mode, "model": model, "settings": kept, "inputs": hashes}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def test_a_folder_of_the_older_format_is_accepted_where_it_is(setup: tuple[Engines, dict]) -> None:
+def test_modes_an_older_version_recorded_are_answered_again(setup: tuple[Engines, dict]) -> None:
+    """state.json of an older version held a bare hash per mode: nothing says what made the answers, so each mode is
+    answered again (never kept), and recorded in today's format."""
     engines, settings = setup
     config = from_dict(EvalConfig, settings)
     run_module.run(config)
     before = dict(engines.requests)
     out = settings["output_dir"]
-    state = {}
-    for mode in MODES:
-        model = settings["model"] if mode == "single_pass" else "b"
-        mode_settings = to_dict(config)
-        mode_settings.pop("allow_trained_questions")  # that version had no such setting
-        if mode == "single_pass":
-            mode_settings["runtime_version"] = run_module.BEHAVIOUR_VERSION
-        inputs = {"data": config.data, "corpus": config.retriever.corpus}
-        state[mode] = {"fingerprint": _old_mode_fingerprint(mode_settings, mode, _old_model_identity(model), inputs),
-                       "finished": True}
-    (out / RESUME_DIR / "state.json").write_text(json.dumps(state))
-    assert str(settings["data"]) in json.dumps(to_dict(config))  # absolute paths, as that version hashed them
+    (out / RESUME_DIR / "state.json").write_text(json.dumps({mode: {"fingerprint": "0" * 64, "finished": True}
+                                                             for mode in MODES}))
     run_module.run(config)
-    assert engines.requests == before  # accepted: nothing decoded again
-    assert "settings" in json.loads((out / RESUME_DIR / "state.json").read_text())["plain_rag"]  # rewritten anew
-    (out / RESUME_DIR / "state.json").write_text(json.dumps({mode: {"fingerprint": "0" * 64} for mode in MODES}))
-    run_module.run(config)
-    assert engines.requests["plain"] == 2 * before["plain"]  # an old hash that does not match: answered again
+    assert engines.requests["plain"] == 2 * before["plain"]
+    assert "settings" in json.loads((out / RESUME_DIR / "state.json").read_text())["plain_rag"]

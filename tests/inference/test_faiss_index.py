@@ -14,7 +14,6 @@ import pytest
 
 from selfrag.config import load_config
 from selfrag.errors import ConfigError, InputError
-from selfrag.inference.retrievers import index as index_module
 from selfrag.inference.retrievers import index_build
 from selfrag.inference.retrievers.dense import exact_top_k
 from selfrag.inference.retrievers.index import IndexConfig, load_index
@@ -190,7 +189,7 @@ def test_opening_reads_neither_the_corpus_nor_every_passage(
         raise AssertionError("opening an index must not read the corpus")
 
     monkeypatch.setattr(index_build, "corpus_digest", forbidden)
-    monkeypatch.setattr(index_module, "load_corpus", forbidden)
+    monkeypatch.setattr("selfrag.corpus.load_corpus", forbidden)
     requested: list[int] = []
     real_by_rows = PassageStore.by_rows
 
@@ -207,19 +206,17 @@ def test_opening_reads_neither_the_corpus_nor_every_passage(
         requested.clear()
 
 
-def test_format_1_folders_still_open_with_a_warning(
-    corpus: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_an_index_of_an_older_format_is_refused_in_one_line(corpus: Path, tmp_path: Path) -> None:
+    """A format-1 folder (an older selfrag's: passages.jsonl read in full) is not opened: one line, the fix."""
     build(load_config(IndexConfig, None, [f"corpus={corpus}", f"output={tmp_path / 'b'}"]), show_progress=False)
-    fresh = load_index(tmp_path / "b").search("river city", 5)
     meta = json.loads((tmp_path / "b" / "index.json").read_text())
     (tmp_path / "b" / "index.json").write_text(json.dumps({**meta, "version": 1}))
     (tmp_path / "b" / "passages.jsonl").write_text(corpus.read_text())
-    (tmp_path / "b" / "passages.sqlite").unlink()
-    with caplog.at_level(logging.WARNING):
-        old = load_index(tmp_path / "b").search("river city", 5)
-    assert "format 1" in caplog.text and "rebuild it" in caplog.text
-    assert old == fresh
+    with pytest.raises(InputError) as refused:
+        load_index(tmp_path / "b")
+    message = str(refused.value)
+    assert "\n" not in message and "index of format version 1" in message
+    assert "delete it and rebuild it with `selfrag index`" in message
 
 
 def test_bad_settings_fail_in_one_line_before_any_embedding(corpus: Path, tmp_path: Path) -> None:
