@@ -170,7 +170,7 @@ class LongForm:
         beam.steps += 1
         if passage is not None:
             beam.current = passage
-        elif beam.ids and self._last_retrieve(beam) == rf.NO_RETRIEVAL:
+        elif beam.ids and self.ids.last_of(beam.ids, Group.RETRIEVE) == rf.NO_RETRIEVAL:
             beam.current = None
         weights = self.weights
         gained = weights["support"] * (score.support or 0.0) if beam.current is not None else 0.0
@@ -220,12 +220,7 @@ class LongForm:
             wants = False
         if self.config.mode == "always" and token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN):
             wants = True
-        if wants:
-            chosen = rf.RETRIEVAL
-        elif token == rf.CONTINUE_EVIDENCE and beam.current is not None:
-            chosen = rf.CONTINUE_EVIDENCE
-        else:
-            chosen = rf.NO_RETRIEVAL
+        chosen = rf.retrieve_after_segment(token, wants, beam.current is not None)
         beam.ids += (self.ids.id(chosen),)
         self.trace.append(Decide(
             segment=beam.written,
@@ -237,13 +232,6 @@ class LongForm:
             + ("" if p_retrieve is None else f", p_retrieve {p_retrieve:.4f}")
             + ("" if beam.retrievals < self.config.long_form.depth else "; long_form.depth reached"),
         ))
-
-    def _last_retrieve(self, beam: Beam) -> str | None:
-        for token_id in reversed(beam.ids):
-            token = self.ids.token(token_id)
-            if token is not None and rf.group_of(token) is Group.RETRIEVE:
-                return token
-        return None
 
     # -- retrieval steps ----------------------------------------------------------------------------
 
