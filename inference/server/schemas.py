@@ -10,9 +10,15 @@ top-level fields (``extra_body`` in the ``openai`` client):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from selfrag.inference import trace
 
 
 class _Lenient(BaseModel):
@@ -99,6 +105,49 @@ class Citation(BaseModel):
     sentences: list[str] = Field(description="the answer text generated from (and supported by) this passage")
 
 
+def _json_type(hint: Any) -> dict[str, Any]:
+    """A trace field's annotation as JSON Schema (an entry's nested records are objects)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return {"type": "null"}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_json_type(arg) for arg in args]}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin is tuple:
+        return {"type": "array", "items": {"anyOf": [_json_type(arg) for arg in args if arg is not Ellipsis]}}
+    if origin is Mapping:
+        return {"type": "object", "additionalProperties": _json_type(args[1])}
+    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    return {"type": names[hint]} if hint in names else {"type": "object"}
+
+
+def trace_entry_schema() -> dict[str, Any]:
+    """One trace entry as JSON: one object per entry class of :mod:`selfrag.inference.trace`, its ``step`` the
+    discriminator, with exactly the keys its ``to_dict`` writes (docs/runtime.md, "The trace")."""
+    kinds = []
+    for cls in trace.ENTRY_TYPES:
+        hints = typing.get_type_hints(cls, vars(trace))
+        properties: dict[str, Any] = {"step": {"const": cls.step}}  # type: ignore[attr-defined]
+        required = ["step"]
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name == "counts":  # a mode's tally, written as fields of their own (the prompted critic's)
+                properties["critic_calls"] = {"type": "integer"}
+                continue
+            schema = _json_type(hints[field.name])
+            name = field.metadata.get("under", field.name)
+            properties[name] = schema if name == field.name else {"type": "object", "properties": {field.name: schema}}
+            if not field.metadata.get("optional"):
+                required.append(name)
+        kinds.append({"title": cls.__name__, "type": "object", "properties": properties, "required": required,
+                      "additionalProperties": False})
+    return {"oneOf": kinds}
+
+
+#: a trace entry as the API sends it: validated as any object, documented by kind in the OpenAPI schema
+TraceEntryJson = Annotated[dict[str, Any], WithJsonSchema(trace_entry_schema())]
+
+
 class SelfragExtension(BaseModel):
     """What Self-RAG adds to every answer: the evidence, the flags and every decision behind them."""
 
@@ -108,7 +157,8 @@ class SelfragExtension(BaseModel):
     abstain_reason: str | None = None
     low_confidence: bool
     low_confidence_reason: str | None = None
-    trace: list[dict[str, Any]] = Field(description="every decision with its probabilities and reason")
+    trace: list[TraceEntryJson] = Field(description="every decision with its probabilities and reason, one object per "
+                                        "kind (step) with its own fields: docs/runtime.md, 'The trace'")
     engine_calls: int
     generated_tokens: int
 

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, FixedRetriever, KeyedEngine, Segments, passage_key
 
@@ -16,6 +17,7 @@ from selfrag.inference.config import InferenceConfig, SkipConfig
 from selfrag.inference.prompted import PromptedSelfRAG
 from selfrag.inference.runtime import SelfRAG
 from selfrag.inference.scoring import CandidateScore
+from selfrag.inference.server.schemas import SelfragExtension, trace_entry_schema
 from selfrag.inference.trace import (
     ENTRY_TYPES,
     CriticRecord,
@@ -64,6 +66,23 @@ def test_the_documented_table_lists_every_entry_class_with_its_fields() -> None:
         assert table[(cls.step, cls.__name__)] == emitted_keys(cls), cls.__name__  # type: ignore[attr-defined]
 
 
+def test_the_served_schema_documents_each_kind_of_entry() -> None:
+    """GET /openapi.json: selfrag.trace's items are one object per entry class, ``step`` their discriminator."""
+    items = SelfragExtension.model_json_schema()["properties"]["trace"]["items"]
+    assert [kind["title"] for kind in items["oneOf"]] == [cls.__name__ for cls in ENTRY_TYPES]
+    skip = next(kind for kind in items["oneOf"] if kind["title"] == "Skip")
+    assert skip["properties"]["step"] == {"const": "skip"} and skip["required"] == ["step", "round", "rule", "chosen",
+                                                                                     "reason"]
+    assert skip["properties"]["rule"]["enum"] == ["repeated_query", "repeated_passages", "relevance_gap",
+                                                  "unpaid_rounds"]
+    validator = jsonschema.Draft202012Validator(trace_entry_schema())
+    good = Skip(round=1, rule="unpaid_rounds", chosen="give_up", reason="r").to_dict()
+    validator.validate(good)
+    for bad in ({**good, "rule": "tired"}, {**good, "extra": 1}, {k: v for k, v in good.items() if k != "reason"}):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(bad)
+
+
 def check_typed(answer) -> list[dict]:  # type: ignore[no-untyped-def]
     """Every entry is one of the typed classes (frozen, slotted), and the JSON is each one's ``to_dict`` with the keys
     the docs list, required ones present, in the documented order; returns the JSON after a round trip."""
@@ -80,6 +99,9 @@ def check_typed(answer) -> list[dict]:  # type: ignore[no-untyped-def]
     shown = answer.to_json()["trace"]
     assert shown == [entry.to_dict() for entry in answer.trace] and all(step["step"] for step in shown)
     assert json.loads(json.dumps(shown)) == shown
+    validator = jsonschema.Draft202012Validator(trace_entry_schema())
+    for step in shown:  # exactly one kind of the served schema matches each entry
+        validator.validate(step)
     return shown
 
 
