@@ -88,7 +88,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     # Import every module that binds ``resolve_model`` by name first: one imported for the first time while the
     # patch is on would keep the patched function after this test (and break later tests that load models).
     for name in ("selfrag.evaluation.calibrate", "selfrag.evaluation.counting", "selfrag.evaluation.run",
-                 "selfrag.training.run", "selfrag.training.export", "selfrag.training.reserved_base",
+                 "selfrag.training.run", "selfrag.training.export",
                  "selfrag.app.quickstart", "selfrag.inference.server.backend", "selfrag.inference.server.run",
                  "selfrag.loading", "selfrag.inference.engines.hf", "selfrag.data_gen.teachers"):
         importlib.import_module(name)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from reserved_base import add_reserved_tokens, make_reserved_base
 
 from selfrag.errors import InputError
-from selfrag.training.reserved_base import add_reserved_tokens, make_reserved_base
 from selfrag.training.tokens import reserved_tokens, resolve_strategy
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from reserved_base import add_reserved_tokens
 
 from selfrag.config import load_config, write_resolved
 from selfrag.training.config import TrainConfig
 from selfrag.training.model import lora_config, model_load_options
-from selfrag.training.reserved_base import add_reserved_tokens
 from selfrag.training.tokens import prepare_tokens, resolve_strategy
 from selfrag.training.trainer import sft_options
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from reserved_base import add_reserved_tokens
 from safetensors import safe_open
 from training_records import training_records
 
@@ -26,7 +27,6 @@ from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
 from selfrag.training.export import export
 from selfrag.training.model import prepare_model
-from selfrag.training.reserved_base import add_reserved_tokens
 from selfrag.training.run import run
 from selfrag.training.tokens import reserved_row_deltas
 
@@ -47,7 +47,7 @@ def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def reserved_base_dir(tmp_path_factory, tiny_tokenizer, tiny_model_builder) -> Path:  # type: ignore[no-untyped-def]
-    """The tiny (tied) base with 20 zero-row reserved tokens, as training.reserved_base builds a SmolLM2 copy."""
+    """The tiny (tied) base with 20 zero-row reserved tokens, as reserved_base.py builds a SmolLM2 copy."""
     tokenizer = copy.deepcopy(tiny_tokenizer)
     model = tiny_model_builder(len(tokenizer))
     add_reserved_tokens(model, tokenizer, count=20)

@@ -1,7 +1,5 @@
-"""A copy of a base model whose tokenizer has Llama-3 style reserved tokens, for testing strategy ``reserved``.
-
-    python -m selfrag.training.reserved_base smollm2-135m-instruct runs/smollm2-reserved
-    selfrag train --config configs/train/smollm2-135m-cpu.yaml model=runs/smollm2-reserved tokens.strategy=reserved ...
+"""A copy of a base model whose tokenizer has Llama-3 style reserved tokens, for testing strategy ``reserved``
+(a test helper, imported by name: pytest puts this folder on sys.path; the package never needs it).
 
 SmolLM2 has no unused reserved tokens, so the plain-LoRA path (and vLLM serving it as a ``LoRARequest``)
 cannot be exercised on it directly. This writes a copy with ``count`` extra special tokens
@@ -12,7 +10,6 @@ for every other token the copy computes exactly what the original does.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 from typing import Any
@@ -64,22 +61,3 @@ def make_reserved_base(source: str, destination: str | Path, count: int = DEFAUL
     tokenizer.save_pretrained(str(destination))
     logger.info("wrote %s: %s plus %d reserved tokens (ids %d..%d)", destination, source, count, ids[0], ids[-1])
     return destination
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", help="base model: a built-in name, a local directory or a hub id")
-    parser.add_argument("destination", type=Path, help="a new directory for the copy")
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help="reserved tokens to add")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        print(make_reserved_base(args.source, args.destination, args.count))
-    except InputError as error:
-        print(f"error: {error}")
-        return 2
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
