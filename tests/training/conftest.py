@@ -28,3 +28,11 @@ def records_file(tmp_path: Path) -> Path:
     path = tmp_path / "records.jsonl"
     write_jsonl_atomic(path, [record.to_json() for record in training_records()])
     return path
+
+
+@pytest.fixture(scope="session")
+def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The training records as a file, written once for every training test that only reads it."""
+    path = tmp_path_factory.mktemp("records") / "records.jsonl"
+    write_jsonl_atomic(path, [record.to_json() for record in training_records()])
+    return path

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from training_records import training_records
+from training_records import initial_weights
 
 from selfrag.config import load_config
 from selfrag.errors import ConfigError
-from selfrag.jsonl import write_jsonl_atomic
 from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
 from selfrag.training.model import prepare_model
@@ -27,18 +26,11 @@ def make_config(base: Path, records: Path, out: Path, layers: int | None = 1, **
                        lora={"r": 4, "alpha": 8, "dropout": 0.0, "layers": layers}, **settings)
 
 
-@pytest.fixture(scope="module")
-def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("records") / "records.jsonl"
-    write_jsonl_atomic(path, [record.to_json() for record in training_records()])
-    return path
-
-
 def test_only_the_top_block_is_adapted_and_the_rows_still_learn(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path
 ) -> None:
     config = make_config(tiny_base_dir, records_path, tmp_path / "top1")
-    initial = {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+    initial = initial_weights(config)
     result = run(config)
     assert result.losses[-1]["loss"] < result.losses[0]["loss"]
     final = result.model.state_dict()

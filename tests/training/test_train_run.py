@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from training_records import training_records
+from training_records import initial_weights, training_records
 
 from selfrag.artifacts import META_FILE, load_meta, load_trained_questions, question_key, write_calibration
 from selfrag.config import load_config
@@ -35,16 +35,9 @@ def make_full_config(base: Path, records: Path, out: Path, **training: Any) -> T
 
 
 @pytest.fixture(scope="module")
-def records_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("records") / "records.jsonl"
-    write_jsonl_atomic(path, [record.to_json() for record in training_records()])
-    return path
-
-
-@pytest.fixture(scope="module")
 def trained(tiny_base_dir: Path, records_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     config = make_config(tiny_base_dir, records_path, tmp_path_factory.mktemp("run") / "adapter")
-    initial = {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+    initial = initial_weights(config)
     return config, initial, run(config)
 
 
@@ -370,7 +363,7 @@ def test_full_fine_tuning_trains_every_weight_and_writes_a_whole_model(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path
 ) -> None:
     config = make_full_config(tiny_base_dir, records_path, tmp_path / "full")
-    initial = {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+    initial = initial_weights(config)
     result = run(config)
     assert result.losses[-1]["loss"] < result.losses[0]["loss"]
     final = result.model.state_dict()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from selfrag import reflection as rf
 from selfrag.trajectory import Label, Passage, Record, Segment
 
@@ -51,3 +53,10 @@ def training_records() -> list[Record]:
         else:
             records.append(three_passage_record(f"r{index}"))
     return records
+
+
+def initial_weights(config: Any) -> dict[str, Any]:
+    """A copy of the weights ``config``'s run starts from (prepare_model is seeded), to check what training changed."""
+    from selfrag.training.model import prepare_model
+
+    return {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
