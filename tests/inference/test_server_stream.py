@@ -7,6 +7,7 @@ what reached the client before that segment was decoded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -117,6 +118,16 @@ def client(live: LiveServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=GATE_S * 2)
 
 
+@contextlib.contextmanager
+def _streamed(live: LiveServer) -> Iterator[httpx.Response]:
+    """A raw streamed chat completion of QUESTION, read line by line by the test (the client may leave early)."""
+    body = {"model": MODEL, "messages": _messages(QUESTION), "stream": True}
+    with httpx.Client(timeout=GATE_S * 2) as http, http.stream(
+        "POST", f"{live.url}/v1/chat/completions", json=body
+    ) as response:
+        yield response
+
+
 def _messages(question: str) -> Any:
     return [{"role": "user", "content": question}]
 
@@ -162,10 +173,7 @@ def test_first_segment_reaches_the_client_before_the_second_is_decoded(gated, se
 def test_trace_events_arrive_while_the_answer_is_still_being_decoded(gated, serve) -> None:  # type: ignore[no-untyped-def]
     engine = gated(TWO_SEGMENTS, gate=LYON)
     live = serve(engine, inference=LONG)
-    with httpx.Client(timeout=GATE_S * 2) as http, http.stream(
-        "POST", f"{live.url}/v1/chat/completions", json={"model": MODEL, "messages": _messages(QUESTION),
-                                                         "stream": True},
-    ) as response:
+    with _streamed(live) as response:
         lines = response.iter_lines()
         first: list[dict[str, Any]] = []
         for line in lines:
@@ -328,10 +336,7 @@ def test_an_engine_failure_mid_stream_ends_it_with_an_error_and_the_server_goes_
 def test_a_client_that_leaves_mid_stream_stops_the_engine_at_the_next_event(gated, serve) -> None:  # type: ignore[no-untyped-def]
     engine = gated(THREE_SEGMENTS, gate=LYON)
     live = serve(engine, inference=LONG)
-    with httpx.Client(timeout=GATE_S * 2) as http, http.stream(
-        "POST", f"{live.url}/v1/chat/completions", json={"model": MODEL, "messages": _messages(QUESTION),
-                                                         "stream": True},
-    ) as response:
+    with _streamed(live) as response:
         for line in response.iter_lines():
             if '"content": "Paris is the capital."' in line:
                 break  # the first segment arrived; the client leaves while the engine holds the second
