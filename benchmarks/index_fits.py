@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from retrieval_scale import rss
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
@@ -136,7 +137,7 @@ def child_build(work: Path, vectors: Path, name: str, overrides: list[str]) -> N
     def sample() -> None:  # the kernel keeps a peak of RSS (VmHWM), not of its anonymous part: sampled
         while not done.is_set():
             phase = "add" if trained.exists() else "train"
-            peaks[phase] = max(peaks[phase], memory()["RssAnon"])
+            peaks[phase] = max(peaks[phase], rss()["RssAnon"])
             time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -145,19 +146,10 @@ def child_build(work: Path, vectors: Path, name: str, overrides: list[str]) -> N
     done.set()
     sampler.join()
     # VmHWM, not ru_maxrss: the latter carries the parent's peak across fork and exec
-    print(json.dumps([memory()["VmHWM"], max(peaks.values()), peaks["add"]]))  # bytes
+    print(json.dumps([rss()["VmHWM"], max(peaks.values()), peaks["add"]]))  # bytes
 
 
 # === measuring (in a fresh process per index) ===
-
-def memory() -> dict[str, int]:
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("RssAnon", "RssFile", "VmHWM"):
-            fields[key] = int(value.split()[0]) * 1024
-    return fields
-
 
 class QueryVectors:
     def __init__(self, dimension: int) -> None:
@@ -173,10 +165,10 @@ def measure(folder: Path, queries_path: Path, settings: list[tuple[int, int]], e
     from selfrag.inference.retrievers.index import load_index
 
     queries = np.load(queries_path)
-    before = memory()
+    before = rss()
     retriever: Any = load_index(folder, encoder=QueryVectors(queries.shape[1]), check_corpus=False)
     result = run_queries(retriever, queries)
-    after = memory()
+    after = rss()
     result.update(anon=after["RssAnon"] - before["RssAnon"], file=after["RssFile"] - before["RssFile"],
                   anon_total=after["RssAnon"])
     result["index_bytes"] = sum(f.stat().st_size for f in folder.iterdir() if f.name.endswith((".faiss", ".npy")))
@@ -189,9 +181,9 @@ def measure(folder: Path, queries_path: Path, settings: list[tuple[int, int]], e
     if encoder_cost:  # the query model a serving process also holds: a fixed cost, whatever the corpus
         from selfrag.inference.retrievers.embeddings import SentenceEncoder
 
-        loaded = memory()["RssAnon"]
+        loaded = rss()["RssAnon"]
         SentenceEncoder().encode(["who wrote Hamlet?"])
-        result["encoder_anon"] = memory()["RssAnon"] - loaded
+        result["encoder_anon"] = rss()["RssAnon"] - loaded
     return result
 
 

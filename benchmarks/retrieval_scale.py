@@ -95,10 +95,11 @@ def build_all(work: Path, count: int, hnsw_max: int) -> list[str]:
 
 
 def rss() -> dict[str, int]:
+    """This process's memory in bytes from /proc/self/status: VmRSS, VmHWM (its peak), RssAnon, RssFile (Linux)."""
     fields = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0]) * 1024
     return fields
 
