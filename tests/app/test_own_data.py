@@ -84,7 +84,7 @@ def test_the_page_walks_end_to_end(any_selfrag_model: Path, tiny_base_dir: Path,
     commands = page_commands()
     assert [argv[0] for argv in commands] == ["index", "index", "ask", "ask", "generate", "train", "calibrate",
                                               "eval", "ask"]
-    assert "selfrag serve --model runs/my-model --index runs/my-index" in PAGE.read_text(encoding="utf-8")
+    assert "selfrag serve model=runs/my-model retriever.index=runs/my-index" in PAGE.read_text(encoding="utf-8")
     monkeypatch.chdir(REPO)  # the page's configs/ paths are relative to the repository root
     runs = tmp_path / "runs"
     printed: dict[int, str] = {}
