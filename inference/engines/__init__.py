@@ -77,8 +77,8 @@ def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
     """A model without reflection tokens (a base model) behind ``config.engine``'s decode loop: the baselines' engine.
 
     A model with ``selfrag.json`` is built as :func:`build_engine` builds it (asked plainly, a trained model still
-    decodes with its own tokens). Only ``hf`` loads a model without reflection tokens; the others are refused with
-    the fix (``EvalConfig.validate`` says it before anything loads).
+    decodes with its own tokens). ``hf`` and ``vllm`` load a model without reflection tokens; ``openai`` is refused
+    with the fix.
     """
     from selfrag.artifacts import load_meta
     from selfrag.models import resolve_model
@@ -86,9 +86,13 @@ def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
     directory = Path(resolve_model(str(model)))
     if load_meta(directory) is not None:
         return build_engine(config, directory)
+    if config.engine == "vllm":
+        from .vllm import VLLMEngine
+
+        return VLLMEngine.plain(directory, config.engine_options)
     if config.engine != "hf":
         raise ConfigError([f"engine={config.engine} serves models with reflection tokens only; {str(model)!r} has "
-                           "none: run the base-model modes with engine=hf"])
+                           "none: run the base-model modes with engine=hf or vllm"])
     from .hf import HFEngine
 
     return HFEngine.plain(directory, config.engine_options)

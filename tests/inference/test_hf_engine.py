@@ -170,7 +170,8 @@ def test_build_plain_engine_gives_the_base_model_on_hf_and_refuses_it_on_a_serve
     tiny_base_dir: Path, merged_dir: Path
 ) -> None:
     """What `selfrag eval` builds for its base-model modes: hf's plain engine; a trained model as build_engine builds
-    it; engine=openai or vllm cannot load a model without reflection tokens, and says so in one line."""
+    it; engine=openai cannot load a model without reflection tokens, and says so in one line (vllm's plain engine:
+    tests/inference/test_vllm_prefix.py)."""
     from selfrag.errors import ConfigError
     from selfrag.inference.config import InferenceConfig
     from selfrag.inference.engines import build_plain_engine
