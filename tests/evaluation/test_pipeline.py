@@ -110,7 +110,8 @@ def test_missing_corpus_is_one_config_error(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q?", "answers": ["a"]}) + "\n")
     config = from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out"})
-    with pytest.raises(ConfigError, match="no corpus is set; pass corpus=FILE .*retriever.index=DIR or retriever.url="):
+    with pytest.raises(ConfigError, match="no retriever is set; pass retriever.corpus=FILE .*retriever.index=DIR or "
+                                          "retriever.url="):
         run_module.run(config)
 
 
