@@ -68,13 +68,25 @@ class RunMismatchError(ConfigError):
 # ---- digests -------------------------------------------------------------------------------------------------
 
 
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes (streamed), as ``sha256:<hex>``."""
+def stream_digest(chunks: Iterable[bytes]) -> str:
+    """SHA-256 of bytes that arrive in pieces (a file read a block at a time, a folder's names and contents), as
+    ``sha256:<hex>``: the same as :func:`bytes_digest` of the pieces joined."""
     digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def file_blocks(path: str | Path) -> Iterable[bytes]:
+    """A file's bytes, a block at a time (for :func:`stream_digest`)."""
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
+            yield chunk
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (streamed), as ``sha256:<hex>``."""
+    return stream_digest(file_blocks(path))
 
 
 def bytes_digest(data: bytes) -> str:

@@ -110,15 +110,14 @@ def item_scores(model_dir: Path, items: int) -> dict[str, dict[str, object]]:
     """Per-item scores (``score_examples`` rows by record id) of a trained folder on ``items`` held-out questions
     per class, cached in ``<model_dir>/scores-<items>.json`` under the hash of its weights and the held-out
     records: a retrained folder or regenerated test data is scored again, never read from an old cache."""
-    import hashlib
-
     from selfrag.fsutil import write_json
+    from selfrag.runs import content_digest, file_digest
     from selfrag.training.judgement import score_examples, select_items
 
     if not (model_dir / "config.yaml").is_file():
         raise SystemExit(f"{model_dir}: no config.yaml here; expected a folder `selfrag train` wrote (or an arm name)")
     inputs = [*sorted(model_dir.glob("*.safetensors")), REPO / held_out_records()]  # weights, held-out records
-    digest = hashlib.sha256(b"".join(hashlib.sha256(path.read_bytes()).digest() for path in inputs)).hexdigest()[:16]
+    digest = content_digest([file_digest(path) for path in inputs])  # an older cache's key differs: scored again
     cache = model_dir / f"scores-{items}.json"
     if cache.exists():
         saved = json.loads(cache.read_text(encoding="utf-8"))

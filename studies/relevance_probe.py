@@ -27,7 +27,6 @@ Forward passes only: 3,000 records took 17 min on 2 cores (alone); the features 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -108,6 +107,7 @@ def main() -> None:
     from selfrag.fsutil import write_json
     from selfrag.loading import load_plain_model
     from selfrag.models import DEFAULT_MODEL, resolve_model
+    from selfrag.runs import text_key
     from selfrag.training.judgement import auroc, auroc_interval
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="sklearn")  # 1.9's notices of 1.10 defaults
@@ -131,17 +131,16 @@ def main() -> None:
     jobs += [("test", q, kind, test[q][kind]) for q in test_ids for kind in ("gold", "hard", "easy")]
     jobs += [("test", q, "article", article[q]["article"]) for q in test_ids]
     # the cache is this model's features of these records: other records (regenerated data) or another model recompute
-    digest = hashlib.sha256(name.encode())
-    for _, _, _, record in jobs:
-        digest.update(f"{record.id}\0{record.instruction}\0{record.segments[0].passage.render()}\0".encode())
+    digest = text_key(name + "".join(f"{record.id}\0{record.instruction}\0{record.segments[0].passage.render()}\0"
+                                     for _, _, _, record in jobs))
     started = time.time()
     saved = np.load(cache) if cache.exists() else None
-    if saved is not None and str(saved["digest"]) == digest.hexdigest():
+    if saved is not None and str(saved["digest"]) == digest:
         first, again = saved["first"], saved["again"]
     else:
         rows = [features(model, tokenizer, record) for _, _, _, record in tqdm(jobs, desc="forward", unit="record")]
         first, again = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
-        np.savez(cache, first=first, again=again, digest=np.array(digest.hexdigest()))
+        np.savez(cache, first=first, again=again, digest=np.array(digest))
     seconds = time.time() - started
 
     split = np.array([job[0] for job in jobs])

@@ -17,7 +17,6 @@ results never mix. At the end the folder is renamed onto the output.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ from selfrag.errors import InputError
 from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
+from selfrag.runs import file_blocks, stream_digest, text_key
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store
@@ -209,24 +209,26 @@ def _fingerprint(config: IndexConfig, corpus: Path) -> dict[str, Any]:
 
 
 def corpus_digest(corpus: Path) -> str:
-    """SHA-256 of a corpus file, or of a folder's file names and contents (read once per build, never on open)."""
-    digest = hashlib.sha256()
+    """SHA-256 of a corpus file, or of a folder's file names and contents (read once per build, never on open), as
+    bare hex: the value ``build.json``, ``index.json`` and pgvector's build row have always held, so an index or an
+    unfinished build made before stays comparable (a changed value discards an unfinished build, never reuses it)."""
     files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
-    for file in files:
-        if corpus.is_dir():
-            digest.update(f"{file.relative_to(corpus)}\0".encode())
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+
+    def pieces() -> Iterator[bytes]:
+        for file in files:
+            if corpus.is_dir():
+                yield f"{file.relative_to(corpus)}\0".encode()
+            yield from file_blocks(file)
+
+    return stream_digest(pieces()).removeprefix("sha256:")
 
 
 def corpus_stamp(corpus: Path) -> str:
-    """Sizes and modification times of a corpus file or folder: what opening an index compares (no reading)."""
+    """Sizes and modification times of a corpus file or folder: what opening an index compares (no reading), as
+    bare hex (what every ``index.json`` holds)."""
     files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
-    digest = hashlib.sha256()
+    lines = []
     for file in files:
         stat = file.stat()
-        digest.update(f"{file.relative_to(corpus) if corpus.is_dir() else ''}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
-                      .encode())
-    return digest.hexdigest()
+        lines.append(f"{file.relative_to(corpus) if corpus.is_dir() else ''}\0{stat.st_size}\0{stat.st_mtime_ns}\n")
+    return text_key("".join(lines))
