@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,32 @@ logger = logging.getLogger(__name__)
 GRID = tuple(round(0.05 * step, 2) for step in range(20))  # 0.0 … 0.95
 #: what the calibration holds; part of the quickstart's stage fingerprint, so a new kind of calibration is redone
 VERSION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DevRow:
+    """One dev question as calibrate measured it (a line of calibration-records.jsonl)."""
+
+    id: str
+    answerable: bool
+    needs_retrieval: bool | None  # the gold label (None: unmarked, which needs retrieval)
+    p_retrieve: float | None  # the decision's, at the prompt (None: neither retrieve token has a log-prob)
+    relevance_token: str | None  # the best candidate's verdicts, always retrieving (None: not given)
+    support_token: str | None
+    support: float | None
+    rounds: int = 1  # retrieval rounds run, always retrieving
+    rescued: bool = False  # a later round found what the first did not: its best candidate was accepted
+
+
+@dataclass(frozen=True, slots=True)
+class DevPassage:
+    """One passage retrieved for a dev question: its relevance score and whether it is gold
+    (a line of calibration-passages.jsonl)."""
+
+    id: str
+    passage_id: str
+    relevance: float | None
+    relevant: bool
 
 
 @dataclass
@@ -131,11 +157,11 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     for example, answer in zip(examples, SelfRAG(engine, retriever, probe).answer_many(prompts), strict=True):
         for candidate in answer.candidates:
             if candidate.passage is not None:
-                passages.append({
-                    "id": example.id, "passage_id": candidate.passage.id,
-                    "relevance": None if candidate.score is None else candidate.score.relevance,
-                    "relevant": candidate.passage.id in example.gold_passage_ids,
-                })
+                passages.append(DevPassage(
+                    id=example.id, passage_id=candidate.passage.id,
+                    relevance=None if candidate.score is None else candidate.score.relevance,
+                    relevant=candidate.passage.id in example.gold_passage_ids,
+                ))
     labelled = any(example.gold_passage_ids for example in examples)
     relevance_threshold, relevance_reason = choose_relevance_threshold(passages if labelled else [])
     always = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=config.max_tokens, support_bound=0.0,
@@ -146,18 +172,17 @@ def run(config: CalibrateConfig) -> CalibrationResult:
         best = answer.candidates[answer.chosen] if answer.chosen is not None else None
         score = best.score if best is not None else None
         supports = [entry for entry in answer.trace if isinstance(entry, Support)]
-        rows.append({
-            "id": example.id,
-            "answerable": example.answerable,
-            "needs_retrieval": example.needs_retrieval,
-            "p_retrieve": retrieve_probability(decision.score_logprobs[0] if decision.score_logprobs else {}, ids),
-            "relevance_token": None if score is None else score.relevance_token,
-            "support_token": None if score is None else score.support_token,
-            "support": None if score is None else score.support,
-            # re-retrieval rounds run, and whether one of them found what the first round did not (its answer accepted)
-            "rounds": sum(isinstance(entry, Retrieve) for entry in answer.trace),
-            "rescued": bool(supports) and supports[-1].chosen == "accept" and supports[-1].round > 0,
-        })
+        rows.append(DevRow(
+            id=example.id,
+            answerable=example.answerable,
+            needs_retrieval=example.needs_retrieval,
+            p_retrieve=retrieve_probability(decision.score_logprobs[0] if decision.score_logprobs else {}, ids),
+            relevance_token=None if score is None else score.relevance_token,
+            support_token=None if score is None else score.support_token,
+            support=None if score is None else score.support,
+            rounds=sum(isinstance(entry, Retrieve) for entry in answer.trace),
+            rescued=bool(supports) and supports[-1].chosen == "accept" and supports[-1].round > 0,
+        ))
     calibration = choose(rows, config.target_false_abstain)
     calibration.update({
         "relevance_threshold": relevance_threshold,
@@ -169,32 +194,32 @@ def run(config: CalibrateConfig) -> CalibrationResult:
     calibration["measured"].update(rounds_measures(rows))
     model_dir = Path(resolve_model(config.model))
     out = config.output_dir or model_dir
-    write_jsonl_atomic(out / "calibration-records.jsonl", rows)
-    write_jsonl_atomic(out / "calibration-passages.jsonl", passages)
+    write_jsonl_atomic(out / "calibration-records.jsonl", [asdict(row) for row in rows])
+    write_jsonl_atomic(out / "calibration-passages.jsonl", [asdict(passage) for passage in passages])
     write_json(out / "calibration.json", calibration)
     path = write_calibration(model_dir, calibration) if config.write else None
     return CalibrationResult(calibration, path)
 
 
-def simulate(rows: Sequence[dict[str, Any]], threshold: float, bound: float) -> list[tuple[bool, bool]]:
+def simulate(rows: Sequence[DevRow], threshold: float, bound: float) -> list[tuple[bool, bool]]:
     """(retrieved, abstained) per row, as the runtime decides with this threshold and support bound."""
     outcome = []
     for row in rows:
-        p = row["p_retrieve"]
-        retrieved = (p > threshold) if p is not None else retrieval_needed(row["needs_retrieval"])
-        unsupported = row["relevance_token"] != rf.RELEVANT or row["support_token"] in (None, rf.NO_SUPPORT) or (
-            bound > 0 and (row["support"] is None or row["support"] < bound)
+        p = row.p_retrieve
+        retrieved = (p > threshold) if p is not None else retrieval_needed(row.needs_retrieval)
+        unsupported = row.relevance_token != rf.RELEVANT or row.support_token in (None, rf.NO_SUPPORT) or (
+            bound > 0 and (row.support is None or row.support < bound)
         )
         outcome.append((retrieved, retrieved and unsupported))
     return outcome
 
 
-def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
+def choose_threshold(rows: Sequence[DevRow]) -> tuple[float | None, str]:
     """The threshold of best balanced accuracy against gold ``needs_retrieval`` (the middle of a tied range)."""
-    labelled = [r for r in rows if r["p_retrieve"] is not None]
+    labelled = [r.p_retrieve for r in rows if r.p_retrieve is not None]
     # a question without needs_retrieval needs retrieval, as generate labels it (one rule: retrieval_needed)
-    positives = [r for r in labelled if retrieval_needed(r["needs_retrieval"])]
-    negatives = [r for r in labelled if not retrieval_needed(r["needs_retrieval"])]
+    positives = [r.p_retrieve for r in rows if r.p_retrieve is not None and retrieval_needed(r.needs_retrieval)]
+    negatives = [r.p_retrieve for r in rows if r.p_retrieve is not None and not retrieval_needed(r.needs_retrieval)]
     if not negatives:
         return None, ("no dev question has needs_retrieval: false (a question without the field needs retrieval, as "
                       "generate labels it); kept the default")
@@ -202,8 +227,8 @@ def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]
         return None, "every dev question has needs_retrieval: false; kept the default"
 
     def balanced(t: float) -> float:
-        hit = sum(r["p_retrieve"] > t for r in positives) / len(positives)
-        rejected = sum(r["p_retrieve"] <= t for r in negatives) / len(negatives)
+        hit = sum(p > t for p in positives) / len(positives)
+        rejected = sum(p <= t for p in negatives) / len(negatives)
         return (hit + rejected) / 2
 
     scores = {t: balanced(t) for t in GRID}
@@ -212,7 +237,7 @@ def choose_threshold(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]
     return tied[len(tied) // 2], f"balanced accuracy {best:.1%} on {len(labelled)} labelled dev questions"
 
 
-def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[float, str]:
+def choose_relevance_threshold(passages: Sequence[DevPassage]) -> tuple[float, str]:
     """The relevance threshold against the gold passages: of the cuts whose balanced accuracy is within one standard
     error of the best, the one nearest the model's own verdict (0.5, in log-odds). The default when the dev passages
     are not both relevant and irrelevant ones.
@@ -226,9 +251,9 @@ def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[floa
     """
     from selfrag.inference.config import DEFAULT_RELEVANCE_THRESHOLD
 
-    scored = [p for p in passages if p["relevance"] is not None]
-    positives = [p["relevance"] for p in scored if p["relevant"]]
-    negatives = [p["relevance"] for p in scored if not p["relevant"]]
+    positives = [p.relevance for p in passages if p.relevance is not None and p.relevant]
+    negatives = [p.relevance for p in passages if p.relevance is not None and not p.relevant]
+    scored = len(positives) + len(negatives)
     if not positives or not negatives:
         return DEFAULT_RELEVANCE_THRESHOLD, (
             "the dev questions' retrieved passages are not both gold and other passages (gold_passage_ids); "
@@ -252,7 +277,7 @@ def choose_relevance_threshold(passages: Sequence[dict[str, Any]]) -> tuple[floa
         how = (f"the cut nearest 0.5 within one standard error ({se:.1%}) of the best; the model's own verdict "
                f"(0.5): {own:.1%}")
     return threshold, (
-        f"balanced accuracy {scores[chosen]:.1%} on {len(scored)} dev passages ({len(positives)} gold; best cut "
+        f"balanced accuracy {scores[chosen]:.1%} on {scored} dev passages ({len(positives)} gold; best cut "
         f"{float(f'{best_cut:.3g}'):g}: {best:.1%}); {how}"
     )
 
@@ -275,35 +300,34 @@ def _balanced(positives: Sequence[float], negatives: Sequence[float], threshold:
     return (hit + rejected) / 2
 
 
-def relevance_measures(passages: Sequence[dict[str, Any]], threshold: float) -> dict[str, Any]:
+def relevance_measures(passages: Sequence[DevPassage], threshold: float) -> dict[str, Any]:
     """How the relevance verdict at ``threshold`` and at 0.5 (the model's own) agrees with the gold passages."""
-    scored = [p for p in passages if p["relevance"] is not None]
-    gold = [p for p in scored if p["relevant"]]
-    other = [p for p in scored if not p["relevant"]]
+    gold = [p.relevance for p in passages if p.relevance is not None and p.relevant]
+    other = [p.relevance for p in passages if p.relevance is not None and not p.relevant]
     return {
-        "relevance_passages": len(scored),
+        "relevance_passages": len(gold) + len(other),
         "relevance_gold_passages": len(gold),
-        "relevant_recall": rate(sum(p["relevance"] >= threshold for p in gold), len(gold)),
-        "relevant_recall_at_0.5": rate(sum(p["relevance"] >= 0.5 for p in gold), len(gold)),
-        "irrelevant_rejected": rate(sum(p["relevance"] < threshold for p in other), len(other)),
-        "irrelevant_rejected_at_0.5": rate(sum(p["relevance"] < 0.5 for p in other), len(other)),
+        "relevant_recall": rate(sum(value >= threshold for value in gold), len(gold)),
+        "relevant_recall_at_0.5": rate(sum(value >= 0.5 for value in gold), len(gold)),
+        "irrelevant_rejected": rate(sum(value < threshold for value in other), len(other)),
+        "irrelevant_rejected_at_0.5": rate(sum(value < 0.5 for value in other), len(other)),
     }
 
 
-def rounds_measures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def rounds_measures(rows: Sequence[DevRow]) -> dict[str, int]:
     """What re-retrieval did on the dev questions (always retrieving): how many went on to another round, and how many
     of those a later round answered (their best candidate accepted)."""
-    again = [row for row in rows if row.get("rounds", 1) > 1]
-    return {"re_retrieved": len(again), "rescued_by_re_retrieval": sum(bool(row.get("rescued")) for row in again)}
+    again = [row for row in rows if row.rounds > 1]
+    return {"re_retrieved": len(again), "rescued_by_re_retrieval": sum(row.rescued for row in again)}
 
 
-def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:
+def choose(rows: Sequence[DevRow], target: float) -> dict[str, Any]:
     from selfrag.inference.config import DEFAULT_THRESHOLD
 
     threshold, reason = choose_threshold(rows)
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-    answerable = [i for i, r in enumerate(rows) if r["answerable"]]
-    unanswerable = [i for i, r in enumerate(rows) if not r["answerable"]]
+    answerable = [i for i, r in enumerate(rows) if r.answerable]
+    unanswerable = [i for i, r in enumerate(rows) if not r.answerable]
 
     def false_abstain(bound: float) -> float | None:
         outcome = simulate(rows, threshold, bound)
@@ -313,7 +337,7 @@ def choose(rows: Sequence[dict[str, Any]], target: float) -> dict[str, Any]:
     bound = max(feasible) if feasible else 0.0
     outcome = simulate(rows, threshold, bound)
     pairs = zip(outcome, rows, strict=True)
-    decided = [(o[0], retrieval_needed(r["needs_retrieval"])) for o, r in pairs]
+    decided = [(o[0], retrieval_needed(r.needs_retrieval)) for o, r in pairs]
     return {
         "threshold": threshold,
         "threshold_reason": reason,

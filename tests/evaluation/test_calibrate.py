@@ -12,6 +12,8 @@ from selfrag import reflection as rf
 from selfrag.artifacts import ModelMeta, load_meta, save_meta, write_calibration
 from selfrag.evaluation.calibrate import (
     CalibrationResult,
+    DevPassage,
+    DevRow,
     choose,
     choose_relevance_threshold,
     choose_threshold,
@@ -27,14 +29,14 @@ from selfrag.reflection import ReflectionIds
 
 def row(
     p: float | None, needs: bool | None, answerable: bool, token: str | None, support: float | None,
-    relevance: str | None = rf.RELEVANT,
-) -> dict[str, Any]:
-    return {"p_retrieve": p, "needs_retrieval": needs, "answerable": answerable, "support_token": token,
-            "support": support, "relevance_token": relevance}
+    relevance: str | None = rf.RELEVANT, rounds: int = 1, rescued: bool = False,
+) -> DevRow:
+    return DevRow(id="q", p_retrieve=p, needs_retrieval=needs, answerable=answerable, support_token=token,
+                  support=support, relevance_token=relevance, rounds=rounds, rescued=rescued)
 
 
-def passage(relevance: float | None, relevant: bool) -> dict[str, Any]:
-    return {"id": "q", "passage_id": "p", "relevance": relevance, "relevant": relevant}
+def passage(relevance: float | None, relevant: bool) -> DevPassage:
+    return DevPassage(id="q", passage_id="p", relevance=relevance, relevant=relevant)
 
 
 def test_threshold_separates_the_gold_decisions() -> None:
@@ -155,9 +157,9 @@ def test_relevance_threshold_without_both_classes_keeps_the_default(passages) ->
 
 
 def test_summary_names_all_three_values_and_what_re_retrieval_did() -> None:
-    rows = [row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 1, "rescued": False},
-            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 3, "rescued": False},
-            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9) | {"rounds": 2, "rescued": True}]
+    rows = [row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9, rounds=1),
+            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9, rounds=3),
+            row(0.9, True, True, rf.FULLY_SUPPORTED, 0.9, rounds=2, rescued=True)]
     calibration = choose(rows, target=0.1)
     calibration.update({"relevance_threshold": 0.17, "relevance_threshold_reason": "balanced accuracy 100.0%",
                         "dev_examples": 3})
