@@ -124,7 +124,8 @@ class RayConfig:
     workers: int = help_field("Labelling actors (each runs its own teacher client and retriever).", default=2)
     cpus_per_worker: float = help_field("CPUs Ray reserves per labelling actor.", default=1.0)
     batch_size: int = help_field(
-        "Questions per Ray batch: the unit a restarted worker redoes (its finished calls come from the cache).",
+        "Questions in flight on each labelling worker (ray.stages=true: questions per stage batch); a restarted "
+        "worker redoes those (their finished calls come from the cache).",
         default=8,
     )
     shard_records: int = help_field(

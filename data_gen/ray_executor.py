@@ -3,11 +3,13 @@
     selfrag generate --config configs/data_gen/http-teacher.yaml teacher.model=M output=runs/data executor=ray \\
         ray.workers=4                       # a local Ray; ray.address=auto (or ray://host:10001) for a cluster
 
-The questions left to do become a Ray Dataset; ``map_batches`` runs a pool of ``ray.workers`` labelling actors,
-each with the project's own teacher (the same :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries and
-connection breaker as the single-process run; every call through the run's one cache, :class:`CacheKeeper`, an actor
-on the driver's node), and the driver appends
-each finished question to the same journal as it arrives. The output files are rendered from the journal exactly
+The questions left to do are dealt one at a time to a pool of ``ray.workers`` labelling actors, ``ray.batch_size``
+in flight on each (an async actor runs them at once), each actor with the project's own teacher (the same
+:class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries and connection breaker as the single-process run;
+every call through the run's one cache, :class:`CacheKeeper`, an actor on the driver's node). Each question is its
+own Ray task, so the driver (``ray.wait``, one at a time: :func:`label_each`) appends each finished question to the
+same journal as it arrives, and deals that worker the next one: a driver killed mid-run has every finished question
+journaled. The output files are rendered from the journal exactly
 as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
 also written as shards with a manifest (:func:`write_shards`).
 
@@ -20,20 +22,20 @@ the top-k, support only for the relevant ones; a malformed reply gets a correcti
 processor maps one row to one request. Unrolling the chain into a fixed stage sequence would need one processor per
 depth and would lose the call cache (a rerun would pay every call again) and the byte-identical records.
 
-Faults: Ray Data restarts a dead labelling actor and retries its batch; a question is journaled by the driver only
-when its result arrives, once (a duplicate from a retried batch is ignored), so nothing is lost or written twice.
+Faults: Ray restarts a dead labelling actor and retries the questions it had in flight (``max_restarts`` and
+``max_task_retries`` unlimited); a question is journaled by the driver only when its result arrives, once (a
+duplicate from a retried task is ignored), so nothing is lost or written twice.
 A rerun of a finished run skips every journaled question, and one whose journal is gone makes zero teacher calls
 whichever worker gets which question: the keeper alone opens the SQLite cache, so the nodes share no filesystem.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +54,11 @@ SHARDS_DIR = "shards"
 
 
 class Labeller:
-    """One Ray actor: a teacher (its cache: the keeper), a labeler and a retriever; labels a batch of questions, one
-    journal entry each.
+    """One Ray actor (async: Ray runs its ``label`` calls at once on the actor's event loop): a teacher (its cache:
+    the keeper), a labeler and a retriever; labels one question a call, one journal entry each.
 
-    The teacher lives as long as the actor (one event loop for every batch): its connection pool, and its count of
-    connection failures in a row, carry over from batch to batch, so an unreachable teacher stops the run.
+    The teacher lives as long as the actor (one event loop for every question): its connection pool, and its count of
+    connection failures in a row, carry over from question to question, so an unreachable teacher stops the run.
     """
 
     def __init__(self, config: dict[str, Any], passages: list[dict[str, str]], cache: Any) -> None:
@@ -66,13 +68,8 @@ class Labeller:
         self.passages = [Passage(p["id"], p["title"], p["text"]) for p in passages]
         self.by_id = {passage.id: passage for passage in self.passages}
         self.cache = SharedCache(cache)
-        self.loop = asyncio.new_event_loop()
         self.assembler: Any = None
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        return self.loop.run_until_complete(
-            self._label(list(batch["query"]), list(batch["seed"]), list(batch["digest"]))
-        )
+        self.hits_reported = 0
 
     def _build(self) -> Any:
         from selfrag.data_gen.assembly import Assembler
@@ -88,41 +85,32 @@ class Labeller:
             teacher, config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
         )
         # The prebuilt index (a directory every worker opens, or one pgvector table) when there is one: no worker
-        # builds its own; a question's own ctxs come first, added batch by batch (see _label).
+        # builds its own; a question's own ctxs come first, added question by question (see label).
         fallback = fallback_retriever(open_retriever(config.retriever), self.passages)
         self.retriever = PrecomputedRetriever({}, fallback)
         return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.seed)
 
-    async def _label(self, queries: list[str], seeds: list[str], digests: list[str]) -> dict[str, list[Any]]:
+    async def label(self, raw: str, seed: str, digest: str) -> dict[str, Any]:
+        """One question: its journal entry, or why it failed (``fatal``: a permanent teacher error that stops the run);
+        ``cache_hits``: this actor's calls answered from the cache since its last answer (summed, they are its all)."""
         from selfrag.data_gen.teachers import TeacherError
 
-        if self.assembler is None:  # built inside the loop: the HTTP client belongs to it
+        if self.assembler is None:  # built inside the actor's event loop: the HTTP client belongs to it
             self.assembler = self._build()
-        assembler, config = self.assembler, self.config
-        teacher = assembler.teacher
-        hits = teacher.cache_hits
-        slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
-
-        parsed = [_query(json.loads(raw)) for raw in queries]
-        self.retriever.by_query.update({query.question: tuple(query.ctxs) for query in parsed if query.ctxs})
-
-        async def one(raw: str, seed: str, digest: str) -> tuple[str, str, str, str]:
-            query = _query(json.loads(raw))
-            async with slots:
-                try:
-                    outcome = await assembler.assemble(query, self.by_id[seed] if seed else None)
-                except TeacherError as error:
-                    if not error.retryable:
-                        return query.id, "", "", error.reason
-                    return query.id, "", f"teacher unavailable: {error.reason}; rerun to retry", ""
-            return query.id, json.dumps({**outcome.to_json(), "input_digest": digest}), "", ""
-
-        results = await asyncio.gather(*(one(*row) for row in zip(queries, seeds, digests, strict=True)))
-        names = ("query_id", "entry", "failed", "fatal")
-        out: dict[str, list[Any]] = {name: [row[i] for row in results] for i, name in enumerate(names)}
-        padding = [0] * (len(results) - 1)
-        out["cache_hits"] = [teacher.cache_hits - hits, *padding]
-        return out
+        query = _query(json.loads(raw))
+        if query.ctxs:
+            self.retriever.by_query[query.question] = tuple(query.ctxs)
+        row = {"query_id": query.id, "entry": "", "failed": "", "fatal": ""}
+        try:
+            outcome = await self.assembler.assemble(query, self.by_id[seed] if seed else None)
+            row["entry"] = json.dumps({**outcome.to_json(), "input_digest": digest})
+        except TeacherError as error:
+            row["fatal" if not error.retryable else "failed"] = (
+                error.reason if not error.retryable else f"teacher unavailable: {error.reason}; rerun to retry"
+            )
+        hits = self.assembler.teacher.cache_hits
+        row["cache_hits"], self.hits_reported = hits - self.hits_reported, hits
+        return row
 
 
 class CacheKeeper:
@@ -247,6 +235,7 @@ def label_with_ray(
     paid = Ledger()
     hits = 0
     keeper = None
+    workers: list[Any] = []
     try:
         rows = [
             {"query": json.dumps(query.to_json()), "seed": seed or "", "digest": digests[query.id]}
@@ -276,32 +265,78 @@ def label_with_ray(
                 stages = label_in_stages(config, staged, passages, keeper, finish, bar)
                 hits = sum(counts.get("from_cache", 0) for counts in stages.values())
                 return failed, Ledger(*ray.get(keeper.ledger.remote())), hits, {"stages": stages}
-            dataset = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // settings.batch_size)))
-            labelled = dataset.map_batches(
-                Labeller,
-                fn_constructor_kwargs={
-                    "config": to_dict(config),
-                    "passages": [passage.to_json() for passage in passages],
-                    "cache": keeper,
-                },
-                batch_size=settings.batch_size,
-                # Ray Data restarts a dead actor and retries its batch (max_restarts / max_task_retries -1 by default)
-                compute=ray.data.ActorPoolStrategy(size=settings.workers),
+            actor = ray.remote(Labeller).options(  # type: ignore[attr-defined]
                 num_cpus=settings.cpus_per_worker,
+                max_concurrency=settings.batch_size,  # questions in flight on one worker
+                max_restarts=-1,  # a dead worker is restarted and its questions in flight are asked again
+                max_task_retries=-1,
             )
-            for row in labelled.iter_rows():
+            shared = ray.put([passage.to_json() for passage in passages])
+            workers = [actor.remote(to_dict(config), shared, keeper) for _ in range(settings.workers)]
+
+            def arrived(row: dict[str, Any]) -> None:
+                nonlocal hits
                 hits += int(row["cache_hits"])
                 finish(row)
                 bar.update(1)
-            # booked by the keeper as each reply came: a killed worker's calls count though its batch never returned
+
+            label_each(
+                rows, len(workers), settings.batch_size,
+                lambda worker, row: workers[worker].label.remote(row["query"], row["seed"], row["digest"]),
+                next_result, arrived,
+            )
+            # booked by the keeper as each reply came: a killed worker's calls count though its question never returned
             paid = Ledger(*ray.get(keeper.ledger.remote()))
     finally:
+        for worker in workers:  # a stopped run (a fatal teacher error) leaves no question running
+            ray.kill(worker)
         if keeper is not None:
             ray.get(keeper.close.remote())
             ray.kill(keeper)
         if started_here:
             ray.shutdown()
     return failed, paid, hits, {}
+
+
+def label_each(
+    rows: Iterable[dict[str, Any]],
+    workers: int,
+    per_worker: int,
+    submit: Callable[[int, dict[str, Any]], Any],
+    next_done: Callable[[list[Any]], tuple[Any, Any]],
+    arrived: Callable[[Any], None],
+) -> None:
+    """Keep ``per_worker`` questions in flight on each of ``workers`` and hand each result to ``arrived`` as it comes.
+
+    ``submit(worker, row)`` starts one question and returns its handle (a Ray ObjectRef); ``next_done(handles)``
+    waits for the first of them to finish and returns it with its result (:func:`next_result`). The worker whose
+    question finished is dealt the next one at once. If ``arrived`` raises (a fatal teacher error, the driver
+    interrupted), the questions still in flight are left to the caller: every result handed over before is kept.
+    """
+    queue = iter(rows)
+    pending: dict[Any, int] = {}
+
+    def deal(worker: int) -> None:
+        row = next(queue, None)
+        if row is not None:
+            pending[submit(worker, row)] = worker
+
+    for worker in range(workers):
+        for _ in range(per_worker):
+            deal(worker)
+    while pending:
+        handle, result = next_done(list(pending))
+        worker = pending.pop(handle)
+        arrived(result)
+        deal(worker)
+
+
+def next_result(handles: list[Any]) -> tuple[Any, Any]:
+    """The first of ``handles`` (Ray ObjectRefs) to finish, and its value."""
+    import ray
+
+    [ready], _ = ray.wait(handles, num_returns=1)
+    return ready, ray.get(ready)
 
 
 def forwarded_environment(api_key_env: str | None) -> dict[str, str]:
