@@ -100,7 +100,7 @@ class Labeller:
         query = _query(json.loads(raw))
         if query.ctxs:
             self.retriever.by_query[query.question] = tuple(query.ctxs)
-        row = {"query_id": query.id, "entry": "", "failed": "", "fatal": ""}
+        row: dict[str, Any] = {"query_id": query.id, "entry": "", "failed": "", "fatal": ""}
         try:
             outcome = await self.assembler.assemble(query, self.by_id[seed] if seed else None)
             row["entry"] = json.dumps({**outcome.to_json(), "input_digest": digest})
