@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import pytest
+from runtime_scripts import FixedRetriever, logprobs
 
 from selfrag import reflection as rf
 from selfrag.errors import ConfigError
@@ -14,31 +14,11 @@ from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.prompting import encode_prompt, encode_text, passage_ids
 from selfrag.reflection import Group, ReflectionIds
-from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
 
 PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
 LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
 NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
-
-
-class FixedRetriever:
-    """Returns the same passages, in order, for every query; counts searches."""
-
-    def __init__(self, passages: Sequence[Passage]) -> None:
-        self.passages = list(passages)
-        self.queries: list[str] = []
-
-    def search(self, query: str, k: int) -> list[Hit]:
-        return self.search_many([query], k)[0]
-
-    def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        self.queries += list(queries)
-        return [[Hit(p, 10.0 - i) for i, p in enumerate(self.passages[:k])] for _ in queries]
-
-
-def logprobs(ids: ReflectionIds, probabilities: Mapping[str, float]) -> dict[int, float]:
-    return {ids.id(token): math.log(p) for token, p in probabilities.items() if p > 0}
 
 
 def _pick(tokens: Sequence[str], probabilities: Sequence[float], forced: str | None) -> str:
