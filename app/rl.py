@@ -117,7 +117,8 @@ def run(config: RLConfig) -> RLResult:
     trainer.train(resume_from_checkpoint=resume)
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, rewards per term ------------------
-    policy.model.save_pretrained(str(output_dir))
+    # the LoRA and the trained reflection rows, not the grown embedding matrix (selfrag.loading grows the base again)
+    policy.model.save_pretrained(str(output_dir), save_embedding_layers=False)
     policy.tokenizer.save_pretrained(str(output_dir))
     meta = policy.meta
     save_meta(output_dir, ModelMeta(policy.token_ids, meta.strategy, meta.prompt_template, meta.base_model, "adapter"))

@@ -57,28 +57,7 @@ class SelfRAGSFTTrainer(SFTTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
-        """A checkpoint of an adapter holds what the final save writes: the LoRA weights and the trained reflection
-        rows (trainable-token deltas). PEFT's ``save_embedding_layers="auto"`` adds the whole grown matrix to each
-        one, as input embedding and as head (tied or not): 226 of SmolLM2-135M's 236 MB, about 2 GB at 8B, never
-        read, since resuming grows the base again and the deltas replace its new rows. So an adapter is saved here
-        with ``save_embedding_layers=False``, then the tokenizer and the arguments, as ``Trainer._save`` does."""
-        from peft import PeftModel
-        from transformers.trainer import TRAINING_ARGS_NAME
-
-        unwrapped = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
-        if not isinstance(unwrapped, PeftModel):
-            return super()._save(output_dir, state_dict)
-        directory = str(output_dir if output_dir is not None else self.args.output_dir)
-        if self.args.should_save:
-            os.makedirs(directory, exist_ok=True)
-        unwrapped.save_pretrained(directory, state_dict=state_dict, is_main_process=self.args.should_save,
-                                  save_embedding_layers=False)
-        if not self.args.should_save:
-            return None
-        if self.processing_class is not None:
-            self.processing_class.save_pretrained(directory)
-        torch.save(self.args, os.path.join(directory, TRAINING_ARGS_NAME))
-        return None
+        save_checkpoint(self, super()._save, output_dir, state_dict)
 
     def _get_train_sampler(self, train_dataset=None):  # type: ignore[no-untyped-def]
         from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -128,3 +107,29 @@ class SelfRAGSFTTrainer(SFTTrainer):
             eps=args.adam_epsilon,
         )
         return self.optimizer
+
+
+def save_checkpoint(trainer: Any, plain_save: Any, output_dir: str | None, state_dict: dict[str, Any] | None) -> None:
+    """A trainer's ``_save`` for an adapter (SFT and GRPO alike): what the final save writes, the LoRA weights and the
+    trained reflection rows (trainable-token deltas). PEFT's ``save_embedding_layers="auto"`` adds the whole grown
+    matrix to each checkpoint, as input embedding and as head (tied or not): 226 of SmolLM2-135M's 236 MB, about 2 GB
+    at 8B, never read, since resuming grows the base again and the deltas replace its new rows. So an adapter is saved
+    with ``save_embedding_layers=False``, then the tokenizer and the arguments, as ``Trainer._save`` does; a model
+    without PEFT goes to ``plain_save`` (the trainer's own ``_save``)."""
+    from peft import PeftModel
+    from transformers.trainer import TRAINING_ARGS_NAME
+
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)
+    if not isinstance(unwrapped, PeftModel):
+        plain_save(output_dir, state_dict)
+        return
+    directory = str(output_dir if output_dir is not None else trainer.args.output_dir)
+    if trainer.args.should_save:
+        os.makedirs(directory, exist_ok=True)
+    unwrapped.save_pretrained(directory, state_dict=state_dict, is_main_process=trainer.args.should_save,
+                              save_embedding_layers=False)
+    if not trainer.args.should_save:
+        return
+    if trainer.processing_class is not None:
+        trainer.processing_class.save_pretrained(directory)
+    torch.save(trainer.args, os.path.join(directory, TRAINING_ARGS_NAME))

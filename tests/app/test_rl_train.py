@@ -198,7 +198,8 @@ def test_an_adapter_from_selfrag_train_goes_on_training_its_lora_and_rows(
     adapter = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
                                                trainable_token_indices={"embed_tokens": list(token_ids.all_ids)}))
     directory = tmp_path / "sft-adapter"
-    adapter.save_pretrained(str(directory))
+    adapter.peft_config["default"].base_model_name_or_path = str(tiny_base_dir)  # as `selfrag train` records it
+    adapter.save_pretrained(str(directory), save_embedding_layers=False)
     tokenizer.save_pretrained(str(directory))
     save_meta(directory, ModelMeta(token_ids, "add", "auto", str(tiny_base_dir), "adapter"))
 
@@ -216,6 +217,29 @@ def test_an_adapter_from_selfrag_train_goes_on_training_its_lora_and_rows(
     after = dict(policy.model.named_parameters())
     assert all(not torch.equal(before[name], after[name]) for name in before if "lora_B" in name)
     assert any(not torch.equal(before[name], after[name]) for name in before if "trainable_tokens" in name)
+
+    # A checkpoint and the final adapter hold the LoRA and the rows, not the grown embedding matrix PEFT's "auto"
+    # adds to an adapter whose base was resized (on SmolLM2-135M 236 MB instead of 10), and they load and answer.
+    from safetensors.torch import load_file
+
+    from selfrag.inference.config import InferenceConfig
+    from selfrag.inference.engines.hf import HFEngine
+    from selfrag.inference.runtime import SelfRAG
+
+    def whole_matrices(folder: Path) -> list[str]:  # a tensor with a row per vocabulary entry, not a LoRA factor
+        tensors = load_file(str(folder / "adapter_model.safetensors"))
+        return [key for key, value in tensors.items() if value.shape[0] >= len(tokenizer) and "lora_" not in key]
+
+    trainer.save_model(str(tmp_path / "checkpoint"))
+    assert whole_matrices(tmp_path / "checkpoint") == []
+    result = run(_config({**rl_files, "model": directory, "out": tmp_path / "rl-out"}, "rollout.mode=always",
+                         "training.max_steps=1", "training.save_steps=1"))
+    assert whole_matrices(result.output_dir) == []
+    assert whole_matrices(result.output_dir / "checkpoints" / "checkpoint-1") == []
+    keys = load_file(str(result.output_dir / "adapter_model.safetensors")).keys()
+    assert any("trainable_tokens" in key for key in keys) and any("lora_" in key for key in keys)
+    answer = SelfRAG(HFEngine(result.output_dir), BM25Retriever(PASSAGES), InferenceConfig(max_tokens=4)).answer("Who?")
+    assert answer.engine_calls >= 1
 
 
 def test_the_model_head_gives_trls_fused_log_probs(rl_files: dict[str, Path]) -> None:
