@@ -88,3 +88,16 @@ class KeyedEngine(ScriptedEngine):
 
 def passage_key(tokenizer, ids: ReflectionIds, passage: Passage) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
     return tuple(passage_ids(tokenizer, ids, passage))
+
+
+def critic_engine(tokenizer, supported: str, answer: str) -> ScriptedEngine:  # type: ignore[no-untyped-def]
+    """A scripted base model for the prompted critic: every passage relevant ("yes"), ``supported`` to the support
+    question ("fully", "no", ...), utility 5, and ``answer`` to everything else."""
+
+    def script(request: GenerationRequest) -> Script:
+        prompt = tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)
+        reply = "5" if "How useful" in prompt else supported if "Is the statement supported" in prompt else \
+            "yes" if "Does the passage contain" in prompt else answer
+        return Script(tuple(encode_text(tokenizer, reply)))
+
+    return ScriptedEngine(tokenizer, None, script)  # type: ignore[arg-type]

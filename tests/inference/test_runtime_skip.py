@@ -156,17 +156,9 @@ def test_a_skipped_round_then_a_repeated_query_gives_up_with_both_reasons(build)
 def test_the_prompted_critic_skips_a_repeated_query_too(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
     """The rounds are shared: the prompted critic's re-retrieval obeys skip.repeated."""
     from runtime_scripts import FixedRetriever as Fixed
+    from runtime_scripts import critic_engine
 
-    from selfrag.inference.engines import Script, ScriptedEngine
-    from selfrag.prompting import encode_text
-
-    def script(request):  # type: ignore[no-untyped-def]
-        prompt = reflection_tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)
-        reply = "5" if "How useful" in prompt else "no" if "Is the statement supported" in prompt else \
-            "yes" if "Does the passage contain" in prompt else "Berlin."
-        return Script(tuple(encode_text(reflection_tokenizer, reply)))
-
-    engine = ScriptedEngine(reflection_tokenizer, None, script)  # type: ignore[arg-type]
+    engine = critic_engine(reflection_tokenizer, "no", "Berlin.")
     retriever = Fixed([PARIS, LYON, NICE])
     answer = PromptedSelfRAG(engine, retriever, InferenceConfig(mode="always", top_k=1, max_rounds=2)).answer(Q)
     assert retriever.queries == [Q, f"{Q} Berlin."] and [s.rule for s in skips(answer)] == ["repeated_query"]

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, FixedRetriever, KeyedEngine, Segments, passage_key
+from runtime_scripts import (
+    FULL,
+    NONE,
+    RELEVANT,
+    UTILITY_5,
+    FixedRetriever,
+    KeyedEngine,
+    Segments,
+    critic_engine,
+    passage_key,
+)
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, SkipConfig
@@ -176,16 +186,7 @@ def test_a_round_far_below_the_relevance_cut_is_a_typed_skip_naming_the_branches
 
 
 def test_the_prompted_critics_entries_are_typed(reflection_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    from selfrag.inference.engines import Script, ScriptedEngine
-    from selfrag.prompting import encode_text
-
-    def script(request):  # type: ignore[no-untyped-def]
-        prompt = reflection_tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)
-        reply = "5" if "How useful" in prompt else "fully" if "Is the statement supported" in prompt else \
-            "yes" if "Does the passage contain" in prompt else "Paris."
-        return Script(tuple(encode_text(reflection_tokenizer, reply)))
-
-    engine = ScriptedEngine(reflection_tokenizer, None, script)  # type: ignore[arg-type]
+    engine = critic_engine(reflection_tokenizer, "fully", "Paris.")
     answer = PromptedSelfRAG(engine, FixedRetriever([PARIS]), InferenceConfig(mode="always", top_k=1)).answer(Q)
     shown = check_typed(answer)
     relevance = next(entry for entry in answer.trace if isinstance(entry, CriticRelevance))
