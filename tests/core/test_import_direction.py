@@ -156,8 +156,15 @@ def test_the_runtime_algorithm_imports_no_model_library() -> None:
 
 
 def _defines(path: Path, name: str) -> bool:
-    return any(isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name
-               for node in ast.parse(path.read_text(encoding="utf-8")).body)
+    """A module-level function, class or (annotated) assignment of ``name`` (a table such as cli's GONE_OPTIONS)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+    return False
 
 
 def _class_has(cls: str, attribute: str) -> bool:
