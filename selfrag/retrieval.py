@@ -8,6 +8,7 @@ matrices memory-mapped, its passages read from a :class:`~selfrag.passages.Passa
 from __future__ import annotations
 
 import logging
+import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,28 @@ class PrecomputedRetriever:
         return [hits or [] for hits in results]
 
 
+
+def import_bm25s() -> Any:
+    """``bm25s``, imported with JAX hidden from it.
+
+    ``bm25s.selection`` imports ``jax.lax`` when JAX is installed and runs a top-k at import: that starts JAX's GPU
+    backend, which preallocates 75% of the card for the life of the process (measured on an H200: 105 GiB held by
+    ``gpu_check``'s data step, under every later training of the run). selfrag ranks with NumPy's top-k
+    (``backend_selection="numpy"``), so the import never needs JAX; a JAX imported before stays untouched.
+    """
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    hidden = "jax" not in sys.modules
+    if hidden:
+        sys.modules["jax"] = None  # type: ignore[assignment]  # import jax raises ImportError: bm25s goes without
+    try:
+        import bm25s
+    finally:
+        if hidden and "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger at import
+    return bm25s
+
 class BM25Retriever:
     """BM25 over titles and texts, with English stop words and stemming (when PyStemmer is installed)."""
 
@@ -75,9 +98,7 @@ class BM25Retriever:
         stemmer_language: str | None = "english",
         index: Any | None = None,
     ) -> None:
-        import bm25s
-
-        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on its logger at import
+        bm25s = import_bm25s()
         if not passages:
             raise ValueError("BM25Retriever needs at least one passage")
         self.passages = as_source(passages)
@@ -101,8 +122,7 @@ class BM25Retriever:
         passages: Sequence[Passage] | PassageSource,
         stemmer_language: str | None = "english",
     ) -> BM25Retriever:
-        import bm25s
-
+        bm25s = import_bm25s()
         index = bm25s.BM25.load(str(directory), mmap=True, show_progress=False)
         return cls(passages, stemmer_language=stemmer_language, index=index)
 
@@ -110,14 +130,14 @@ class BM25Retriever:
         return self.search_many([query], k)[0]
 
     def search_many(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        import bm25s
-
+        bm25s = import_bm25s()
         if not queries:
             return []
         k = min(k, len(self.passages))
         tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=self._stemmer, show_progress=False)
         # A query whose every word is a stop word has no tokens; bm25s then scores all passages 0.
-        indices, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        indices, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1,
+                                               backend_selection="numpy")
         found = self.passages.by_rows([int(i) for row in indices for i in row])
         results, start = [], 0
         for row_scores in scores:
@@ -135,6 +155,7 @@ def tokenize_corpus(passages: PassageSource, stemmer: object | None) -> Any:
     ``bm25s.tokenize`` (a passage of stop words only has no tokens, as there); the ids number the stems in order
     of first appearance (``bm25s.tokenize`` numbers them in a set's order), so the index's scores are the same.
     """
+    import_bm25s()
     from bm25s.tokenization import Tokenized, Tokenizer
 
     tokenizer = Tokenizer(stopwords="en", stemmer=stemmer)  # type: ignore[arg-type]
