@@ -153,6 +153,7 @@ def train_stage(shape: Path, records: Path, data: dict[str, Any], folder: Path, 
     output = folder / f"train-{strategy}"
     shutil.rmtree(output, ignore_errors=True)
     log(f"train {strategy}: {steps} steps of selfrag train on {shape.name} (random init)")
+    others = card_used_gb() if device != "cpu" else None
     seconds = run_training(train_command(shape, records, output, strategy, steps, 10_000, device, extra), folder)
     metrics = json.loads((output / "metrics.json").read_text(encoding="utf-8"))
     config = json.loads((shape / "config.json").read_text(encoding="utf-8"))
@@ -161,20 +162,35 @@ def train_stage(shape: Path, records: Path, data: dict[str, Any], folder: Path, 
     estimate = memory_estimate(config, recipe, strategy, data, device)
     # the estimate counts the CUDA context and fragmentation (its 1.5 GB overhead): the pool's peak plus what the
     # device holds outside it; on a CPU the process's peak RSS during the steps
+    # (less what the card held before the training process started: other processes, this one included)
     measured = peak.get("device_peak_gb") if peak["device"] == "cuda" else peak["rss_gb"]
+    if measured is not None and others:
+        measured = round(measured - others, 3)
     flops = flops_per_token(config, data["mean_length"], data["labelled_share"])
     tokens_per_second = throughput.get("tokens_per_second")
     peak_flops = peak_flops_of(peak.get("name", "")) if peak["device"] == "cuda" else None
     mfu = tokens_per_second * flops / peak_flops if tokens_per_second and peak_flops else None
     return {
         "strategy": strategy, "wall_seconds": round(seconds, 1), "steps": steps, "throughput": throughput,
-        "peak_memory": peak, "estimate_gb": round(estimate.total_gb, 2), "estimate": estimate.formula(),
+        "peak_memory": peak, "card_used_before_gb": others, "estimate_gb": round(estimate.total_gb, 2),
+        "estimate": estimate.formula(),
         "measured_gb": measured,
         "estimate_ratio": round(estimate.total_gb / measured, 3) if measured else None,
         "estimate_within_tolerance": (abs(estimate.total_gb / measured - 1) <= MEMORY_TOLERANCE) if measured else None,
         "model_flops_per_token": flops, "mfu": round(mfu, 4) if mfu is not None else None,
         "losses": [entry["loss"] for entry in metrics["train_losses"]],
     }
+
+
+def card_used_gb() -> float | None:
+    """What the card holds now (``nvidia-smi``'s memory.used, GiB), read before a training process starts: a peak
+    read in that process counts it too (an H200's first run counted 105 GiB that JAX had preallocated here)."""
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+        return round(float(text.split()[0]) / 1024, 3)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def resolved_recipe(output: Path) -> dict[str, Any]:
@@ -376,6 +392,8 @@ def markdown(report: dict[str, Any]) -> str:
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
         peak = row["peak_memory"]
         kind = f"device; allocated {peak['allocated_gb']}" if peak["device"] == "cuda" else "RSS"
+        if row.get("card_used_before_gb"):
+            kind += f"; less {row['card_used_before_gb']} on the card before"
         lines.append(f"| {row['strategy']} | {row['throughput'].get('tokens_per_second')} | {mfu} | "
                      f"{row['measured_gb']} ({kind}) | {row['estimate_gb']} | {row['estimate_ratio']} | "
                      f"{'yes' if row['estimate_within_tolerance'] else 'NO'} |")
