@@ -59,8 +59,10 @@ def trained_keys(model: Path) -> set[str]:
     return set(load_trained_questions(model) or ())
 
 
-def question_sets(split: Path, arms: dict[str, Path], out: Path) -> dict[str, tuple[Path, Path]]:
-    """name -> (questions file, corpus): the quickstart's test split and each slice's never-trained questions."""
+def question_sets(split: Path, arms: dict[str, Path], out: Path,
+                  slices: list[str] | None = None) -> dict[str, tuple[Path, Path]]:
+    """name -> (questions file, corpus): the quickstart's test split and each slice's never-trained questions (its
+    test split's; with ``slices``, every question of those slices, for arms that left them out of training)."""
     from selfrag.artifacts import question_key
     from selfrag.corpus import load_queries
     from selfrag.evaluation.data import query_to_row
@@ -68,9 +70,11 @@ def question_sets(split: Path, arms: dict[str, Path], out: Path) -> dict[str, tu
 
     sets = {"quickstart": (split / "test.jsonl", DEMO_CORPUS)}
     trained = set().union(*(trained_keys(model) for model in arms.values()))
-    for folder in sorted(p for p in SLICES.iterdir() if (p / "queries.jsonl").is_file()):
+    folders = [SLICES / name for name in slices] if slices is not None else \
+        sorted(p for p in SLICES.iterdir() if (p / "queries.jsonl").is_file())
+    for folder in folders:
         never = [q for q in load_queries(folder / "queries.jsonl")
-                 if q.meta.get("split") == "test" and question_key(q.question) not in trained
+                 if (slices is not None or q.meta.get("split") == "test") and question_key(q.question) not in trained
                  and (q.answers or not q.answerable)]  # BEGIN's have no gold answers to hold
         if never:
             path = out / "questions" / f"{folder.name}.jsonl"
@@ -79,8 +83,8 @@ def question_sets(split: Path, arms: dict[str, Path], out: Path) -> dict[str, tu
     return sets
 
 
-def run(split: Path, arms: dict[str, Path], out: Path) -> None:
-    sets = question_sets(split, arms, out)
+def run(split: Path, arms: dict[str, Path], out: Path, slices: list[str] | None = None) -> None:
+    sets = question_sets(split, arms, out, slices)
     for arm, model in arms.items():
         if (out / "calibration" / arm / "calibration.json").is_file():
             continue  # calibrated by an earlier run of this study (the arm's selfrag.json holds the values)
@@ -150,13 +154,16 @@ def main() -> None:
     parser.add_argument("--split", type=Path, help="the quickstart's splits folder (dev.jsonl, test.jsonl)")
     parser.add_argument("--arm", action="append", default=[], help="NAME=MODEL_DIR, in the table's order")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--slices", help="judge every never-trained question of these slices (comma-separated; arms "
+                        "that left them out of training), not only the slices' test splits")
     parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
     args = parser.parse_args()
     if not args.table:
         if args.split is None or not args.arm:
             parser.error("--split and at least one --arm are needed (or --table)")
         arms = dict(arm.split("=", 1) for arm in args.arm)
-        run(args.split, {name: Path(model) for name, model in arms.items()}, args.out)
+        slices = args.slices.split(",") if args.slices else None
+        run(args.split, {name: Path(model) for name, model in arms.items()}, args.out, slices)
     text = table(args.out)
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
