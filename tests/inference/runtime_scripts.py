@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from selfrag import reflection as rf
+from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import GenerationRequest, Script, ScriptedEngine
-from selfrag.prompting import encode_text, passage_ids
+from selfrag.inference.runtime import SelfRAG
+from selfrag.prompting import encode_prompt, encode_text, passage_ids
 from selfrag.reflection import ReflectionIds
 from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
@@ -88,6 +91,36 @@ class KeyedEngine(ScriptedEngine):
 
 def passage_key(tokenizer, ids: ReflectionIds, passage: Passage) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
     return tuple(passage_ids(tokenizer, ids, passage))
+
+
+def prompt_key(tokenizer, ids: ReflectionIds, question: str, key: Any) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    """The ids that end a prompt for a :func:`keyed_runtime` table key (see there)."""
+    if key == "prompt":
+        return tuple(encode_prompt(tokenizer, question))
+    if key == "no_retrieval":  # the prompt + [No Retrieval] (on_all_irrelevant=no_retrieval)
+        return tuple(encode_prompt(tokenizer, question)) + (ids.id(rf.NO_RETRIEVAL),)
+    if isinstance(key, Passage):
+        return passage_key(tokenizer, ids, key)
+    passage, text, token = key  # a continuation after ``passage`` without new evidence
+    generated = Segments(tokenizer, ids).script(*text).token_ids[:-1]
+    return passage_key(tokenizer, ids, passage) + generated + (ids.id(token),)
+
+
+def keyed_runtime(tokenizer, ids: ReflectionIds, question: str,  # type: ignore[no-untyped-def]
+                  table: Mapping[Any, Sequence[Any]] | Iterable[tuple[Any, Sequence[Any]]],
+                  passages: Sequence[Passage], **config: Any) -> tuple[SelfRAG, KeyedEngine, FixedRetriever]:
+    """A runtime over a :class:`KeyedEngine` and a :class:`FixedRetriever` of ``passages``, with ``config``.
+
+    ``table`` (a mapping, or pairs) gives the steps (:meth:`Segments.script`) scripted after what ends a prompt:
+    ``"prompt"`` (the question's prompt), ``"no_retrieval"`` (that prompt + [No Retrieval]), a passage (its evidence
+    block), or ``(passage, the steps generated after it, the decision token)``: a continuation without new evidence.
+    """
+    segments = Segments(tokenizer, ids)
+    pairs = table.items() if isinstance(table, Mapping) else table
+    keyed = {prompt_key(tokenizer, ids, question, key): segments.script(*steps) for key, steps in pairs}
+    engine = KeyedEngine(tokenizer, ids, keyed)
+    retriever = FixedRetriever(list(passages))
+    return SelfRAG(engine, retriever, InferenceConfig(**config)), engine, retriever
 
 
 def critic_engine(tokenizer, supported: str, answer: str) -> ScriptedEngine:  # type: ignore[no-untyped-def]

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, FixedRetriever, KeyedEngine, Segments, passage_key
+from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, keyed_runtime, passage_key
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
 from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
-from selfrag.inference.runtime import SelfRAG
 from selfrag.inference.trace import Retrieve, SegmentSupport
-from selfrag.prompting import encode_prompt
 from selfrag.trajectory import Passage
 
 PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
@@ -24,26 +22,9 @@ OFF = PruningConfig(enabled=False)
 
 @pytest.fixture
 def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
-    segments = Segments(reflection_tokenizer, token_ids)
-
-    def make(table: dict, passages=(PARIS, LYON, NICE), **config):  # type: ignore[no-untyped-def]
-        keyed = {}
-        for key, steps in (table.items() if isinstance(table, dict) else table):
-            if key == "prompt":
-                ids = tuple(encode_prompt(reflection_tokenizer, QUESTION))
-            elif key == "no_retrieval":  # the prompt + [No Retrieval] (on_all_irrelevant=no_retrieval)
-                ids = tuple(encode_prompt(reflection_tokenizer, QUESTION)) + (token_ids.id(rf.NO_RETRIEVAL),)
-            elif isinstance(key, Passage):
-                ids = passage_key(reflection_tokenizer, token_ids, key)
-            else:  # (passage, text generated after it, the decision token): a continuation without new evidence
-                passage, text, token = key
-                ids = passage_key(reflection_tokenizer, token_ids, passage) + segments.script(*text).token_ids[:-1]
-                ids += (token_ids.id(token),)
-            keyed[ids] = segments.script(*steps)
-        engine = KeyedEngine(reflection_tokenizer, token_ids, keyed)
-        retriever = FixedRetriever(list(passages))
+    def make(table, passages=(PARIS, LYON, NICE), **config):  # type: ignore[no-untyped-def]
         config.setdefault("form", "long")
-        return SelfRAG(engine, retriever, InferenceConfig(**config)), engine, retriever
+        return keyed_runtime(reflection_tokenizer, token_ids, QUESTION, table, passages, **config)
 
     return make
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
+from runtime_scripts import Segments, keyed_runtime
 
 from selfrag import reflection as rf
 from selfrag.inference import finish, policy
 from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.events import FinalEvent, SegmentEvent
-from selfrag.inference.runtime import SelfRAG
-from selfrag.prompting import encode_prompt
 from selfrag.trajectory import Passage
 
 PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
@@ -42,18 +40,9 @@ def seg(text: str, relevance=REL, support=FULL, token=None, utility=U5):  # type
 
 @pytest.fixture
 def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
-    segments = Segments(reflection_tokenizer, token_ids)
-
     def make(table: dict, passages=(PARIS, LYON, NICE), **config):  # type: ignore[no-untyped-def]
-        keyed = {}
-        for key, steps in table.items():
-            ids = tuple(encode_prompt(reflection_tokenizer, Q)) if key == "prompt" else \
-                passage_key(reflection_tokenizer, token_ids, key)
-            keyed[ids] = segments.script(*steps)
-        engine = KeyedEngine(reflection_tokenizer, token_ids, keyed)
-        retriever = FixedRetriever(list(passages))
         config.setdefault("mode", "always")
-        return SelfRAG(engine, retriever, InferenceConfig(**config)), engine, retriever
+        return keyed_runtime(reflection_tokenizer, token_ids, Q, table, passages, **config)
 
     return make
 

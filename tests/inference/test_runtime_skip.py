@@ -4,14 +4,13 @@ and what it saves is engine calls; both sides of each rule, and the settings tha
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import FixedRetriever, KeyedEngine, Segments, passage_key
+from runtime_scripts import keyed_runtime
 
 from selfrag import reflection as rf
 from selfrag.config import load_config
 from selfrag.errors import ConfigError
 from selfrag.inference.config import InferenceConfig, SkipConfig
 from selfrag.inference.prompted import PromptedSelfRAG
-from selfrag.inference.runtime import SelfRAG
 from selfrag.inference.trace import Retrieve, Skip
 from selfrag.trajectory import Passage
 
@@ -32,15 +31,10 @@ def branch(text: str, relevance=REL, support=NONE):  # type: ignore[no-untyped-d
 
 @pytest.fixture
 def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
-    segments = Segments(reflection_tokenizer, token_ids)
-
     def make(table: dict, passages, **config):  # type: ignore[no-untyped-def]
-        keyed = {passage_key(reflection_tokenizer, token_ids, p): segments.script(*steps) for p, steps in table.items()}
-        engine = KeyedEngine(reflection_tokenizer, token_ids, keyed)
-        retriever = FixedRetriever(list(passages))
         config.setdefault("mode", "always")
         config.setdefault("top_k", 1)
-        return SelfRAG(engine, retriever, InferenceConfig(**config)), engine, retriever
+        return keyed_runtime(reflection_tokenizer, token_ids, Q, table, passages, **config)
 
     return make
 

@@ -16,16 +16,13 @@ from runtime_scripts import (
     RELEVANT,
     UTILITY_5,
     FixedRetriever,
-    KeyedEngine,
-    Segments,
     critic_engine,
-    passage_key,
+    keyed_runtime,
 )
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, SkipConfig
 from selfrag.inference.prompted import PromptedSelfRAG
-from selfrag.inference.runtime import SelfRAG
 from selfrag.inference.scoring import CandidateScore
 from selfrag.inference.server.schemas import SelfragExtension, trace_entry_schema
 from selfrag.inference.trace import (
@@ -117,18 +114,14 @@ def check_typed(answer) -> list[dict]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def build(reflection_tokenizer, token_ids):  # type: ignore[no-untyped-def]
-    segments = Segments(reflection_tokenizer, token_ids)
-
     def branch(text: str, support=NONE):  # type: ignore[no-untyped-def]
-        return segments.script((rf.RELEVANT, RELEVANT), text, (max(support, key=support.get), support),
-                               ("[Utility:5]", UTILITY_5))
+        return [(rf.RELEVANT, RELEVANT), text, (max(support, key=support.get), support), ("[Utility:5]", UTILITY_5)]
 
     def make(table: dict, passages, **config):  # type: ignore[no-untyped-def]
-        keyed = {passage_key(reflection_tokenizer, token_ids, p): branch(*steps) for p, steps in table.items()}
-        engine = KeyedEngine(reflection_tokenizer, token_ids, keyed)
         config.setdefault("mode", "always")
         config.setdefault("top_k", 1)
-        return SelfRAG(engine, FixedRetriever(list(passages)), InferenceConfig(**config))
+        keyed = {passage: branch(*steps) for passage, steps in table.items()}
+        return keyed_runtime(reflection_tokenizer, token_ids, Q, keyed, passages, **config)[0]
 
     return make
 
