@@ -21,6 +21,10 @@ RELEVANT = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
 FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
 NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
 UTILITY_5 = {"[Utility:5]": 0.9, "[Utility:1]": 0.1}
+#: The passages the runtime tests retrieve.
+PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
+LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
+NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 
 
 class FixedRetriever:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import FULL, NONE, RELEVANT, UTILITY_5, keyed_runtime, passage_key
+from runtime_scripts import FULL, LYON, NICE, NONE, PARIS, RELEVANT, UTILITY_5, keyed_runtime, passage_key
 
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
 from selfrag.inference.events import CitationEvent, FinalEvent, SegmentEvent, TraceEvent
 from selfrag.inference.trace import Retrieve, SegmentSupport
-from selfrag.trajectory import Passage
 
-PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
-LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
-NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 QUESTION = "Tell me about French cities."
 DECIDE = {rf.RETRIEVAL: 0.9, rf.NO_RETRIEVAL: 0.1}
 AGAIN = {rf.RETRIEVAL: 0.8, rf.NO_RETRIEVAL: 0.2}

@@ -5,29 +5,22 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runtime_scripts import Segments, keyed_runtime
+from runtime_scripts import FULL, LYON, NICE, NONE, PARIS, RELEVANT, UTILITY_5, Segments, keyed_runtime
 
 from selfrag import reflection as rf
 from selfrag.inference import finish, policy
 from selfrag.inference.config import InferenceConfig, PruningConfig
 from selfrag.inference.events import FinalEvent, SegmentEvent
-from selfrag.trajectory import Passage
 
-PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
-LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
-NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 Q = "What is the capital of France?"
-REL = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
 IRR = {rf.RELEVANT: 0.1, rf.IRRELEVANT: 0.9}
-FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
 PART = {rf.FULLY_SUPPORTED: 0.2, rf.PARTIALLY_SUPPORTED: 0.7, rf.NO_SUPPORT: 0.1}
-NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
-U5 = ("[Utility:5]", {"[Utility:5]": 0.9, "[Utility:1]": 0.1})
+U5 = ("[Utility:5]", UTILITY_5)
 U1 = ("[Utility:1]", {"[Utility:1]": 1.0})
 OFF = PruningConfig(enabled=False)
 
 
-def seg(text: str, relevance=REL, support=FULL, token=None, utility=U5):  # type: ignore[no-untyped-def]
+def seg(text: str, relevance=RELEVANT, support=FULL, token=None, utility=U5):  # type: ignore[no-untyped-def]
     """``[Relevant|Irrelevant] text [support] [Utility:k]`` (argmax tokens unless ``token`` is given)."""
     rel = max(relevance, key=relevance.get)
     steps: list = [(rel, relevance), text]
@@ -82,8 +75,8 @@ def test_no_retrieval_answer_cut_by_a_mid_answer_retrieval_is_flagged(build) -> 
 @pytest.mark.parametrize("invented", [[(rf.RETRIEVAL, {}), (rf.PARAGRAPH_OPEN, {}), "Fake fact."],
                                       [(rf.PARAGRAPH_OPEN, {}), "Fake fact."]])
 def test_continuation_that_invents_evidence_stops_before_it(build, token_ids, invented) -> None:  # type: ignore[no-untyped-def]
-    steps = [(rf.RELEVANT, REL), "Paris.", (rf.FULLY_SUPPORTED, FULL), *invented, (rf.PARAGRAPH_CLOSE, {}),
-             (rf.RELEVANT, REL), "Invented.", (rf.FULLY_SUPPORTED, FULL), U5]
+    steps = [(rf.RELEVANT, RELEVANT), "Paris.", (rf.FULLY_SUPPORTED, FULL), *invented, (rf.PARAGRAPH_CLOSE, {}),
+             (rf.RELEVANT, RELEVANT), "Invented.", (rf.FULLY_SUPPORTED, FULL), U5]
     rag, engine, _ = build({PARIS: steps}, passages=[PARIS], max_rounds=0, pruning=OFF)
     answer = rag.answer(Q)
     assert answer.answer == "Paris." and "Fake" not in answer.candidates[0].trajectory
@@ -202,7 +195,7 @@ def test_all_irrelevant_with_flag_never_abstains_behind_a_flag_step(build) -> No
 
 def test_flag_ships_the_best_candidate_that_has_text(build) -> None:  # type: ignore[no-untyped-def]
     """A pruned branch (no text) may outrank the one with text; flag ships the best one it can ship."""
-    table = {PARIS: seg("Berlin.", relevance=IRR, support=NONE), LYON: seg("Nice.", relevance=REL, support=NONE)}
+    table = {PARIS: seg("Berlin.", relevance=IRR, support=NONE), LYON: seg("Nice.", relevance=RELEVANT, support=NONE)}
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
     answer = rag.answer(Q)
     assert answer.to_json()["trace"][-1]["chosen"] == "flag" and answer.answer == "Nice." and answer.low_confidence
@@ -303,7 +296,7 @@ def test_short_form_stream_never_sends_the_rejected_round(build) -> None:  # typ
 
 
 VERDICTS = st.fixed_dictionaries({
-    "relevance": st.sampled_from([REL, IRR]),
+    "relevance": st.sampled_from([RELEVANT, IRR]),
     "support": st.sampled_from([FULL, PART, NONE, None]),
     "utility": st.sampled_from([U5, U1, None]),
 })

@@ -4,7 +4,7 @@ and what it saves is engine calls; both sides of each rule, and the settings tha
 from __future__ import annotations
 
 import pytest
-from runtime_scripts import keyed_runtime
+from runtime_scripts import FULL, LYON, NICE, NONE, PARIS, RELEVANT, UTILITY_5, keyed_runtime
 
 from selfrag import reflection as rf
 from selfrag.config import load_config
@@ -14,18 +14,12 @@ from selfrag.inference.prompted import PromptedSelfRAG
 from selfrag.inference.trace import Retrieve, Skip
 from selfrag.trajectory import Passage
 
-PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
 PARIS_COPY = Passage("p-paris-copy", "Paris", "Paris  is the capital of France.")  # the same text under another id
-LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
-NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 Q = "What is the capital of France?"
-REL = {rf.RELEVANT: 0.9, rf.IRRELEVANT: 0.1}
-FULL = {rf.FULLY_SUPPORTED: 0.9, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.05}
-NONE = {rf.FULLY_SUPPORTED: 0.05, rf.PARTIALLY_SUPPORTED: 0.05, rf.NO_SUPPORT: 0.9}
-U5 = ("[Utility:5]", {"[Utility:5]": 0.9, "[Utility:1]": 0.1})
+U5 = ("[Utility:5]", UTILITY_5)
 
 
-def branch(text: str, relevance=REL, support=NONE):  # type: ignore[no-untyped-def]
+def branch(text: str, relevance=RELEVANT, support=NONE):  # type: ignore[no-untyped-def]
     return [(max(relevance, key=relevance.get), relevance), text, (max(support, key=support.get), support), U5]
 
 

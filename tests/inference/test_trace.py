@@ -12,7 +12,10 @@ import jsonschema
 import pytest
 from runtime_scripts import (
     FULL,
+    LYON,
+    NICE,
     NONE,
+    PARIS,
     RELEVANT,
     UTILITY_5,
     FixedRetriever,
@@ -39,11 +42,7 @@ from selfrag.inference.trace import (
     Skip,
     Support,
 )
-from selfrag.trajectory import Passage
 
-PARIS = Passage("p-paris", "Paris", "Paris is the capital of France.")
-LYON = Passage("p-lyon", "Lyon", "Lyon is a city in France.")
-NICE = Passage("p-nice", "Nice", "Nice lies on the coast.")
 Q = "What is the capital of France?"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
 
