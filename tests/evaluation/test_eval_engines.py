@@ -115,11 +115,30 @@ def test_calibrate_runs_on_engine_openai_and_measures_what_engine_hf_does(
                                       if theirs[k] is not None}}
 
 
-def test_eval_refuses_base_model_modes_on_a_server_engine_before_anything_loads(data: Path, tmp_path: Path) -> None:
+def test_eval_refuses_base_model_modes_an_engine_cannot_load_before_anything_loads(data: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out", "engine": "openai"})
     [problem] = caught.value.problems
-    assert "engine=openai" in problem and "no_retrieval, plain_rag" in problem and "modes=[single_pass]" in problem
+    assert "engine=openai cannot run no_retrieval, plain_rag" in problem and "drop them from modes" in problem
+    assert "engine=hf or vllm only" in problem
+    # vllm loads a base model for the one-decode baselines (VLLMEngine.plain), not for the prompted critic
+    both = {"data": data, "model": "m", "output_dir": tmp_path / "out", "engine": "vllm",
+            "modes": ["no_retrieval", "plain_rag", "single_pass"]}
+    with pytest.raises(ConfigError) as caught:  # two vLLM engines at 0.9 of one GPU each: refused with the fix
+        from_dict(EvalConfig, both)
+    [problem] = caught.value.problems
+    assert problem.startswith("engine=vllm loads two vLLM engines here (the base model for no_retrieval, plain_rag, "
+                              "and the trained model)")
+    assert problem.endswith("now 0.9; set engine_options.gpu_memory_utilization=0.45, or run single_pass and the "
+                            "baselines in two evals")
+    accepted = from_dict(EvalConfig, {**both, "engine_options": {"gpu_memory_utilization": 0.45}})
+    assert accepted.engine == "vllm"
+    assert from_dict(EvalConfig, {**both, "modes": ["plain_rag"]}).modes == ["plain_rag"]
+    with pytest.raises(ConfigError) as caught:
+        from_dict(EvalConfig, {**both, "modes": ["plain_rag", "prompted", "single_pass"],
+                               "engine_options": {"gpu_memory_utilization": 0.45}})
+    [problem] = caught.value.problems
+    assert problem.startswith("engine=vllm cannot run prompted (") and "engine=hf only" in problem
     with pytest.raises(ConfigError, match="at the top level"):
         from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out", "modes": ["single_pass"],
                                "inference": {"engine": "vllm"}})
