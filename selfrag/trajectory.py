@@ -395,8 +395,7 @@ class _Parser:
         current = self._open()
         if current["support"] is not None:
             self._close()
-            current = self._open()
-            self.problems.append(f"segment {len(self.segments) + 1} has no retrieve token")
+            current = self._open()  # a segment with no retrieve token: _close reports it once
         current["text"] = (current["text"] or "") + content
 
     def _paragraph(self, index: int) -> int:

@@ -86,6 +86,12 @@ def test_malformed_outputs_are_reported(text: str, problem: str) -> None:
         require_well_formed(text)
 
 
+def test_a_segment_without_a_retrieve_token_is_reported_once() -> None:
+    trajectory = parse_trajectory("[No Retrieval]The capital is[Fully supported]Madrid.[Utility:4]")
+    assert trajectory.problems == ("segment 1 has a support token without evidence",
+                                   "segment 2 has no retrieve token")
+
+
 def test_answer_strips_tokens_and_passages() -> None:
     text = "[Retrieval]<paragraph>T\nbody</paragraph>[Relevant]Denver Broncos[Fully supported][Utility:5]"
     assert parse_trajectory(text).answer == "Denver Broncos"
