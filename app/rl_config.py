@@ -14,7 +14,7 @@ import importlib
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import check_options, help_field
+from selfrag.config import at_least_one, check_options, help_field
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 from selfrag.training.config import LoraOptions
 
@@ -49,10 +49,7 @@ class RolloutConfig:
     temperature: float = help_field("sampling temperature of the rollouts (> 0: GRPO compares sampled answers)", 1.0)
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in ("top_k", "depth", "max_segments", "segment_tokens"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        problems = at_least_one(self, ("top_k", "depth", "max_segments", "segment_tokens"))
         if not self.temperature > 0:
             problems.append(f"temperature must be > 0, got {self.temperature}; GRPO needs sampled rollouts, e.g. 1.0")
         return problems
@@ -107,10 +104,7 @@ class RLTrainingOptions:
     save_steps: int = help_field("Write a resumable checkpoint every this many steps.", 10)
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in ("max_steps", "questions_per_step", "logging_steps", "save_steps"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        problems = at_least_one(self, ("max_steps", "questions_per_step", "logging_steps", "save_steps"))
         if self.generations < 2:
             problems.append(f"generations must be at least 2, got {self.generations}; GRPO compares a group's rollouts")
         if self.beta < 0:

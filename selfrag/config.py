@@ -41,6 +41,12 @@ def help_field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[str]:
+    """A problem for each integer field of ``config`` in ``names`` below 1 (``prefix``: its path in the config)."""
+    return [f"{prefix}{name} must be at least 1, got {getattr(config, name)}" for name in names
+            if getattr(config, name) < 1]
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

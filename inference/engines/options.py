@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import ModuleType
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import from_dict, nested_problems
+from selfrag.config import at_least_one, from_dict, nested_problems
 from selfrag.errors import ConfigError
 
 #: how to install vLLM, said wherever a command needs it and it is missing (one place for the message)
@@ -105,12 +105,8 @@ class EngineOptions:
 
     def validate(self, prefix: str = "") -> list[str]:
         """Problems, each naming the field (after ``prefix``), the value and the fix."""
-        problems = []
-        if self.batch_size < 1:
-            problems.append(f"{prefix}batch_size must be at least 1, got {self.batch_size}")
-        for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_loras", "max_lora_rank", "concurrency"):
-            if getattr(self, name) < 1:
-                problems.append(f"{prefix}{name} must be at least 1, got {getattr(self, name)}")
+        problems = at_least_one(self, ("batch_size", "tensor_parallel_size", "pipeline_parallel_size", "max_loras",
+                                       "max_lora_rank", "concurrency"), prefix)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             problems.append(
                 f"{prefix}gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}; e.g. 0.9"

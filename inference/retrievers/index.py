@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from selfrag.config import help_field
+from selfrag.config import at_least_one, help_field
 from selfrag.corpus_stream import scan_corpus
 from selfrag.errors import ConfigError, InputError
 from selfrag.passages import PassageSource, PassageStore
@@ -109,10 +109,7 @@ class IndexConfig:
     chunk_overlap: int = help_field("corpus folder: words shared by consecutive passages of a file", 40)
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in ("batch_size", "shard_size", "train_size"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        problems = at_least_one(self, ("batch_size", "shard_size", "train_size"))
         for name in ("nprobe", "ef_search", "nlist", "pq_bytes", "rerank"):
             value = getattr(self, name)
             least = 0 if name == "rerank" else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from selfrag.config import help_field
+from selfrag.config import at_least_one, help_field
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
@@ -86,10 +86,8 @@ class ServeConfig:
                             "postgresql://...?table=NAME or retriever.corpus=FILE (BM25 built at start-up)")
         if not 0 < self.port < 65536:
             problems.append(f"port must be in 1..65535, got {self.port}")
-        for name in ("max_queue", "max_batch", "max_request_bytes", "max_messages", "max_question_chars",
-                     "max_tokens_limit", "max_top_k"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        problems += at_least_one(self, ("max_queue", "max_batch", "max_request_bytes", "max_messages",
+                                        "max_question_chars", "max_tokens_limit", "max_top_k"))
         for name in ("timeout_s", "graceful_shutdown_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be positive seconds, got {getattr(self, name)}")

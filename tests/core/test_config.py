@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import pytest
 
-from selfrag.config import describe, help_field, load_config, to_dict, write_resolved
+from selfrag.config import at_least_one, describe, help_field, load_config, to_dict, write_resolved
 from selfrag.errors import ConfigError
 
 
@@ -59,6 +59,20 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
 def test_validate_messages_carry_the_prefix() -> None:
     with pytest.raises(ConfigError, match="optim.learning_rate must be > 0, got -1.0; try 1e-3"):
         load_config(Example, None, ["output_dir=x", "optim.learning_rate=-1"])
+
+
+def test_at_least_one_names_each_count_below_one_where_the_configs_use_it() -> None:
+    from selfrag.app.rl_config import RLTrainingOptions, RolloutConfig
+    from selfrag.inference.engines.options import EngineOptions
+    from selfrag.inference.retrievers.index import IndexConfig
+
+    assert at_least_one(RolloutConfig(depth=0, top_k=-2), ("top_k", "depth", "max_segments"), "rollout.") == [
+        "rollout.top_k must be at least 1, got -2", "rollout.depth must be at least 1, got 0"]
+    assert RolloutConfig(max_segments=0).validate() == ["max_segments must be at least 1, got 0"]
+    assert RLTrainingOptions(save_steps=0).validate() == ["save_steps must be at least 1, got 0"]
+    assert EngineOptions(batch_size=0, concurrency=0).validate("engine_options.") == [
+        "engine_options.batch_size must be at least 1, got 0", "engine_options.concurrency must be at least 1, got 0"]
+    assert IndexConfig(Path("c.jsonl"), "index", shard_size=0).validate() == ["shard_size must be at least 1, got 0"]
 
 
 def test_missing_file_and_bad_override(tmp_path: Path) -> None:

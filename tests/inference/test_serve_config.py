@@ -29,6 +29,7 @@ def test_engine_and_engine_options_are_checked_like_ask() -> None:
     assert "engine_options.batch_size must be at least 1" in problems("retriever.corpus=c.jsonl",
                                                                       "engine_options.batch_size=0")
     assert "did you mean" in problems("retriever.corpus=c.jsonl", "engine_options.batch_sise=4")
+    assert "max_queue must be at least 1, got 0" in problems("retriever.corpus=c.jsonl", "max_queue=0")
     config = load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "engine=openai",
                                              "engine_options.base_url=http://127.0.0.1:9/v1"])
     assert config.engine == "openai" and config.engine_options.base_url == "http://127.0.0.1:9/v1"
