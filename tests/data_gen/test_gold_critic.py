@@ -21,6 +21,15 @@ def summary(rows: list[dict[str, Any]]) -> list[tuple[str, str | None, str | Non
     return [(r["task"], r["passage"] and r["passage"]["id"], r["output"], r["target"]) for r in rows]
 
 
+def gold_label(value: str) -> Label:
+    return Label(value, "gold")
+
+
+def supported_segment(text: str, passage: Passage) -> Segment:
+    """``text`` after a gold [Retrieval] of ``passage``, judged [Relevant] and [Fully supported]."""
+    return Segment(text, gold_label(rf.RETRIEVAL), passage, gold_label(rf.RELEVANT), gold_label(rf.FULLY_SUPPORTED))
+
+
 def test_unanswerable_own_paragraph_is_irrelevant_and_nothing_is_supported() -> None:
     (found,) = evidence([UNANSWERABLE], NegativeMix(retrieved=1)).values()
     records = GoldLabeler(BY_ID).label(UNANSWERABLE, found)
@@ -73,22 +82,8 @@ def test_rows_have_the_teacher_paths_schema() -> None:
     teacher = critic_row(
         Outcome("q", "hand"), LabelItem("support", "Q?", passage, "Paris", ""), Label(rf.FULLY_SUPPORTED, "llm")
     )
-    record = Record(
-        "q/gold",
-        "Q?",
-        (
-            Segment(
-                "Paris",
-                Label(rf.RETRIEVAL, "gold"),
-                passage,
-                Label(rf.RELEVANT, "gold"),
-                Label(rf.FULLY_SUPPORTED, "gold"),
-            ),
-        ),
-        Label("[Utility:5]", "gold"),
-        "hand",
-        {"query_id": "q"},
-    )
+    record = Record("q/gold", "Q?", (supported_segment("Paris", passage),), gold_label("[Utility:5]"), "hand",
+                    {"query_id": "q"})
     gold = next(row for row in critic_rows([record]) if row["task"] == "support")
     assert list(gold) == list(teacher)
     assert {k: v for k, v in gold.items() if k not in ("id", "labeler")} == {
@@ -102,18 +97,10 @@ def test_later_segments_are_sentence_decisions_against_the_evidence_so_far() -> 
         "q/x",
         "Tell me about Paris.",
         (
-            Segment(
-                "Paris is the capital.",
-                Label(rf.RETRIEVAL, "gold"),
-                passage,
-                Label(rf.RELEVANT, "gold"),
-                Label(rf.FULLY_SUPPORTED, "gold"),
-            ),
-            Segment(
-                " It lies on the Seine.", Label(rf.CONTINUE_EVIDENCE, "gold"), support=Label(rf.FULLY_SUPPORTED, "gold")
-            ),
+            supported_segment("Paris is the capital.", passage),
+            Segment(" It lies on the Seine.", gold_label(rf.CONTINUE_EVIDENCE), support=gold_label(rf.FULLY_SUPPORTED)),
         ),
-        Label("[Utility:5]", "gold"),
+        gold_label("[Utility:5]"),
         meta={"query_id": "q"},
     )
     rows = critic_rows([record])
