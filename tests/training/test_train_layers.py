@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 import torch
-from training_records import initial_weights
+from training_records import train_and_compare
 
 from selfrag.config import load_config
 from selfrag.errors import ConfigError
 from selfrag.loading import load_model
 from selfrag.training.config import TrainConfig
 from selfrag.training.model import prepare_model
-from selfrag.training.run import run
 from selfrag.training.trainer import input_side_detached
 
 
@@ -30,10 +29,7 @@ def test_only_the_top_block_is_adapted_and_the_rows_still_learn(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path
 ) -> None:
     config = make_config(tiny_base_dir, records_path, tmp_path / "top1")
-    initial = initial_weights(config)
-    result = run(config)
-    assert result.losses[-1]["loss"] < result.losses[0]["loss"]
-    final = result.model.state_dict()
+    result, initial, final = train_and_compare(config)
     lora = [name for name in final if "lora_" in name]
     rows = [name for name in final if "trainable_tokens_delta" in name]
     assert lora and rows

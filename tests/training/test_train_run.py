@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from training_records import initial_weights, training_records
+from training_records import initial_weights, train_and_compare, training_records
 
 from selfrag.artifacts import META_FILE, load_meta, load_trained_questions, question_key, write_calibration
 from selfrag.config import load_config
@@ -363,10 +363,7 @@ def test_full_fine_tuning_trains_every_weight_and_writes_a_whole_model(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path
 ) -> None:
     config = make_full_config(tiny_base_dir, records_path, tmp_path / "full")
-    initial = initial_weights(config)
-    result = run(config)
-    assert result.losses[-1]["loss"] < result.losses[0]["loss"]
-    final = result.model.state_dict()
+    result, initial, final = train_and_compare(config)
     assert set(final) == set(initial) and not any("lora_" in name for name in final)  # the plain model, no PEFT
     for name, value in final.items():
         assert not torch.equal(value, initial[name]), f"{name} did not train"

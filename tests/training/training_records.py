@@ -60,3 +60,14 @@ def initial_weights(config: Any) -> dict[str, Any]:
     from selfrag.training.model import prepare_model
 
     return {name: value.detach().clone() for name, value in prepare_model(config).model.state_dict().items()}
+
+
+def train_and_compare(config: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """``config``'s run, the weights it started from and those it ended with; fails unless the loss went down."""
+    from selfrag.training.run import run
+
+    initial = initial_weights(config)
+    result = run(config)
+    losses = [entry["loss"] for entry in result.losses]
+    assert losses[-1] < losses[0], f"the loss did not go down: {losses}"
+    return result, initial, result.model.state_dict()
