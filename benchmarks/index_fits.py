@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from retrieval_scale import rss
+from retrieval_scale import WIKIPEDIA, fit_at_wikipedia, measured_in_child, rss
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 10
 RECALL_QUERIES = 1000
 TIMED_QUERIES = 200
-WIKIPEDIA = 21_000_000
 SWEEP = [(32, 0), (32, 200), (32, 300), (16, 450), (32, 450), (64, 450), (32, 800)]
 
 
@@ -201,10 +200,8 @@ def run_queries(retriever: Any, queries: np.ndarray, timed: int = TIMED_QUERIES)
 
 
 def measured(folder: Path, queries: Path, settings: list[tuple[int, int]], encoder_cost: bool) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--measure", str(folder), str(queries), json.dumps(list(settings)),
-               "1" if encoder_cost else "0"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return measured_in_child(__file__, str(folder), str(queries), json.dumps(list(settings)),
+                             "1" if encoder_cost else "0")
 
 
 def recall(found: list[list[str]], truth: list[list[str]]) -> float:
@@ -275,10 +272,10 @@ def report(rows: list[dict], cpu: str) -> str:
         if len(points) < 2:
             continue
         counts = [p["passages"] for p in points]
-        fits = {field: np.polyfit(counts, [p[field] for p in points], 1)
-                for field in ("anon", "build_peak", "build_adding")}
+        fields = ("anon", "build_peak", "build_adding")
+        fits = {field: fit_at_wikipedia(counts, [p[field] for p in points]) for field in fields}
         per = points[-1]["index_bytes"] / counts[-1]
-        at = {field: (slope * WIKIPEDIA + base) / gib for field, (slope, base) in fits.items()}
+        at = {field: value / gib for field, (_, value) in fits.items()}
         # the build's anonymous peak at 21M: training's (the sample; the same at every size) or adding's, the larger
         at["build_adding"] = max(at["build_adding"], max(p["build_anon"] for p in points) / gib)
         lines.append(f"| {kind} | {fits['anon'][0]:,.1f} | {at['anon']:.2f} | {fits['build_peak'][0]:,.0f} | "

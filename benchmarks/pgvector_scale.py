@@ -22,8 +22,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from retrieval_scale import DIMENSION, QUERIES, rss, vocabulary
+from retrieval_scale import DIMENSION, QUERIES, WIKIPEDIA, fit_at_wikipedia, measured_in_child, rss, vocabulary
 
 BATCH = 512
 
@@ -142,13 +140,12 @@ def report(results: dict[int, dict[str, Any]]) -> str:
         lines += ["", "| kind | server PSS bytes/passage (slope) | HNSW bytes/passage | HNSW at 21M GiB (page cache a "
                   "fast search needs) | on disk at 21M GiB | load+build s at 21M (linear fit; a lower bound) |",
                   "| --- " * 6 + "|"]
-        pss_slope = np.polyfit(counts, [results[c]["server_pss"] for c in counts], 1)[0]
-        build_slope, build_base = np.polyfit(counts, [results[c]["build_s"] for c in counts], 1)
+        pss_slope, _ = fit_at_wikipedia(counts, [results[c]["server_pss"] for c in counts])
+        _, build_at = fit_at_wikipedia(counts, [results[c]["build_s"] for c in counts])
         last = results[counts[-1]]
         lines.append(f"| pgvector-hnsw16 | {pss_slope:,.0f} | {last['hnsw_bytes'] / counts[-1]:,.0f} | "
-                     f"{last['hnsw_bytes'] / counts[-1] * 21e6 / (1 << 30):.1f} | "
-                     f"{last['total_bytes'] / counts[-1] * 21e6 / (1 << 30):.1f} | "
-                     f"{build_base + build_slope * 21e6:,.0f} |")
+                     f"{last['hnsw_bytes'] / counts[-1] * WIKIPEDIA / (1 << 30):.1f} | "
+                     f"{last['total_bytes'] / counts[-1] * WIKIPEDIA / (1 << 30):.1f} | {build_at:,.0f} |")
     return "\n".join(lines)
 
 
@@ -180,9 +177,7 @@ def main() -> None:
             print(f"{count:,} passages: loaded and indexed in {build_seconds:.0f} s", flush=True)
             del rows, matrix
             postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
-            out = subprocess.run([sys.executable, __file__, "--measure", url, str(postmaster)], check=True,
-                                 capture_output=True, text=True).stdout
-            results[count] = {**json.loads(out.strip().splitlines()[-1]), "build_s": build_seconds}
+            results[count] = {**measured_in_child(__file__, url, str(postmaster)), "build_s": build_seconds}
             print(results[count], flush=True)
         finally:
             server.stop()
