@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,17 +33,29 @@ def test_a_line_cut_short_names_its_real_column(tmp_path: Path, newline: str) ->
         list(read_jsonl(path))
 
 
-def test_missing_files_and_fields(tmp_path: Path) -> None:
+def test_a_missing_corpus_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="corpus file .* not found"):
         load_corpus(tmp_path / "none.jsonl")
-    path = tmp_path / "q.jsonl"
-    path.write_text('{"question": "ok?"}\n{"query": "wrong key"}\n')
-    with pytest.raises(InputError, match=r"q.jsonl:2: field 'question' is missing; add \"question\" \(str\)"):
-        load_queries(path)
-    dup = tmp_path / "dup.jsonl"
-    dup.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
-    with pytest.raises(InputError, match="duplicate passage id 'a'"):
-        load_corpus(dup)
+
+
+@pytest.mark.parametrize(
+    ("loader", "content", "expected"),
+    [
+        (load_queries, '{"question": "ok?"}\n{"query": "wrong key"}\n',
+         ":2: field 'question' is missing; add \"question\" (str)"),
+        (load_queries, '{"id": "1", "question": "A?"}\n{"id": "1", "question": "B?"}\n',
+         ":2: duplicate query id '1' (first on line 1)"),
+        (load_queries, '{"question": ""}\n', ":1: field 'question' is empty"),
+        (load_queries, '{"question": "Q?", "output": 3}\n', ":1: field 'output' must be a non-empty string"),
+        (load_corpus, '{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', ":2: duplicate passage id 'a'"),
+        (load_corpus, '{"id": "a", "text": "x"}\n{"id": "b", "text": "  "}\n', ":2: field 'text' is empty"),
+    ],
+)
+def test_a_wrong_line_is_named_by_file_and_line(tmp_path: Path, loader: Any, content: str, expected: str) -> None:
+    path = tmp_path / "input.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputError, match=re.escape(f"{path}{expected}")):
+        loader(path)
 
 
 def test_folder_corpus(tmp_path: Path) -> None:
