@@ -37,20 +37,24 @@ TRAIN_RECORDS = "runs/mix-train/records.jsonl"
 #: the item-4 aims: relevance vs easy and random same-article negatives, support, well-formed share
 AIMS = {"easy": 0.97, "article": 0.94, "support": 0.95, "well_formed": 0.80}
 
+
+def arm_overrides(bf16: bool, steps: int, layers: int | None) -> list[str]:
+    """An arm's overrides on top of the recipe: bf16 autocast or not, the steps, LoRA on the top ``layers`` blocks
+    (``None``: every block)."""
+    return [f"training.bf16={str(bf16).lower()}", f"training.max_steps={steps}",
+            f"lora.layers={'null' if layers is None else layers}"]
+
+
 #: arm -> (what it tests, its overrides on top of the recipe)
 ARMS: dict[str, tuple[str, list[str]]] = {
     "fp32-150": ("the CPU recipe before this study: fp32, 150 steps, LoRA on every block",
-                 ["training.bf16=false", "training.max_steps=150", "lora.layers=null"]),
-    "bf16-300": ("300 steps in bf16 autocast, LoRA on every block",
-                 ["training.bf16=true", "training.max_steps=300", "lora.layers=null"]),
-    "top15-300": ("300 steps in bf16, LoRA on the top 15 of 30 blocks (lora.layers=15)",
-                  ["training.bf16=true", "training.max_steps=300", "lora.layers=15"]),
-    "top10-300": ("300 steps in bf16, LoRA on the top 10 of 30 blocks",
-                  ["training.bf16=true", "training.max_steps=300", "lora.layers=10"]),
-    "top15-200": ("200 steps in bf16, LoRA on the top 15 blocks",
-                  ["training.bf16=true", "training.max_steps=200", "lora.layers=15"]),
+                 arm_overrides(False, 150, None)),
+    "bf16-300": ("300 steps in bf16 autocast, LoRA on every block", arm_overrides(True, 300, None)),
+    "top15-300": ("300 steps in bf16, LoRA on the top 15 of 30 blocks (lora.layers=15)", arm_overrides(True, 300, 15)),
+    "top10-300": ("300 steps in bf16, LoRA on the top 10 of 30 blocks", arm_overrides(True, 300, 10)),
+    "top15-200": ("200 steps in bf16, LoRA on the top 15 blocks", arm_overrides(True, 200, 15)),
     "top15-300-fp32": ("300 steps in fp32, LoRA on the top 15 blocks (a CPU without native bf16)",
-                       ["training.bf16=false", "training.max_steps=300", "lora.layers=15"]),
+                       arm_overrides(False, 300, 15)),
 }
 #: what every run sets besides its arm: no scoring or checkpoints during training (measured after it)
 COMMON = ["training.eval_steps=100000", "training.save_steps=100000", "eval_records=null"]
