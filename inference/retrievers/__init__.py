@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfrag.corpus import load_corpus
 from selfrag.retrieval import BM25Retriever, Hit, Retriever
+
+if TYPE_CHECKING:
+    from .index import load_index
 
 
 def build_bm25(corpus: str | Path, stemmer_language: str | None = "english", **chunking: int) -> BM25Retriever:
@@ -32,21 +35,14 @@ def build_dense(corpus: str | Path, chunk_words: int = 200, chunk_overlap: int =
     return DenseRetriever(load_corpus(corpus, chunk_words, chunk_overlap), **options)
 
 
-def load_index(
-    path: str | Path,
-    check_corpus: bool = True,
-    nprobe: int | None = None,
-    ef_search: int | None = None,
-    rerank: int | None = None,
-) -> Retriever:
-    """A retriever saved by ``selfrag index`` (see :mod:`selfrag.inference.retrievers.index`).
+def __getattr__(name: str) -> Any:
+    # load_index is :func:`selfrag.inference.retrievers.index.load_index` itself, imported on first use: that module
+    # brings NumPy, which importing this package does not need
+    if name == "load_index":
+        from .index import load_index
 
-    ``nprobe`` / ``ef_search`` / ``rerank`` (candidates re-scored exactly) override the search settings a FAISS
-    index was saved with.
-    """
-    from .index import load_index as load
-
-    return load(path, check_corpus=check_corpus, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
+        return load_index
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Retriever name -> factory taking its keyword options.

@@ -147,7 +147,7 @@ def open_retriever(
 
         return PgVectorRetriever(spec.url, mode=spec.mode or "dense", ef_search=spec.ef_search or 100, model=spec.model)
     if spec.index is not None:
-        from . import load_index
+        from .index import load_index
 
         retriever = load_index(spec.index)
         _check_model(retriever, spec, field)
