@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import help_field
+from selfrag.config import at_least_one, help_field
 from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
@@ -147,9 +147,7 @@ class EvalConfig:
             problems.append(f"modes must be a non-empty list of {list(MODES)}, got {self.modes}")
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}")
-        for name in ("top_k", "max_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        problems += at_least_one(self, ("top_k", "max_tokens", "batch_size"))
         if "top_k" in self.inference or "max_tokens" in self.inference:
             problems.append("set top_k and max_tokens at the top level (they apply to every mode), not in inference")
         if "engine" in self.inference or "engine_options" in self.inference:

@@ -63,6 +63,7 @@ def test_validate_messages_carry_the_prefix() -> None:
 
 def test_at_least_one_names_each_count_below_one_where_the_configs_use_it() -> None:
     from selfrag.app.rl_config import RLTrainingOptions, RolloutConfig
+    from selfrag.evaluation.config import EvalConfig
     from selfrag.inference.engines.options import EngineOptions
     from selfrag.inference.retrievers.index import IndexConfig
 
@@ -73,6 +74,8 @@ def test_at_least_one_names_each_count_below_one_where_the_configs_use_it() -> N
     assert EngineOptions(batch_size=0, concurrency=0).validate("engine_options.") == [
         "engine_options.batch_size must be at least 1, got 0", "engine_options.concurrency must be at least 1, got 0"]
     assert IndexConfig(Path("c.jsonl"), "index", shard_size=0).validate() == ["shard_size must be at least 1, got 0"]
+    with pytest.raises(ConfigError, match=r"^batch_size must be at least 1, got 0$"):
+        load_config(EvalConfig, None, ["data=d.jsonl", "model=m", "output_dir=o", "batch_size=0"])
 
 
 def test_missing_file_and_bad_override(tmp_path: Path) -> None:
