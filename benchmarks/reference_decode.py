@@ -20,6 +20,7 @@ import torch
 
 from selfrag.inference.engines import Generation, GenerationRequest
 from selfrag.inference.engines.base import finish_reason_of
+from selfrag.inference.engines.hf import cache_keyword
 
 
 class ReferenceDecode:
@@ -60,11 +61,11 @@ class ReferenceDecode:
         tokens: list[list[int]] = [[] for _ in batch]
         scores: list[list[dict[int, float]]] = [[] for _ in batch]
         finish: list[str | None] = [None for _ in batch]
-        cache = None
+        cache, keyword = None, cache_keyword(engine.model)
         for step in range(settings.max_tokens):
             output = engine.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                  past_key_values=cache, use_cache=True)
-            cache = output.past_key_values
+                                  **{keyword: cache}, use_cache=True)
+            cache = getattr(output, keyword)
             logits = output.logits[:, -1, :].float()  # (batch, vocab), fp32 so close scores do not tie
             full = torch.log_softmax(logits, dim=-1)
             next_ids = self._next_ids(logits, settings, step)

