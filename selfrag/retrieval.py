@@ -74,7 +74,8 @@ def import_bm25s() -> Any:
     ``gpu_check``'s data step, under every later training of the run). selfrag ranks with NumPy's top-k
     (``backend_selection="numpy"``), so the import never needs JAX; a JAX imported before stays untouched.
     """
-    if "bm25s" in sys.modules:
+    if "bm25s" in sys.modules:  # imported before (by the caller, or a benchmark): its logger was quietened then,
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # or is now
         return sys.modules["bm25s"]
     hidden = "jax" not in sys.modules
     if hidden:
