@@ -19,13 +19,19 @@ is TRL's own.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import FusedCausalLMOutput, RepeatSampler
 
 from selfrag.training.sft_trainer import save_checkpoint
+
+from .rl import TIMINGS
 
 
 class EpochSampler(RepeatSampler):
@@ -63,12 +69,53 @@ def use_model_head(model: Any, temperature: float) -> None:
     model.forward = forward
 
 
+@contextmanager
+def lora_head_allowed(model: Any) -> Iterator[None]:
+    """Let TRL's ``GRPOTrainer`` take a PEFT model whose output head carries LoRA (strategy reserved on an untied
+    model, as the 8B recipe trains: TRL 1.16 refuses it because its fused head would skip the adapter). Here the
+    log-probs of such a head come from the model's own logits (:func:`use_model_head`), so the LoRA on the head is
+    trained: while TRL's ``__init__`` runs, the model shows TRL the head's base layer."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    head = model.get_output_embeddings() if model is not None and hasattr(model, "get_base_model") else None
+    if not isinstance(head, BaseTunerLayer):
+        yield
+        return
+    model.get_output_embeddings = head.get_base_layer  # an instance attribute: shadows the method
+    try:
+        yield
+    finally:
+        del model.get_output_embeddings
+
+
+#: what each step adds to TRL's metrics (averaged over the steps since the last log, as TRL's own are)
+STEP_SECONDS, PEAK_MEMORY = TIMINGS["step_seconds"], TIMINGS["peak_allocated_gb"]
+
+
+class StepClock(TrainerCallback):  # type: ignore[misc]
+    """Wall seconds of each optimizer step (its rollouts, scoring, forward, backward and update) and, on CUDA, the
+    allocator's peak so far, into the trainer's metrics: rewards.json's ``step_seconds`` and ``peak_allocated_gb``."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics, self.started = metrics, 0.0
+
+    def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+        self.started = time.perf_counter()
+
+    def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+        self.metrics[STEP_SECONDS].append(time.perf_counter() - self.started)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.metrics[PEAK_MEMORY].append(torch.cuda.max_memory_allocated() / 2**30)
+
+
 class SelfRAGGRPOTrainer(GRPOTrainer):
     """GRPO with an epoch-seeded question order and, where PEFT adapts the head, its log-probs read from the model's
-    own logits (see the module docstring)."""
+    own logits (see the module docstring); each logged step also says its wall seconds and the rollouts' share."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        with lora_head_allowed(kwargs.get("model")):
+            super().__init__(*args, **kwargs)
+        self.add_callback(StepClock(self._metrics["train"]))
         model: Any = self.model  # a PeftModel or a plain transformers model
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         if head_is_adapted(base):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -35,6 +36,11 @@ def rl_files(tmp_path: Path, merged_model_dir) -> dict[str, Path]:  # type: igno
     corpus.write_text("".join(json.dumps(p.to_json()) + "\n" for p in PASSAGES))
     queries.write_text("".join(json.dumps(q) + "\n" for q in QUERIES))
     return {"model": merged_model_dir(3), "corpus": corpus, "queries": queries, "out": tmp_path / "rl"}
+
+
+def _rewards(history: list[dict[str, float]]) -> list[dict[str, float]]:
+    """A history's rows without the wall-clock columns."""
+    return [{key: value for key, value in row.items() if not key.endswith("_seconds")} for row in history]
 
 
 def _config(files: dict[str, Path], *overrides: str) -> RLConfig:
@@ -135,7 +141,8 @@ def test_a_killed_run_resumes_into_the_same_run(rl_files: dict[str, Path], tmp_p
     again = run(_config(rl_files, *steps))
     assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
     assert [row["step"] for row in again.history] == [1, 2, 3, 4]  # the checkpoint's log goes on
-    assert again.history == whole.history  # the steps after the kill sample the same questions and tokens
+    # the steps after the kill sample the same questions and tokens (the rewards; the wall seconds differ)
+    assert _rewards(again.history) == _rewards(whole.history)
     resumed = load_file(str(rl_files["out"] / "adapter_model.safetensors"))
     straight = load_file(str(tmp_path / "whole" / "adapter_model.safetensors"))
     assert resumed.keys() == straight.keys()
@@ -157,7 +164,11 @@ def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Pa
     from selfrag.artifacts import load_trained_questions, question_key
 
     assert load_trained_questions(result.output_dir) == {question_key(q["question"]) for q in QUERIES[:3]}
-    assert set(result.history[0]) == {"step", "reward", "correct", "abstain", "support", "format", "retrieval"}
+    assert set(result.history[0]) == {"step", "reward", "correct", "abstain", "support", "format", "retrieval",
+                                      "step_seconds", "rollout_seconds", "completion_tokens"}  # no CUDA: no memory
+    row = result.history[0]
+    assert 0 < row["rollout_seconds"] < row["step_seconds"] and row["completion_tokens"] > 0
+    assert "s a step" in result.summary() and "decoding rollouts" in result.summary()
     engine = HFEngine(result.output_dir)
     answer = SelfRAG(engine, BM25Retriever(PASSAGES), InferenceConfig(max_tokens=4)).answer("Who is the king?")
     assert answer.engine_calls >= 1
@@ -277,3 +288,67 @@ def test_questions_come_from_the_split_or_the_records_of_a_generate_run(rl_files
     assert [q.id for q in read_questions(_config(rl_files, f"records={records}"))] == ["b", "c"]
     with pytest.raises(InputError, match="split=train"):
         read_questions(_config(rl_files, "split=train"))
+
+
+def test_a_lora_on_the_output_head_is_trained(rl_files: dict[str, Path]) -> None:
+    """Strategy reserved on an untied model (the 8B recipe) puts LoRA on lm_head, which TRL 1.16's GRPOTrainer refuses
+    (its fused head would skip the adapter); the log-probs come from the model's own logits here, so it is trained."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    config = _config(rl_files, "lora.target_modules=[q_proj,v_proj,lm_head]", "rollout.mode=always",
+                     "training.max_steps=2", "training.learning_rate=0.05", "training.save_steps=100")
+    policy = load_policy(config)
+    assert isinstance(policy.model.get_output_embeddings(), BaseTunerLayer)
+    head = {name: value.detach().clone() for name, value in policy.model.named_parameters()
+            if "lm_head" in name and "lora_B" in name}
+    assert head
+    trainer = grpo_trainer(config, policy, read_questions(config), BM25Retriever(PASSAGES), TargetReward(),
+                           rl_files["out"] / "checkpoints")
+    assert "get_output_embeddings" not in vars(policy.model)  # TRL saw the base layer only while it checked
+    assert isinstance(policy.model.get_output_embeddings(), BaseTunerLayer)
+    trainer.train()
+    after = dict(policy.model.named_parameters())
+    assert all(not torch.equal(head[name], after[name]) for name in head)
+
+
+def test_merged_rollouts_decode_as_the_policy_and_give_its_weights_back(rl_files: dict[str, Path]) -> None:
+    """rollout.merge_lora folds the LoRA into the weights for the decode: the same sampled tokens as the unmerged
+    policy, and every weight exactly as it was after (PEFT's unmerge alone rounds; the copy puts them back), in
+    float32 and bfloat16, step after step."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from selfrag.app.rl import MergedLora
+
+    config = _config(rl_files, "rollout.mode=always", "rollout.segment_tokens=8", "rollout.max_segments=2")
+    policy = load_policy(config)
+    torch.manual_seed(1)
+    with torch.no_grad():  # a LoRA that changes what the model says (PEFT starts lora_B at zero)
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    trainer = SimpleNamespace(model=policy.model, accelerator=SimpleNamespace(unwrap_model=lambda m: m,
+                              process_index=0), state=SimpleNamespace(global_step=3),
+                              _metrics={"train": {"time/rollout_seconds": []}})
+    questions = [q.question for q in read_questions(config)] * 2
+    ids = torch.tensor([[1, 5, 9]])
+    for dtype in (torch.float32, torch.bfloat16):
+        policy.model.get_base_model().to(dtype)
+        before = {name: value.detach().clone() for name, value in policy.model.state_dict().items()}
+        lora_logits = policy.model(input_ids=ids).logits
+        outputs = {}
+        rollouts = {merge: RolloutFunction(policy, BM25Retriever(PASSAGES), replace(config.rollout, merge_lora=merge),
+                                           0) for merge in (False, True)}
+        for merge in (False, True, True):  # the second merged call puts the weights back from the first's copy
+            outputs[merge] = rollouts[merge](questions, trainer)["completion_ids"]
+            after = policy.model.state_dict()
+            assert all(torch.equal(after[name], value) for name, value in before.items()), dtype
+        if dtype == torch.float32:  # bf16 rounding of a merged weight may move a near-tie sample
+            assert outputs[True] == outputs[False]
+        torch.testing.assert_close(policy.model(input_ids=ids).logits, lora_logits, atol=0, rtol=0)
+        with policy.model.disable_adapter():
+            plain = policy.model(input_ids=ids).logits
+        assert (lora_logits - plain).abs().max() > 1e-3  # the LoRA is live again, not folded in twice or dropped
+    assert MergedLora.applies(policy.model) and not MergedLora.applies(policy.model.get_base_model())
