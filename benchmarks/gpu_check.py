@@ -62,7 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--random-init: config.json overrides (num_hidden_layers=2 hidden_size=128 ...)")
     parser.add_argument("--strategies", nargs="+", default=["reserved", "add"], choices=["reserved", "add"])
     parser.add_argument("--stages", nargs="*", default=["resume", "engine", "parity"],
-                        choices=["resume", "engine", "parity"], help="--random-init: stages after the trainings")
+                        choices=["rl", "resume", "engine", "parity"],
+                        help="--random-init: stages after the trainings (rl: selfrag rl's 8B recipe, not by default)")
+    parser.add_argument("--rl-steps", type=int, default=3, help="--stages rl: GRPO steps")
+    parser.add_argument("--rl-override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="--stages rl: overrides of configs/rl/llama-3.1-8b-instruct-grpo.yaml")
     parser.add_argument("--questions", type=int, default=32, help="--random-init: questions the engine answers")
     parser.add_argument("--train-override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="--random-init: extra selfrag train settings (e.g. training.batch_size=2)")

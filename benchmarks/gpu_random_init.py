@@ -20,6 +20,9 @@ model=<shape> random_init=true ...``, in its own process. Stages:
 3. resume: a 4-step run with checkpoints every 2 steps killed (SIGKILL) once ``checkpoint-2`` is complete, then the
    same command again: it must resume from the last checkpoint written and log every step exactly once (the log
    history before the checkpoint comes back with it).
+3b. rl (``--stages rl``): ``selfrag rl`` with configs/rl/llama-3.1-8b-instruct-grpo.yaml on train-reserved's adapter
+   (random_init=true, the demo corpus in the loop), ``--rl-steps`` steps: seconds a step and the rollouts' share,
+   the rollouts' mean length, the allocator's peak and the card's (nvidia-smi sampled every 250 ms).
 4. engine: the short-form runtime (``SelfRAG.answer_many``, mode always, top_k 5, BM25 over the demo corpus) on the
    HF engine holding the random-init shape with strategy reserved's tokens: questions/s.
 5. parity: the quickstart model's shape (configs/models/smollm2-135m, seeded random weights: its real weights, a
@@ -47,6 +50,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "train" / "llama-3.1-8b-instruct-lora.yaml"
+RL_RECIPE = ROOT / "configs" / "rl" / "llama-3.1-8b-instruct-grpo.yaml"
 SHAPES = {"8b": "llama-3.1-8b", "1b": "llama-3.2-1b"}
 PARITY_SHAPE = ROOT / "configs" / "models" / "smollm2-135m"
 #: Dense bf16 peak of the cards (vendor datasheets, SXM parts), for MFU.
@@ -259,6 +263,83 @@ def resume_stage(shape: Path, records: Path, folder: Path, device: str, extra: l
             "resume_seconds": round(seconds, 1), "ok": bool(ok)}
 
 
+# --- rl: GRPO on the trained adapter -------------------------------------------------------------------------
+
+
+def rl_command(start: Path, output: Path, steps: int, device: str, extra: list[str]) -> list[str]:
+    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+
+    overrides = [f"model={start}", f"output_dir={output}", "random_init=true", f"queries={DEMO_QUERIES}",
+                 "retriever.index=null", f"retriever.corpus={DEMO_CORPUS}", f"training.max_steps={steps}",
+                 "training.logging_steps=1", f"training.save_steps={steps}"]
+    if device == "cpu":
+        overrides += ["dtype=float32", "trl.bf16=false"]
+    return [sys.executable, "-m", "selfrag.app.cli", "rl", "--config", str(RL_RECIPE), *overrides, *extra]
+
+
+class CardPeak:
+    """The most ``nvidia-smi`` says the card holds while a command runs (sampled every 250 ms), GiB."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.25):
+            used = card_used_gb()
+            if used is not None:
+                self.peak = max(self.peak or 0.0, used)
+
+    def __enter__(self) -> CardPeak:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def rl_stage(folder: Path, steps: int, device: str, extra: list[str]) -> dict[str, Any]:
+    """``selfrag rl`` (configs/rl's 8B recipe: its group size, rollout lengths, KL, bf16, gradient checkpointing) on
+    train-reserved's adapter over the same random-init base: rollouts decoded by the runtime on the policy with the
+    demo corpus in the loop, scored, and GRPO steps; per step its wall seconds, the rollouts' share, the rollouts'
+    mean length, and the peak memory (allocator, and the card's as nvidia-smi samples it, less what it held before)."""
+    start, output = folder / "train-reserved", folder / "rl"
+    shutil.rmtree(output, ignore_errors=True)
+    command = rl_command(start, output, steps, device, extra)
+    log(f"rl: {steps} GRPO steps of selfrag rl ({RL_RECIPE.name}) on {start.name}'s adapter (random init)")
+    before = card_used_gb() if device != "cpu" else None
+    if device != "cpu":
+        with CardPeak() as card:
+            seconds = run_training(command, folder)
+        peak = card.peak
+    else:
+        seconds, peak = run_training(command, folder), None
+    history = json.loads((output / "rewards.json").read_text(encoding="utf-8"))["history"]
+    recipe = resolved_recipe(output)
+    later = history[1:] or history  # the first step also warms the kernels up
+
+    def mean(key: str) -> float | None:
+        values = [row[key] for row in later if key in row]
+        return round(sum(values) / len(values), 2) if values else None
+
+    return {
+        "steps": len(history), "wall_seconds": round(seconds, 1),
+        "questions_per_step": recipe["training"]["questions_per_step"],
+        "generations": recipe["training"]["generations"], "beta": recipe["training"]["beta"],
+        "segment_tokens": recipe["rollout"]["segment_tokens"], "max_segments": recipe["rollout"]["max_segments"],
+        "step_seconds": mean("step_seconds"), "rollout_seconds": mean("rollout_seconds"),
+        "completion_tokens": mean("completion_tokens"),
+        "peak_allocated_gb": max((row.get("peak_allocated_gb", 0.0) for row in history), default=None) or None,
+        "card_peak_gb": round(peak - (before or 0.0), 2) if peak is not None else None,
+        "card_used_before_gb": before, "rewards": [row["reward"] for row in history],
+        "adapter": (output / "adapter_model.safetensors").is_file(),
+    }
+
+
 # --- 4. engine ----------------------------------------------------------------------------------------------
 
 
@@ -360,6 +441,10 @@ def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     log(f"data: {report['data']}")
     report["train"] = [train_stage(shape, subset, report["data"], folder, strategy, args.steps, args.device, extra)
                        for strategy in args.strategies]
+    if "rl" in args.stages:
+        if "reserved" not in args.strategies:
+            raise SystemExit("gpu_check: --stages rl trains on train-reserved's adapter; keep reserved in --strategies")
+        report["rl"] = rl_stage(folder, args.rl_steps, args.device, list(args.rl_override))
     if "resume" in args.stages:
         report["resume"] = resume_stage(shape, subset, folder, args.device, extra)
     if "engine" in args.stages:
@@ -402,6 +487,17 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", f"resume: killed (SIGKILL) with {resume['killed_at']} written, resumed from "
                       f"{Path(resume['resumed_from']).name}, steps logged {resume['steps_logged']}: "
                       f"{'ok' if resume['ok'] else 'FAILED'}"]
+    if "rl" in report:
+        rl = report["rl"]
+        peaks = [f"allocator peak {rl['peak_allocated_gb']:.1f} GB"] if rl["peak_allocated_gb"] else []
+        if rl["card_peak_gb"] is not None:
+            peaks.append(f"card peak {rl['card_peak_gb']} GB (nvidia-smi, less what it held before)")
+        memory = ", ".join(peaks) or "no device memory read (CPU)"
+        lines.append(f"rl: {rl['steps']} GRPO steps ({rl['questions_per_step']} questions x {rl['generations']} "
+                     f"rollouts, up to {rl['max_segments']} x {rl['segment_tokens']} tokens, beta {rl['beta']}): "
+                     f"{rl['step_seconds']} s a step, {rl['rollout_seconds']} s of it decoding rollouts of "
+                     f"{rl['completion_tokens']} tokens on average; {memory}; adapter written: "
+                     f"{'yes' if rl['adapter'] else 'NO'}")
     if "engine" in report:
         engine = report["engine"]
         lines.append(f"engine: HF engine ({engine['device']}, {engine['dtype']}), short form, top_k {engine['top_k']}: "
@@ -419,6 +515,8 @@ def markdown(report: dict[str, Any]) -> str:
 def failures(report: dict[str, Any]) -> list[str]:
     """What did not hold (the exit status): a resume that did not resume, fp32 parity out of tolerance."""
     found = []
+    if "rl" in report and not (report["rl"]["adapter"] and report["rl"]["steps"]):
+        found.append(f"rl: {report['rl']}")
     if "resume" in report and not report["resume"]["ok"]:
         found.append(f"resume: {report['resume']}")
     if "parity" in report and not report["parity"]["float32"]["within_tolerance"]:

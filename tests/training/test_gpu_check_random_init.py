@@ -41,7 +41,9 @@ def test_every_stage_runs_on_the_cpu_and_writes_the_table(gpu_check, tmp_path: P
     code = gpu_check.main(["--random-init", "--device", "cpu", "--shape", "1b", "--scale", *TOY, "--steps", "2",
                            "--train-override", "training.batch_size=1", "training.gradient_accumulation_steps=2",
                            "training.max_length=512",
-                           "--questions", "2", "--output", str(tmp_path)])
+                           "--questions", "2", "--stages", "rl", "resume", "engine", "parity", "--rl-steps", "2",
+                           "--rl-override", "training.questions_per_step=1", "training.generations=2",
+                           "rollout.segment_tokens=4", "rollout.max_segments=1", "--output", str(tmp_path)])
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert code == 0, report
     assert report["data"]["records"] == 4 and report["data"]["longest"] >= report["data"]["shortest"]
@@ -51,6 +53,10 @@ def test_every_stage_runs_on_the_cpu_and_writes_the_table(gpu_check, tmp_path: P
         assert row["peak_memory"]["device"] == "cpu" and row["measured_gb"] > 0.3
         assert row["estimate_gb"] > 0 and row["mfu"] is None  # no card peak on a CPU
         assert len(row["losses"]) == 2
+    rl = report["rl"]  # selfrag rl's 8B recipe on train-reserved's adapter (LoRA on lm_head: TRL refuses it bare)
+    assert rl["adapter"] and rl["steps"] == 2 and rl["generations"] == 2 and rl["questions_per_step"] == 1
+    assert 0 < rl["rollout_seconds"] < rl["step_seconds"] and rl["completion_tokens"] > 0
+    assert rl["card_peak_gb"] is None and len(rl["rewards"]) == 2
     resume = report["resume"]
     assert resume["ok"] and resume["killed"] and resume["killed_at"] == ["checkpoint-2"]
     assert resume["resumed_from"].endswith("checkpoint-2") and resume["steps_logged"] == [1, 2, 3, 4]
@@ -58,6 +64,7 @@ def test_every_stage_runs_on_the_cpu_and_writes_the_table(gpu_check, tmp_path: P
     assert report["parity"]["float32"]["within_tolerance"]
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| reserved |" in table and "| add |" in table and "resume: killed (SIGKILL)" in table
+    assert "rl: 2 GRPO steps (1 questions x 2 rollouts" in table
     assert table in capsys.readouterr().out
 
 
