@@ -14,7 +14,8 @@ Variants (each times one ``Rollouts.run`` of ``--rollouts`` questions after a wa
 - lora-merged: the LoRA folded into the weights (PEFT's merge_adapter) for the decode, unmerged after;
 - forward: one decode-step forward of a batch of 16 (ms), base vs LoRA, and the profiler's top operators of the
   LoRA model's decode (CPU time: launch overhead shows there).
-Writes ``rollout_profile.json`` to ``--output``.
+``--model DIR`` instead: a trained adapter's rollouts on the CPU (the CPU recipe's settings), the LoRA policy
+against the same policy merged, alternating. Writes ``rollout_profile.json`` to ``--output``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="segment_tokens (random weights use all of them)")
     parser.add_argument("--output", type=Path, default=Path("/tmp/rollout_profile"))
     parser.add_argument("--short", action="store_true", help="base, lora and lora-merged only; no profiler")
+    parser.add_argument("--model", default=None,
+                        help="a trained adapter (e.g. the quickstart's model) instead of a random-init shape: its "
+                             "rollouts with configs/rl/smollm2-135m-cpu.yaml's settings, LoRA vs merged, alternating")
+    parser.add_argument("--repeats", type=int, default=2, help="--model: alternating timings of each variant")
     args = parser.parse_args(argv)
 
     import torch
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from selfrag.training.tokens import prepare_tokens
 
     args.output.mkdir(parents=True, exist_ok=True)
+    if args.model:
+        return trained(args)
     shape = shape_dir(args.shape, parse_scale(args.scale), args.output)
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     tokenizer = AutoTokenizer.from_pretrained(str(shape))
@@ -138,6 +145,57 @@ def main(argv: list[str] | None = None) -> int:
     (args.output / "profile.txt").write_text(table + "\n\n" + cpu_table + "\n", encoding="utf-8")
     print(table, flush=True)
     print(cpu_table, flush=True)
+    (args.output / "rollout_profile.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def trained(args: argparse.Namespace) -> int:
+    """``--model``: a trained adapter's rollouts (the CPU recipe's settings), the LoRA policy against the same policy
+    merged (``rollout.merge_lora``), alternating so that neither runs only first."""
+    import platform
+
+    from selfrag.app.rl import MergedLora, load_policy
+    from selfrag.app.rl_config import RLConfig
+    from selfrag.app.rl_rollout import PolicyEngine, Rollouts
+    from selfrag.config import load_config
+    from selfrag.corpus import load_queries
+    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+    from selfrag.inference.retrievers import build_bm25
+
+    recipe = ROOT / "configs" / "rl" / "smollm2-135m-cpu.yaml"
+    config = load_config(RLConfig, str(recipe), [f"model={args.model}", f"queries={DEMO_QUERIES}",
+                                                 f"output_dir={args.output / 'unused'}", "retriever.index=null",
+                                                 f"retriever.corpus={DEMO_CORPUS}"])
+    policy = load_policy(config)
+    retriever = build_bm25(DEMO_CORPUS)
+    questions = [q.question for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "train"][: args.rollouts]
+    merged = MergedLora()
+    report: dict[str, Any] = {"model": args.model, "device": f"CPU ({platform.machine()})", "rollouts": len(questions),
+                              "rollout": vars(config.rollout), "lora": [], "merged": []}
+    for repeat in range(args.repeats + 1):  # the first round warms up
+        for variant in ("lora", "merged"):
+            engine = PolicyEngine(policy.model, policy.tokenizer, policy.token_ids, policy.meta.prompt_template,
+                                  seed=repeat)
+            if variant == "merged":
+                merged.merge(policy.model)
+            started = time.perf_counter()
+            rollouts = Rollouts(engine, retriever, config.rollout).run(questions)
+            seconds = time.perf_counter() - started
+            if variant == "merged":
+                merged.unmerge(policy.model)
+            sampled = sum(sum(r.env_mask) for r in rollouts)
+            row = {"seconds": round(seconds, 2), "sampled_tokens": sampled,
+                   "tokens_per_second": round(sampled / seconds, 1)}
+            print(repeat, variant, row, flush=True)
+            if repeat:
+                report[variant].append(row)
+    for variant in ("lora", "merged"):
+        rows = report[variant]
+        report[f"{variant}_tokens_per_second"] = round(sum(r["sampled_tokens"] for r in rows)
+                                                       / sum(r["seconds"] for r in rows), 1)
+    report["merged_over_lora"] = round(report["merged_tokens_per_second"] / report["lora_tokens_per_second"], 2)
+    print(json.dumps({k: report[k] for k in ("lora_tokens_per_second", "merged_tokens_per_second",
+                                             "merged_over_lora")}), flush=True)
     (args.output / "rollout_profile.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
 
