@@ -79,8 +79,10 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     assert first.stats["questions"] == local.stats["questions"] == len(MANY) and not first.problems
     assert calls >= local.stats["run"]["teacher_calls_made"]  # a killed batch's calls in flight may be asked again
     # every reply paid is booked by the cache keeper as it comes, so the killed worker's finished calls count though its
-    # batch never came back; only its calls still in flight (teacher.max_concurrency=2) can go uncounted
-    assert calls - 2 <= first.stats["run"]["teacher_calls_made"] <= calls
+    # batch never came back; only what was between the server and the keeper when it died can go uncounted: its calls
+    # in flight (teacher.max_concurrency=2) and, for each of its questions in flight (ray.batch_size=3), a reply
+    # received whose booking had not reached the keeper (seen once: 3 of 120 uncounted)
+    assert calls - (2 + 3) <= first.stats["run"]["teacher_calls_made"] <= calls
     # only the unusable replies (never cached) were asked again
     assert again.stats["run"]["teacher_calls_made"] == len(server.answered) - calls
     manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
