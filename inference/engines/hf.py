@@ -97,7 +97,7 @@ class HFEngine:
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
         # sampling draws on the model's device: a (batch, 128k) multinomial on the CPU took 60 ms a decode step on an
         # H200's host, 45% of selfrag rl's 8B rollout time (benchmarks/rollout_profile.py)
-        self._generator = torch.Generator(device=_device_of(model, options.device)).manual_seed(options.seed)
+        self._generator = torch.Generator(device=options.device).manual_seed(options.seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
         self._cache_keyword = cache_keyword(self.model)
 
@@ -400,12 +400,6 @@ def _dtype_name(dtype: str, device: str) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {['auto', *DTYPES]}, got {dtype!r}")
     return dtype
-
-
-def _device_of(model: Any, fallback: str) -> torch.device:
-    """Where the model's weights are (the first parameter's device; ``fallback`` for a model without any)."""
-    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-    return parameter.device if parameter is not None else torch.device(fallback)
 
 
 def _score_logprobs(logits: torch.Tensor, score_ids: Sequence[int]) -> list[dict[int, float]]:
