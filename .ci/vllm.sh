@@ -17,6 +17,6 @@ bash scripts/setup_vllm.sh
 installed=$(date +%s)
 echo "== vllm: tests (parity hf vs vllm, openai engine vs vllm serve, vllm teacher)"
 .venv-vllm/bin/python -m pytest -q -m vllm tests/inference/test_vllm_parity.py tests/inference/test_vllm_serve.py \
-    tests/data_gen/test_vllm_teacher.py
+    tests/data_gen/test_vllm_teacher.py tests/inference/test_vllm_rollouts.py
 finished=$(date +%s)
 echo "vllm CI: install $((installed - started)) s, tests $((finished - installed)) s"

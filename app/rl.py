@@ -6,19 +6,24 @@ Each step samples ``training.generations`` rollouts for each of ``training.quest
 policy decodes as the runtime's long form does and the retriever writes passages in where the model writes
 ``[Retrieval]`` (:mod:`selfrag.app.rl_rollout`); each rollout is scored by the reward's terms
 (:mod:`selfrag.app.rl_reward`) and GRPO moves the LoRA weights toward the better rollouts of each group. Passage
-tokens are masked out of the loss (TRL's ``env_mask``, the rollout function's output).
+tokens are masked out of the loss (TRL's ``env_mask``, the rollout function's output). With ``rollout.engine=vllm``
+the rollouts decode in vLLM colocated with the trainer (:class:`VLLMRollouts`: the policy's LoRA saved and served
+as a new ``LoRARequest`` each step).
 
 Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json`` (so ``selfrag ask``/``serve``/``eval`` load
 it as any trained model), ``trained-questions.json`` (the starting model's and RL's questions), the resolved
-``config.yaml``, ``rewards.json`` (every logged step's mean reward per term) and ``run.json``. Checkpoints go to
-``output_dir/checkpoints``; a killed run started again with the same settings resumes from the last one
-(:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused unless ``restart=true``.
+``config.yaml``, ``rewards.json`` (every logged step's mean reward per term, and the rollouts' engine) and
+``run.json``. Checkpoints go to ``output_dir/checkpoints``; a killed run started again with the same settings
+resumes from the last one (:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused
+unless ``restart=true``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
+from selfrag.inference.engines.options import EngineOptions, import_vllm
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.loading import describe_model, embedding_rows, grow_embeddings, load_base_model
 from selfrag.models import resolve_model
@@ -46,6 +52,8 @@ from .rl_rollout import PolicyEngine, Rollouts
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
+#: where rollout.engine=vllm writes the adapter it serves (the current step's only)
+ROLLOUT_ADAPTER = "rollout-adapter"
 REWARDS_FILE = "rewards.json"
 #: what a finished run holds (rewards.json is written last)
 FINISHED_FILES = ("adapter_model.safetensors", "selfrag.json", REWARDS_FILE)
@@ -91,6 +99,7 @@ class Policy:
     token_ids: ReflectionIds
     meta: ModelMeta
     directory: Path  # where it was loaded from
+    adapter: bool = False  # directory is an adapter (its LoRA goes on training), not a merged model
 
 
 def run(config: RLConfig) -> RLResult:
@@ -112,16 +121,23 @@ def run(config: RLConfig) -> RLResult:
     assert retriever is not None  # validate() requires one
     reward = Reward(config.reward, build_judge(config.reward))
 
+    engine = rollout_engine(config.rollout.engine, config.model)
+    logger.info("rollouts decode with %s%s", engine, " (vLLM colocated, the LoRA served each step)"
+                if engine == "vllm" else "")
+
     # --- The policy: an adapter goes on training, a merged model gets a new LoRA --------------------
     set_seed(config.training.seed)
     policy = load_policy(config)
 
     # --- GRPO: rollouts through the runtime's decode, the reward's terms, passage tokens masked ------
-    trainer = grpo_trainer(config, policy, questions, retriever, reward, output_dir / CHECKPOINTS)
+    trainer = grpo_trainer(config, policy, questions, retriever, reward, output_dir / CHECKPOINTS, engine)
     resume = last_checkpoint(output_dir / CHECKPOINTS) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        trainer.rollout_func.close()  # vLLM's engine processes and memory, where it decoded the rollouts
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, rewards per term ------------------
     # the LoRA and the trained reflection rows, not the grown embedding matrix (selfrag.loading grows the base again)
@@ -132,7 +148,9 @@ def run(config: RLConfig) -> RLResult:
     write_resolved(config, output_dir)
     write_trained_questions(output_dir, policy.directory, questions)
     history = reward_history(trainer.state.log_history)
-    write_json(output_dir / REWARDS_FILE, {"history": history, "resumed_from": resume, "questions": len(questions)})
+    shutil.rmtree(output_dir / ROLLOUT_ADAPTER, ignore_errors=True)
+    write_json(output_dir / REWARDS_FILE, {"history": history, "resumed_from": resume, "questions": len(questions),
+                                           "rollout_engine": engine})
     return RLResult(output_dir, history, len(questions), resume, policy.model)
 
 
@@ -179,7 +197,28 @@ def load_policy(config: RLConfig) -> Policy:
         model = get_peft_model(merged, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                   target_modules=lora.target_modules, task_type="CAUSAL_LM"))
         meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter")
-    return Policy(model, tokenizer, meta.token_ids, meta, served.directory)
+    return Policy(model, tokenizer, meta.token_ids, meta, served.directory, served.is_adapter)
+
+
+def rollout_engine(choice: str, model: str) -> str:
+    """What decodes the rollouts, ``hf`` or ``vllm`` (``rollout.engine``; ``auto`` resolved here): vLLM serves the
+    policy's LoRA through ``LoRARequest``, which takes a ``tokens.strategy=reserved`` adapter only. Checked before
+    any model loads: a policy vLLM cannot serve, or no vLLM, is one line naming the fix."""
+    if choice == "hf":
+        return "hf"
+    served = describe_model(model)
+    servable = served.is_adapter and served.meta.strategy == "reserved"
+    if choice == "auto":
+        import torch
+
+        found = importlib.util.find_spec("vllm") is not None
+        return "vllm" if servable and found and torch.cuda.is_available() else "hf"
+    if not servable:
+        what = f"a tokens.strategy={served.meta.strategy} adapter" if served.is_adapter else "a merged model"
+        raise InputError(f"rollout.engine=vllm serves the policy's LoRA through vLLM's LoRARequest, which needs a "
+                         f"tokens.strategy=reserved adapter; model {model!r} is {what}: use rollout.engine=hf")
+    import_vllm("rollout.engine=vllm")
+    return "vllm"
 
 
 def write_trained_questions(output_dir: Path, start: Path, questions: Sequence[Query]) -> None:
@@ -240,28 +279,73 @@ class MergedLora:
         return found
 
 
+class VLLMRollouts:
+    """vLLM colocated with the trainer (``rollout.engine=vllm``): the starting adapter's base loaded once in vLLM;
+    before each step's rollouts the policy's LoRA as it is now is saved to ``folder`` and served under a new
+    ``LoRARequest`` id (:meth:`~selfrag.inference.engines.vllm.VLLMEngine.replace_adapter`; the last step's is
+    dropped), so every step samples the policy being trained. The tokens vLLM samples are what GRPO trains on; TRL
+    computes their log-probs with the policy itself."""
+
+    def __init__(self, policy: Policy, folder: Path, options: EngineOptions) -> None:
+        from selfrag.inference.engines.vllm import VLLMEngine
+
+        self.engine = VLLMEngine(policy.directory, options)
+        self.folder = folder
+        self.served: Path | None = None
+
+    def serve(self, model: Any, step: int, seed: int) -> Any:
+        """The engine, serving ``model``'s current LoRA and sampling from ``seed``."""
+        path = self.folder / f"step-{step}"
+        shutil.rmtree(path, ignore_errors=True)
+        model.save_pretrained(str(path), save_embedding_layers=False)
+        self.engine.replace_adapter(path)
+        self.engine.reseed(seed)
+        if self.served is not None and self.served != path:
+            shutil.rmtree(self.served, ignore_errors=True)
+        self.served = path
+        return self.engine
+
+
 class RolloutFunction:
     """TRL's ``rollout_func``: the prompts (each repeated ``generations`` times by GRPO's sampler) -> rollouts of the
-    current policy. Sampling is seeded by the step, so a resumed run samples what the killed one would have."""
+    current policy. Sampling is seeded by the step, so a resumed run samples what the killed one would have.
+    ``engine``: ``hf`` decodes with the policy itself (its LoRA merged while it decodes, ``rollout.merge_lora``);
+    ``vllm`` in vLLM (:class:`VLLMRollouts`, its adapters in ``scratch``)."""
 
-    def __init__(self, policy: Policy, retriever: Retriever, config: RolloutConfig, seed: int) -> None:
+    def __init__(self, policy: Policy, retriever: Retriever, config: RolloutConfig, seed: int, engine: str = "hf",
+                 scratch: Path | None = None) -> None:
         self.policy, self.retriever, self.config, self.seed = policy, retriever, config, seed
+        self.engine, self.scratch = engine, scratch
         self.merged = MergedLora()
+        self.vllm: VLLMRollouts | None = None
+
+    def close(self) -> None:
+        """Stop the rollouts' vLLM engine (nothing to do for hf)."""
+        if self.vllm is not None:
+            self.vllm.engine.close()
+            self.vllm = None
 
     def __call__(self, prompts: Sequence[str], trainer: Any) -> dict[str, Any]:
         started = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
         seed = self.seed + 1009 * trainer.state.global_step + trainer.accelerator.process_index
-        engine = PolicyEngine(model, self.policy.tokenizer, self.policy.token_ids, self.policy.meta.prompt_template,
-                              seed=seed)
-        merge = self.config.merge_lora and MergedLora.applies(model)
-        if merge:
-            self.merged.merge(model)
-        try:
+        if self.engine == "vllm":
+            if self.vllm is None:
+                scratch = self.scratch or Path(trainer.args.output_dir).parent / ROLLOUT_ADAPTER
+                self.vllm = VLLMRollouts(self.policy, scratch, self.config.vllm_options())
+            engine = self.vllm.serve(model, trainer.state.global_step, seed)
             rollouts = Rollouts(engine, self.retriever, self.config).run(list(prompts))
-        finally:
+        else:
+            engine = PolicyEngine(model, self.policy.tokenizer, self.policy.token_ids,
+                                  self.policy.meta.prompt_template, seed=seed)
+            merge = self.config.merge_lora and MergedLora.applies(model)
             if merge:
-                self.merged.unmerge(model)
+                self.merged.merge(model)
+            try:
+                rollouts = Rollouts(engine, self.retriever, self.config).run(list(prompts))
+            finally:
+                if merge:
+                    self.merged.unmerge(model)
         completions, masks = [], []
         for rollout in rollouts:
             ids, mask = list(rollout.completion_ids), list(rollout.env_mask)
@@ -275,7 +359,7 @@ class RolloutFunction:
 
 
 def grpo_trainer(config: RLConfig, policy: Policy, questions: Sequence[Query], retriever: Retriever, reward: Reward,
-                 checkpoints: Path) -> Any:
+                 checkpoints: Path, engine: str = "hf") -> Any:
     """TRL's GRPOTrainer (:class:`~.rl_trainer.SelfRAGGRPOTrainer`) with the runtime's rollouts, one reward function
     per term and its weight."""
     import os
@@ -302,7 +386,8 @@ def grpo_trainer(config: RLConfig, policy: Policy, questions: Sequence[Query], r
     return SelfRAGGRPOTrainer(
         model=policy.model, reward_funcs=reward.functions(), args=arguments, train_dataset=data,
         processing_class=policy.tokenizer,
-        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed),
+        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed, engine,
+                                     checkpoints.parent / ROLLOUT_ADAPTER),
     )
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from selfrag.config import at_least_one, check_options, help_field
+from selfrag.errors import ConfigError
+from selfrag.inference.engines.options import EngineOptions, resolve_options
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 from selfrag.training.config import LoraOptions
 
@@ -31,7 +33,7 @@ TRL_OWNED: dict[str, str] = {
     "save_steps": "training.save_steps",
     "reward_weights": "reward.* (each term's weight)",
     "temperature": "rollout.temperature",
-    "use_vllm": "(the rollouts decode through the runtime's engine)",
+    "use_vllm": "rollout.engine (the rollouts decode through the runtime's engine: hf, or vllm serving the live LoRA)",
 }
 
 
@@ -52,9 +54,31 @@ class RolloutConfig:
         "syncs vLLM), and put the base weights back exactly after, from a copy taken once: the decode runs a plain "
         "model, 2.2x faster on the 8B shape on an H200 (benchmarks/rollout_profile.py), at the memory of a second "
         "copy of the adapted weights (14 GB on the 8B shape). A quantised (QLoRA) base is never merged", True)
+    engine: Literal["hf", "vllm", "auto"] = help_field(
+        "what decodes the rollouts: hf (the policy itself, in the trainer's process); vllm (vLLM colocated: the "
+        "starting adapter's base loaded once, the policy's LoRA saved and served as a new LoRARequest each step; "
+        "needs a tokens.strategy=reserved adapter and vLLM installed); auto: vllm where vLLM imports, a GPU is there "
+        "and the policy is a reserved adapter, else hf. The engine used is logged and in rewards.json", "hf")
+    engine_options: dict[str, Any] = help_field(
+        "with engine=vllm: the vLLM engine's options, spelled as selfrag's engine_options.* (max_lora_rank, "
+        "max_model_len, dtype, vllm_args, ...). Here gpu_memory_utilization defaults to 0.3 (vLLM's weights and KV "
+        "cache beside the trainer's) and max_loras to 1", default_factory=dict)
+
+    #: what the rollouts' vLLM engine is given unless engine_options says otherwise: room for the trainer
+    VLLM_DEFAULTS: ClassVar[dict[str, Any]] = {"gpu_memory_utilization": 0.3, "max_loras": 1}
+
+    def vllm_options(self) -> EngineOptions:
+        """The rollouts' vLLM engine options (:attr:`VLLM_DEFAULTS` under ``engine_options``); ConfigError if bad."""
+        return resolve_options("vllm", None, {**self.VLLM_DEFAULTS, **self.engine_options})
 
     def validate(self) -> list[str]:
         problems = at_least_one(self, ("top_k", "depth", "max_segments", "segment_tokens"))
+        try:
+            self.vllm_options()
+        except ConfigError as error:
+            # the loader puts "rollout." before each problem: make each start with the field it is about
+            problems += [problem if problem.startswith("engine_options.") else f"engine_options: {problem}"
+                         for problem in error.problems]
         if not self.temperature > 0:
             problems.append(f"temperature must be > 0, got {self.temperature}; GRPO needs sampled rollouts, e.g. 1.0")
         return problems

@@ -17,6 +17,7 @@ as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
@@ -145,6 +146,24 @@ class VLLMEngine:
         return self._vllm.SamplingParams(
             **sampling_fields(request, self.eos_ids, seed, self._exact, self.options.top_logprobs)
         )
+
+    def replace_adapter(self, path: str | Path, name: str | None = None) -> None:
+        """Serve the adapter in ``path`` as ``name`` (None: the model's own adapter) from the next request on, under a
+        new LoRA id: vLLM caches an adapter by its id, so new weights under an old id would never be read. The old
+        id is dropped from vLLM's cache. ``selfrag rl``'s vLLM rollouts serve the policy's LoRA this way each step."""
+        name = name if name is not None else self._default_adapter
+        if name is None or not self.adapters:
+            raise ValueError("this engine serves no adapter (vLLM was started without LoRA): start it on a "
+                             "tokens.strategy=reserved adapter, or with engine_options.adapters")
+        old = self._lora_ids.get(name)
+        self.adapters[name] = Path(path)
+        self._lora_ids[name] = max(self._lora_ids.values(), default=0) + 1
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old)  # a no-op where it was never loaded
+
+    def reseed(self, seed: int) -> None:
+        """Sample the next requests from ``seed`` (request i of a call from seed + i)."""
+        self.options = dataclasses.replace(self.options, seed=seed)
 
     def _lora(self, adapter: str | None) -> Any:
         name = adapter if adapter is not None else self._default_adapter

@@ -191,6 +191,29 @@ def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
     assert "generations must be at least 2" in text and "temperature must be > 0" in text
 
 
+def test_rollout_engine_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
+    from selfrag.app.rl import rollout_engine
+    from selfrag.errors import ConfigError, InputError
+
+    with pytest.raises(ConfigError) as caught:
+        _config(rl_files, "rollout.engine=vlm", "rollout.engine_options={max_lora_rank: 0, batch_size: 4}")
+    problems = caught.value.problems
+    assert "rollout.engine must be one of ['hf', 'vllm', 'auto'], got 'vlm'" in problems
+    assert "rollout.engine_options.max_lora_rank must be at least 1, got 0" in problems
+    assert any(p.startswith("rollout.engine_options.batch_size is an option of engine=hf, not of engine=vllm")
+               for p in problems), problems
+    config = _config(rl_files, "rollout.engine=vllm", "rollout.engine_options={max_lora_rank: 8}")
+    options = config.rollout.vllm_options()
+    assert (options.gpu_memory_utilization, options.max_loras, options.max_lora_rank) == (0.3, 1, 8)  # trainer room
+    # vLLM serves the LoRA through LoRARequest: a merged model (a new LoRA on vocabulary vLLM lacks) is refused
+    # before any model loads, with the fix; auto falls back to hf (no GPU, a merged model); hf is hf
+    with pytest.raises(InputError, match=r"needs a tokens.strategy=reserved adapter; model .* is a merged model: "
+                                         r"use rollout.engine=hf"):
+        rollout_engine("vllm", str(rl_files["model"]))
+    assert rollout_engine("auto", str(rl_files["model"])) == "hf"
+    assert rollout_engine("hf", "no/such/model") == "hf"
+
+
 def test_an_adapter_from_selfrag_train_goes_on_training_its_lora_and_rows(
         rl_files: dict[str, Path], tiny_tokenizer, tiny_model_builder, tiny_base_dir: Path,  # type: ignore[no-untyped-def]
         tmp_path: Path) -> None:

@@ -80,3 +80,24 @@ def make_reserved_adapter(base_dir: Path, out: Path, seed: int) -> Path:
     tokenizer.save_pretrained(str(out))
     save_meta(out, ModelMeta(token_ids, "reserved", "auto", str(base_dir), "adapter"))
     return out
+
+
+def make_reserved_trained(base_dir: Path, records: Path, out: Path, steps: int = 2) -> Path:
+    """A ``selfrag train`` adapter with ``tokens.strategy=reserved`` on ``base_dir`` (:func:`make_reserved_base`):
+    LoRA on the linear layers and on ``embed_tokens`` (the head is tied), as the 8B recipe trains it."""
+    from selfrag.config import load_config
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.run import run
+
+    config = load_config(
+        TrainConfig,
+        model=str(base_dir),
+        records=str(records),
+        output_dir=str(out),
+        tokens={"strategy": "reserved"},
+        training={"learning_rate": 1e-3, "max_steps": steps, "batch_size": 1, "logging_steps": 1,
+                  "eval_fraction": 0.0, "max_length": 256, "save_steps": 1000},
+        lora={"r": 8, "alpha": 16, "dropout": 0.0},
+    )
+    run(config)
+    return out
