@@ -99,7 +99,6 @@ class Policy:
     token_ids: ReflectionIds
     meta: ModelMeta
     directory: Path  # where it was loaded from
-    adapter: bool = False  # directory is an adapter (its LoRA goes on training), not a merged model
 
 
 def run(config: RLConfig) -> RLResult:
@@ -197,7 +196,7 @@ def load_policy(config: RLConfig) -> Policy:
         model = get_peft_model(merged, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                   target_modules=lora.target_modules, task_type="CAUSAL_LM"))
         meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter")
-    return Policy(model, tokenizer, meta.token_ids, meta, served.directory, served.is_adapter)
+    return Policy(model, tokenizer, meta.token_ids, meta, served.directory)
 
 
 def rollout_engine(choice: str, model: str) -> str:
@@ -310,12 +309,12 @@ class RolloutFunction:
     """TRL's ``rollout_func``: the prompts (each repeated ``generations`` times by GRPO's sampler) -> rollouts of the
     current policy. Sampling is seeded by the step, so a resumed run samples what the killed one would have.
     ``engine``: ``hf`` decodes with the policy itself (its LoRA merged while it decodes, ``rollout.merge_lora``);
-    ``vllm`` in vLLM (:class:`VLLMRollouts`, its adapters in ``scratch``)."""
+    ``vllm`` in vLLM (:class:`VLLMRollouts`, the adapters it serves in the output folder's ``rollout-adapter``)."""
 
-    def __init__(self, policy: Policy, retriever: Retriever, config: RolloutConfig, seed: int, engine: str = "hf",
-                 scratch: Path | None = None) -> None:
+    def __init__(self, policy: Policy, retriever: Retriever, config: RolloutConfig, seed: int,
+                 engine: str = "hf") -> None:
         self.policy, self.retriever, self.config, self.seed = policy, retriever, config, seed
-        self.engine, self.scratch = engine, scratch
+        self.engine = engine
         self.merged = MergedLora()
         self.vllm: VLLMRollouts | None = None
 
@@ -331,7 +330,9 @@ class RolloutFunction:
         seed = self.seed + 1009 * trainer.state.global_step + trainer.accelerator.process_index
         if self.engine == "vllm":
             if self.vllm is None:
-                scratch = self.scratch or Path(trainer.args.output_dir).parent / ROLLOUT_ADAPTER
+                # output_dir (the args' is its checkpoints); a folder per process: one writer each
+                process = trainer.accelerator.process_index
+                scratch = Path(trainer.args.output_dir).parent / ROLLOUT_ADAPTER / f"rank{process}"
                 self.vllm = VLLMRollouts(self.policy, scratch, self.config.vllm_options())
             engine = self.vllm.serve(model, trainer.state.global_step, seed)
             rollouts = Rollouts(engine, self.retriever, self.config).run(list(prompts))
@@ -386,8 +387,7 @@ def grpo_trainer(config: RLConfig, policy: Policy, questions: Sequence[Query], r
     return SelfRAGGRPOTrainer(
         model=policy.model, reward_funcs=reward.functions(), args=arguments, train_dataset=data,
         processing_class=policy.tokenizer,
-        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed, engine,
-                                     checkpoints.parent / ROLLOUT_ADAPTER),
+        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed, engine),
     )
 
 
