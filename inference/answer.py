@@ -7,8 +7,7 @@ from typing import Any
 
 from selfrag.trajectory import Passage, Trajectory
 
-from .scoring import CandidateScore
-from .trace import TraceEntry
+from .trace import CandidateScore, TraceEntry
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from selfrag.trajectory import Passage, lex_ids, parse_trajectory
 from . import policy
 from .answer import AnswerSegment, Candidate
 from .config import InferenceConfig
-from .scoring import CandidateScore
-from .trace import BeamSummary
+from .trace import BeamSummary, CandidateScore
 
 
 @dataclass

@@ -38,8 +38,7 @@ from .config import InferenceConfig
 from .engines.base import Engine, GenerationRequest, context_limit
 from .events import StreamEvent
 from .rounds import Rounds
-from .scoring import CandidateScore
-from .trace import CriticRecord, CriticRelevance, Critique, Decide
+from .trace import CandidateScore, CriticRecord, CriticRelevance, Critique, Decide
 from .work import Work, call, check_question
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from selfrag.reflection import Group, ReflectionIds
 from selfrag.scores import first_of_two_terms, support_terms, utility_terms
 
 from .engines.base import Generation
-from .trace import Relevance
+from .trace import CandidateScore, Relevance
 
 COMPONENTS = ("relevance", "support", "utility")
 
@@ -130,28 +130,6 @@ def first_position(generated: Sequence[int], token_ids: ReflectionIds, group: Gr
         if token_ids.group_of_id(int(token_id)) is group:
             return index
     return None
-
-
-@dataclass(frozen=True)
-class CandidateScore:
-    """The critique of one continuation: each component (None when missing), tokens and the total."""
-
-    relevance: float | None
-    support: float | None
-    utility: float | None
-    total: float
-    relevance_token: str | None  # the token the model generated for each group (None: not generated)
-    support_token: str | None
-    utility_token: str | None
-    missing: tuple[str, ...]  # components whose score could not be read
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "score": self.total,
-            "components": {"relevance": self.relevance, "support": self.support, "utility": self.utility},
-            "tokens": {"relevance": self.relevance_token, "support": self.support_token, "utility": self.utility_token},
-            "missing": list(self.missing),
-        }
 
 
 def score_continuation(
