@@ -338,7 +338,8 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from selfrag.inference.retrievers.index import IndexConfig, run
+    from selfrag.inference.retrievers.index import IndexConfig
+    from selfrag.inference.retrievers.index_build import run
 
     print(run(_config(IndexConfig, args)).summary())
     return 0

@@ -23,21 +23,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from selfrag.config import at_least_one, help_field
-from selfrag.corpus_stream import scan_corpus
 from selfrag.errors import ConfigError, InputError
 from selfrag.passages import PassageSource, PassageStore
 from selfrag.retrieval import BM25Retriever, Retriever
+from selfrag.runs import text_key
 
 from .embeddings import DEFAULT_EMBEDDING_MODEL, POOLINGS, SentenceEncoder, TextEncoder
-
-if TYPE_CHECKING:
-    from .index_build import IndexResult
 
 logger = logging.getLogger(__name__)
 
@@ -143,35 +139,6 @@ class IndexConfig:
         return problems
 
 
-def run(config: IndexConfig) -> IndexResult:
-    """Build the index of ``config.corpus`` into ``config.output`` (see :func:`.index_build.build`)."""
-    if config.kind == "pgvector":
-        return _run_pgvector(config)
-    from .index_build import build
-
-    return build(config)
-
-
-def _run_pgvector(config: IndexConfig) -> IndexResult:
-    from .index_build import IndexResult, corpus_digest
-    from .pgvector import parse_url
-    from .pgvector_build import PgBuild, build
-
-    started = time.monotonic()
-    corpus = Path(config.corpus)
-    passages = scan_corpus(corpus, config.chunk_words, config.chunk_overlap)  # checked and counted, not held
-    fingerprint = {"path": str(corpus.resolve()), "sha256": corpus_digest(corpus),
-                   "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
-    spec = PgBuild(
-        config.output, config.embedding_model, config.batch_size, config.device, config.hnsw_m,
-        config.hnsw_ef_construction, fingerprint, config.maintenance_work_mem,
-    )
-    build(spec, passages)
-    target = parse_url(config.output, field="output")
-    return IndexResult(Path(f"{target.where}?table={target.table}"), config.kind, len(passages),
-                       time.monotonic() - started)
-
-
 def load_index(
     path: str | Path,
     check_corpus: bool = True,
@@ -250,11 +217,20 @@ def _open_passages(path: Path, meta: dict[str, Any]) -> PassageSource:
 
 def _warn_if_stale(path: Path, recorded: dict[str, Any]) -> None:
     """Warn when the corpus's size or modification time changed since the build (stat only; no hashing)."""
-    from .index_build import corpus_stamp
-
     source = Path(recorded.get("path", ""))
     if not recorded or not source.exists() or "stamp" not in recorded:
         return
     if corpus_stamp(source) != recorded["stamp"]:
         logger.warning("the corpus %s changed after the index %s was built; rebuild it with `selfrag index`",
                        source, path)
+
+
+def corpus_stamp(corpus: Path) -> str:
+    """Sizes and modification times of a corpus file or folder: what opening an index compares (no reading), as
+    bare hex (what every ``index.json`` holds)."""
+    files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
+    lines = []
+    for file in files:
+        stat = file.stat()
+        lines.append(f"{file.relative_to(corpus) if corpus.is_dir() else ''}\0{stat.st_size}\0{stat.st_mtime_ns}\n")
+    return text_key("".join(lines))

@@ -29,16 +29,16 @@ from typing import Any
 
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import iter_corpus
-from selfrag.corpus_stream import duplicate_error
+from selfrag.corpus_stream import duplicate_error, scan_corpus
 from selfrag.errors import InputError
 from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
-from selfrag.runs import file_blocks, stream_digest, text_key
+from selfrag.runs import file_blocks, stream_digest
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store
-from .index import INDEX_FILE, INDEX_VERSION, STORE_FILE, IndexConfig
+from .index import INDEX_FILE, INDEX_VERSION, STORE_FILE, IndexConfig, corpus_stamp
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,33 @@ class IndexResult:
 
     def summary(self) -> str:
         return f"{self.kind} index of {self.passages} passages written to {self.path} in {self.seconds:.1f} s"
+
+
+def run(config: IndexConfig) -> IndexResult:
+    """Build the index of ``config.corpus`` into ``config.output`` (:func:`build`; pgvector: a database table)."""
+    if config.kind == "pgvector":
+        return _run_pgvector(config)
+    return build(config)
+
+
+def _run_pgvector(config: IndexConfig) -> IndexResult:
+    from .pgvector import parse_url
+    from .pgvector_build import PgBuild
+    from .pgvector_build import build as build_table
+
+    started = time.monotonic()
+    corpus = Path(config.corpus)
+    passages = scan_corpus(corpus, config.chunk_words, config.chunk_overlap)  # checked and counted, not held
+    fingerprint = {"path": str(corpus.resolve()), "sha256": corpus_digest(corpus),
+                   "chunk_words": config.chunk_words, "chunk_overlap": config.chunk_overlap}
+    spec = PgBuild(
+        config.output, config.embedding_model, config.batch_size, config.device, config.hnsw_m,
+        config.hnsw_ef_construction, fingerprint, config.maintenance_work_mem,
+    )
+    build_table(spec, passages)
+    target = parse_url(config.output, field="output")
+    return IndexResult(Path(f"{target.where}?table={target.table}"), config.kind, len(passages),
+                       time.monotonic() - started)
 
 
 def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress: bool = True) -> IndexResult:
@@ -221,14 +248,3 @@ def corpus_digest(corpus: Path) -> str:
             yield from file_blocks(file)
 
     return stream_digest(pieces()).removeprefix("sha256:")
-
-
-def corpus_stamp(corpus: Path) -> str:
-    """Sizes and modification times of a corpus file or folder: what opening an index compares (no reading), as
-    bare hex (what every ``index.json`` holds)."""
-    files = sorted(p for p in corpus.rglob("*") if p.is_file()) if corpus.is_dir() else [corpus]
-    lines = []
-    for file in files:
-        stat = file.stat()
-        lines.append(f"{file.relative_to(corpus) if corpus.is_dir() else ''}\0{stat.st_size}\0{stat.st_mtime_ns}\n")
-    return text_key("".join(lines))

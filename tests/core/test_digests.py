@@ -39,7 +39,8 @@ def test_a_question_draws_the_same_negatives_as_before() -> None:
 def test_an_index_keeps_the_corpus_digest_and_stamp_it_recorded(tmp_path: Path) -> None:
     """``selfrag index`` hashes through selfrag.runs now; an index or an unfinished build made before compares the
     same values (bare hex), so neither is rebuilt for nothing nor reused for another corpus."""
-    from selfrag.inference.retrievers.index_build import corpus_digest, corpus_stamp
+    from selfrag.inference.retrievers.index import corpus_stamp
+    from selfrag.inference.retrievers.index_build import corpus_digest
 
     corpus = tmp_path / "docs"
     (corpus / "sub").mkdir(parents=True)

@@ -19,7 +19,7 @@ from selfrag.data_gen.run import run
 from selfrag.errors import ConfigError
 from selfrag.inference.retrievers.batched import BatchedSearcher
 from selfrag.inference.retrievers.index import IndexConfig
-from selfrag.inference.retrievers.index import run as build_index
+from selfrag.inference.retrievers.index_build import run as build_index
 from selfrag.retrieval import BM25Retriever, Hit
 from selfrag.trajectory import Passage
 

@@ -17,7 +17,8 @@ import pytest
 
 from selfrag.errors import ConfigError
 from selfrag.inference.retrievers import RETRIEVERS
-from selfrag.inference.retrievers.index import IndexConfig, run
+from selfrag.inference.retrievers.index import IndexConfig
+from selfrag.inference.retrievers.index_build import run
 from selfrag.inference.retrievers.localpg import LocalPostgres, free_port
 from selfrag.inference.retrievers.pgvector import PgVectorError, PgVectorRetriever, parse_url
 from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever

@@ -11,7 +11,8 @@ import pytest
 from selfrag.config import load_config
 from selfrag.errors import InputError
 from selfrag.inference.retrievers import RETRIEVERS, build_bm25, load_index
-from selfrag.inference.retrievers.index import IndexConfig, run
+from selfrag.inference.retrievers.index import IndexConfig
+from selfrag.inference.retrievers.index_build import run
 
 PASSAGES = [
     {"id": "p1", "title": "Normandy", "text": "Rollo, a Viking leader, founded the duchy of Normandy in 911."},

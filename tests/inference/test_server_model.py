@@ -68,7 +68,7 @@ def test_real_smollm2_answers_and_streams_the_same(trained_model: str) -> None:
 @pytest.mark.slow
 def test_serve_loads_like_ask_a_prebuilt_index_and_checked_engine_options(trained_model: str, tmp_path: Path) -> None:
     from selfrag.inference.retrievers.index import IndexConfig
-    from selfrag.inference.retrievers.index import run as build_index
+    from selfrag.inference.retrievers.index_build import run as build_index
 
     build_index(IndexConfig(corpus=str(DEMO_CORPUS), output=str(tmp_path / "index")))
     config = load_config(ServeConfig, None, [f"model={trained_model}", f"retriever.index={tmp_path / 'index'}",
