@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
 from selfrag.errors import ConfigError, SelfragError
@@ -142,8 +141,9 @@ class Processes:
         broadcast_object_list(message, from_process=0)
 
     @contextmanager
-    def stopping_together(self, checkpoints: Path) -> Iterator[None]:
-        """Turn a lost process into one :class:`ProcessLostError` line naming the checkpoint a rerun resumes from.
+    def stopping_together(self, resume_point: Callable[[], str | None]) -> Iterator[None]:
+        """Turn a lost process into one :class:`ProcessLostError` line naming the checkpoint a rerun resumes from
+        (``resume_point()`` when it stops: the newest complete checkpoint, or None before the first).
 
         A collective with a dead peer fails (gloo: the connection closes; else after the timeout), or the
         launcher, which saw the process die, sends SIGTERM to the others; either way each survivor stops with it.
@@ -154,9 +154,7 @@ class Processes:
         import torch.distributed as dist
 
         def stop(why: str) -> ProcessLostError:
-            from selfrag.training.trainer import last_checkpoint
-
-            last = last_checkpoint(checkpoints)
+            last = resume_point()
             resume = f"resume from {last}" if last else "start over (no checkpoint was written yet)"
             return ProcessLostError(
                 f"process {self.index} of {self.count} stopped: {why}; run the same command again to {resume}"

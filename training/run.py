@@ -197,7 +197,7 @@ def run(config: TrainConfig) -> TrainResult:
         logger.info("resuming from %s", resume)
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
     reset_peak_memory()  # the peak of the steps, not of building the model
-    with processes.stopping_together(checkpoints), input_side_detached(
+    with processes.stopping_together(lambda: last_checkpoint(checkpoints)), input_side_detached(
             model, detached, bool(arguments.gradient_checkpointing)):
         trainer.train(resume_from_checkpoint=resume)
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
