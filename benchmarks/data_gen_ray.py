@@ -115,8 +115,7 @@ def cache_rates(path: Path, in_flight: int, count: int = 2000) -> tuple[float, f
 
     import ray
 
-    from selfrag.data_gen.cache import CachedReply, CallCache
-    from selfrag.data_gen.ray_executor import SharedCache, start_keeper
+    from selfrag.data_gen.cache import CachedReply, CallCache, SharedCache, start_keeper
 
     keeper = start_keeper(path.with_name("keeper-bench.sqlite"))
     ray.get(keeper.where.remote())  # started: its process start-up is not counted

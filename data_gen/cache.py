@@ -83,7 +83,7 @@ class Ledger:
 class CallStore(Protocol):
     """Where :class:`~selfrag.data_gen.teachers.CachedTeacher` looks replies up and books the calls it paid: this
     SQLite cache in the process, or (``executor=ray``) the one cache of the run reached through a Ray actor
-    (:class:`~selfrag.data_gen.ray_executor.SharedCache`), whose ledger outlives a killed worker."""
+    (:class:`SharedCache`), whose ledger outlives a killed worker."""
 
     async def lookup(self, key: str) -> CachedReply | None: ...
 
@@ -138,3 +138,71 @@ class CallCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class CacheKeeper:
+    """The run's one teacher-call cache, as a Ray actor on the driver's node: it alone opens the SQLite file
+    (``teacher.cache``, or the per-teacher default), so every labelling worker on every node reads and writes the same
+    replies without a shared filesystem (SQLite's WAL does not work over NFS), and the file stays with the driver for
+    the next run. Lookups and stores are idempotent: a restarted keeper retries them."""
+
+    def __init__(self, path: str) -> None:
+        self.cache = CallCache(path)
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        hit = self.cache.get(key)
+        return None if hit is None else (hit.text, hit.prompt_tokens, hit.completion_tokens)
+
+    def put(self, key: str, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self.cache.put(key, model, CachedReply(text, prompt_tokens, completion_tokens))
+
+    def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.cache.ledger.add(prompt_tokens, completion_tokens)
+
+    def ledger(self) -> tuple[int, int, int]:
+        """(calls, prompt tokens, completion tokens) paid through this keeper: every worker's, a killed one's too."""
+        ledger = self.cache.ledger
+        return ledger.calls, ledger.prompt_tokens, ledger.completion_tokens
+
+    def where(self) -> tuple[str, int]:
+        """(node id, pid) of the keeper: for tests and logs."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class SharedCache:
+    """A labelling worker's :class:`~selfrag.data_gen.cache.CallStore`: every lookup and store goes to the keeper."""
+
+    def __init__(self, keeper: Any) -> None:
+        self.keeper = keeper
+
+    async def lookup(self, key: str) -> Any:
+        hit = await self.keeper.get.remote(key)
+        return None if hit is None else CachedReply(hit[0], int(hit[1]), int(hit[2]))
+
+    async def store(self, key: str, model: str, reply: Any) -> None:
+        # awaited: a reply is in the cache before its question can reach the journal
+        await self.keeper.put.remote(key, model, reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+    async def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
+        await self.keeper.paid.remote(prompt_tokens, completion_tokens)
+
+
+def start_keeper(cache_path: Path) -> Any:
+    """The :class:`CacheKeeper` of this run, pinned to the driver's node (no CPU reserved: it waits on SQLite)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    keeper = ray.remote(CacheKeeper).options(  # type: ignore[attr-defined]
+        num_cpus=0,
+        max_concurrency=8,  # threads: CallCache serialises on its own lock
+        max_restarts=-1,
+        max_task_retries=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+    )
+    return keeper.remote(str(cache_path))

@@ -3,18 +3,19 @@
     selfrag generate --config configs/data_gen/http-teacher.yaml teacher.model=M output=runs/data executor=ray \\
         ray.workers=4                       # a local Ray; ray.address=auto (or ray://host:10001) for a cluster
 
-The questions left to do are dealt one at a time to a pool of ``ray.workers`` labelling actors, ``ray.batch_size``
-in flight on each (an async actor runs them at once), each actor with the project's own teacher (the same
+The questions left to do are dealt one at a time to a pool of ``ray.workers`` labelling actors, ``ray.batch_size`` in
+flight on each (an async actor runs them at once), each actor with the project's own teacher (the same
 :class:`~selfrag.data_gen.assembly.Assembler`, labeler, retries and connection breaker as the single-process run;
-every call through the run's one cache, :class:`CacheKeeper`, an actor on the driver's node). Each question is its
-own Ray task, so the driver (``ray.wait``, one at a time: :func:`label_each`) appends each finished question to the
-same journal as it arrives, and deals that worker the next one: a driver killed mid-run has every finished question
-journaled. The output files are rendered from the journal exactly
-as the single-process run renders them, so for the same teacher answers the records are byte-identical; they are
-also written as shards with a manifest (:func:`write_shards`).
+every call through the run's one cache, :class:`~selfrag.data_gen.cache.CacheKeeper`, an actor on the driver's node).
+Each question is its own Ray task, so the driver (``ray.wait``, one at a time: :func:`label_each`) appends each
+finished question to the same journal as it arrives, and deals that worker the next one: a driver killed mid-run has
+every finished question journaled. The output files are rendered from the journal exactly as the single-process run
+renders them, so for the same teacher answers the records are byte-identical; they are also written as shards with a
+manifest (:func:`write_shards`).
 
 ``ray.stages=true`` runs the same labelling as one Ray Data stage per decision type instead
-(:mod:`selfrag.data_gen.ray_stages`); the journal, shards, manifest and cache keeper here serve both.
+(:mod:`selfrag.data_gen.ray_stages`); the journal, shards and manifest here and the cache keeper
+(:mod:`selfrag.data_gen.cache`) serve both.
 
 Why actors with the project's teacher, not ``ray.data.llm``'s processors: a question is a chain of dependent calls
 of variable length (the retrieve decision picks the next call; each later sentence gets a decision; relevance for
@@ -40,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict
-from selfrag.corpus import Query, parse_ctxs
-from selfrag.data_gen.cache import Ledger
+from selfrag.corpus import Query
+from selfrag.data_gen.cache import Ledger, SharedCache, start_keeper
 from selfrag.errors import ConfigError
 from selfrag.fsutil import write_json
 from selfrag.runs import bytes_digest
@@ -97,7 +98,7 @@ class Labeller:
 
         if self.assembler is None:  # built inside the actor's event loop: the HTTP client belongs to it
             self.assembler = self._build()
-        query = _query(json.loads(raw))
+        query = Query.from_json(json.loads(raw), "a ray batch")
         if query.ctxs:
             self.retriever.by_query[query.question] = tuple(query.ctxs)
         row: dict[str, Any] = {"query_id": query.id, "entry": "", "failed": "", "fatal": ""}
@@ -111,94 +112,6 @@ class Labeller:
         hits = self.assembler.teacher.cache_hits
         row["cache_hits"], self.hits_reported = hits - self.hits_reported, hits
         return row
-
-
-class CacheKeeper:
-    """The run's one teacher-call cache, as a Ray actor on the driver's node: it alone opens the SQLite file
-    (``teacher.cache``, or the per-teacher default), so every labelling worker on every node reads and writes the same
-    replies without a shared filesystem (SQLite's WAL does not work over NFS), and the file stays with the driver for
-    the next run. Lookups and stores are idempotent: a restarted keeper retries them."""
-
-    def __init__(self, path: str) -> None:
-        from selfrag.data_gen.cache import CallCache
-
-        self.cache = CallCache(path)
-
-    def get(self, key: str) -> tuple[str, int, int] | None:
-        hit = self.cache.get(key)
-        return None if hit is None else (hit.text, hit.prompt_tokens, hit.completion_tokens)
-
-    def put(self, key: str, model: str, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        from selfrag.data_gen.cache import CachedReply
-
-        self.cache.put(key, model, CachedReply(text, prompt_tokens, completion_tokens))
-
-    def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
-        self.cache.ledger.add(prompt_tokens, completion_tokens)
-
-    def ledger(self) -> tuple[int, int, int]:
-        """(calls, prompt tokens, completion tokens) paid through this keeper: every worker's, a killed one's too."""
-        ledger = self.cache.ledger
-        return ledger.calls, ledger.prompt_tokens, ledger.completion_tokens
-
-    def where(self) -> tuple[str, int]:
-        """(node id, pid) of the keeper: for tests and logs."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id(), os.getpid()
-
-    def close(self) -> None:
-        self.cache.close()
-
-
-class SharedCache:
-    """A labelling worker's :class:`~selfrag.data_gen.cache.CallStore`: every lookup and store goes to the keeper."""
-
-    def __init__(self, keeper: Any) -> None:
-        self.keeper = keeper
-
-    async def lookup(self, key: str) -> Any:
-        from selfrag.data_gen.cache import CachedReply
-
-        hit = await self.keeper.get.remote(key)
-        return None if hit is None else CachedReply(hit[0], int(hit[1]), int(hit[2]))
-
-    async def store(self, key: str, model: str, reply: Any) -> None:
-        # awaited: a reply is in the cache before its question can reach the journal
-        await self.keeper.put.remote(key, model, reply.text, reply.prompt_tokens, reply.completion_tokens)
-
-    async def paid(self, prompt_tokens: int, completion_tokens: int) -> None:
-        await self.keeper.paid.remote(prompt_tokens, completion_tokens)
-
-
-def start_keeper(cache_path: Path) -> Any:
-    """The :class:`CacheKeeper` of this run, pinned to the driver's node (no CPU reserved: it waits on SQLite)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = ray.get_runtime_context().get_node_id()
-    keeper = ray.remote(CacheKeeper).options(  # type: ignore[attr-defined]
-        num_cpus=0,
-        max_concurrency=8,  # threads: CallCache serialises on its own lock
-        max_restarts=-1,
-        max_task_retries=-1,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-    )
-    return keeper.remote(str(cache_path))
-
-
-def _query(data: dict[str, Any]) -> Query:
-    return Query(
-        str(data["id"]),
-        str(data["question"]),
-        tuple(data.get("answers") or ()),
-        bool(data.get("answerable", True)),
-        tuple(data.get("gold_passage_ids") or ()),
-        data.get("needs_retrieval"),
-        dict(data.get("meta") or {}),
-        data.get("output"),
-        parse_ctxs(data, "a ray batch", str(data["id"])),
-    )
 
 
 def label_with_ray(

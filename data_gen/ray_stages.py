@@ -40,6 +40,7 @@ from typing import Any
 
 from selfrag.config import from_dict, to_dict
 from selfrag.corpus import Query
+from selfrag.data_gen.cache import SharedCache
 from selfrag.trajectory import Label, Passage
 
 #: The stages in pipeline order (``assemble`` makes no teacher call).
@@ -113,10 +114,9 @@ def replay(recipe: Any, query: Query, seed: Passage | None, log: Sequence[Any]) 
 
 
 def _row_query(row: dict[str, Any]) -> tuple[Query, Passage | None]:
-    from selfrag.data_gen.ray_executor import _query
-
     seed = json.loads(row["seed"]) if row["seed"] else None
-    return _query(json.loads(row["query"])), None if seed is None else Passage(seed["id"], seed["title"], seed["text"])
+    query = Query.from_json(json.loads(row["query"]), "a ray batch")
+    return query, None if seed is None else Passage(seed["id"], seed["title"], seed["text"])
 
 
 def _recipe(config: Any) -> Any:
@@ -136,7 +136,6 @@ class Worker:
 
     def __init__(self, config: dict[str, Any], passages: list[Any], keeper: Any) -> None:
         from selfrag.data_gen.config import GenerateConfig
-        from selfrag.data_gen.ray_executor import SharedCache
 
         self.config = from_dict(GenerateConfig, config)
         self.passages_ref = passages[0]  # in the object store: fetched by the first search here

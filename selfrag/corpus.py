@@ -43,6 +43,21 @@ class Query:
             **({"ctxs": [passage.to_json() for passage in self.ctxs]} if self.ctxs else {}),
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "a query") -> Query:
+        """The query :meth:`to_json` wrote (checked input comes from :func:`load_queries`)."""
+        return cls(
+            str(data["id"]),
+            str(data["question"]),
+            tuple(data.get("answers") or ()),
+            bool(data.get("answerable", True)),
+            tuple(data.get("gold_passage_ids") or ()),
+            data.get("needs_retrieval"),
+            dict(data.get("meta") or {}),
+            data.get("output"),
+            parse_ctxs(data, where, str(data["id"])),
+        )
+
 
 def retrieval_needed(needs_retrieval: bool | None) -> bool:
     """Whether a question needs retrieval by its ``needs_retrieval`` field: only ``false`` says no, so a question

@@ -115,7 +115,7 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(  # type: ign
     memory:// URL that only the driver writes (the workers are other processes: they could not reach it)."""
     import fsspec
 
-    from selfrag.data_gen.ray_executor import SharedCache, start_keeper
+    from selfrag.data_gen.cache import SharedCache, start_keeper
     from selfrag.data_gen.teachers import CachedReply
 
     monkeypatch.setenv("SELFRAG_CACHE", str(tmp_path / "selfrag-cache"))  # the URL's staging folder
