@@ -155,7 +155,7 @@ def gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     report = dry_run(args) | {"mode": "gpu", "device": torch.cuda.get_device_name(0)}
-    data = demo_data(args.output / "data")
+    data = stages().demo_data(args.output / "data")
     trained = train(args, data)
     report["train"] = trained
     served = trained["output_dir"]
@@ -166,22 +166,6 @@ def gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     report["served"] = served
     report["parity"] = parity(Path(served))
     return report
-
-
-def demo_data(folder: Path) -> dict[str, Path]:
-    """The quickstart's data stage: gold trajectories of the shipped demo data, train and test splits."""
-    from selfrag.app.quickstart import QuickstartConfig, data_settings
-    from selfrag.config import from_dict, load_config
-    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
-    from selfrag.data_gen.config import GenerateConfig
-    from selfrag.data_gen.run import run as generate
-
-    quickstart = load_config(QuickstartConfig, None, [f"output_dir={folder}"])
-    paths = {}
-    for split in ("train", "test"):
-        settings = data_settings(quickstart, DEMO_CORPUS, DEMO_QUERIES, folder / split, split)
-        paths[split] = Path(generate(from_dict(GenerateConfig, settings)).records_path)
-    return paths
 
 
 def train(args: argparse.Namespace, data: dict[str, Path]) -> dict[str, Any]:
@@ -296,24 +280,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def random_init_main(args: argparse.Namespace) -> int:
-    """``--random-init``: gpu_random_init's stages; gpu_check.json and the table gpu_check.md; 1 if a check failed."""
+def stages() -> Any:
+    """benchmarks/gpu_random_init.py, beside this file: its stages and the demo data (however this file was loaded)."""
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)
-    from gpu_random_init import failures, log, markdown, random_init_run
+    import gpu_random_init
 
+    return gpu_random_init
+
+
+def random_init_main(args: argparse.Namespace) -> int:
+    """``--random-init``: gpu_random_init's stages; gpu_check.json and the table gpu_check.md; 1 if a check failed."""
+    random_init = stages()
     plan = dry_run(args) if args.device == "cuda" else {"versions": versions()}
     counted = f"; 8B on the meta device: {plan['meta_8b']['parameters']:,} parameters" if "meta_8b" in plan else ""
-    log(f"plan: versions {json.dumps(plan['versions'])}{counted}")
-    report = random_init_run(args, plan)
+    random_init.log(f"plan: versions {json.dumps(plan['versions'])}{counted}")
+    report = random_init.random_init_run(args, plan)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    table_text = markdown(report)
+    table_text = random_init.markdown(report)
     (args.output / "gpu_check.md").write_text(table_text, encoding="utf-8")
     print(table_text)
     print(f"written to {args.output / 'gpu_check.json'} and {args.output / 'gpu_check.md'}")
-    problems = failures(report)
+    problems = random_init.failures(report)
     for problem in problems:
         print(f"gpu_check: FAILED {problem}", file=sys.stderr)
     return 1 if problems else 0

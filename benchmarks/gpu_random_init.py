@@ -71,6 +71,22 @@ def log(message: str) -> None:
 # --- The shape ------------------------------------------------------------------------------------------
 
 
+def demo_data(folder: Path) -> dict[str, Path]:
+    """The quickstart's data stage: gold trajectories of the shipped demo data, train and test splits."""
+    from selfrag.app.quickstart import QuickstartConfig, data_settings
+    from selfrag.config import from_dict, load_config
+    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.data_gen.run import run as generate
+
+    quickstart = load_config(QuickstartConfig, None, [f"output_dir={folder}"])
+    paths = {}
+    for split in ("train", "test"):
+        settings = data_settings(quickstart, DEMO_CORPUS, DEMO_QUERIES, folder / split, split)
+        paths[split] = Path(generate(from_dict(GenerateConfig, settings)).records_path)
+    return paths
+
+
 def shape_dir(shape: str, scale: dict[str, Any], folder: Path) -> Path:
     """``configs/models/<shape>`` (its tokenizer built), or a copy in ``folder`` with ``scale``'s config changes."""
     from selfrag.shapes import SHAPE_FILE, ensure_tokenizer
@@ -420,7 +436,6 @@ def parity_stage(device: str, sequences: int = 4, length: int = 128) -> dict[str
 def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """Every stage, in order, into one report (the JSON beside the markdown table)."""
     import yaml
-    from gpu_check import demo_data
 
     folder = args.output.resolve()
     folder.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ def test_peak_rss_of_a_1b_shape_meets_the_cpu_estimate(gpu_check, tmp_path: Path
     import gpu_random_init
 
     shape = gpu_random_init.shape_dir("1b", {"num_hidden_layers": 4}, tmp_path)  # hidden 2048, vocabulary 128,256
-    data = gpu_check.demo_data(tmp_path / "data")
+    data = gpu_random_init.demo_data(tmp_path / "data")
     subset = tmp_path / "longest.jsonl"
     info = gpu_random_init.longest_records(data["train"], shape, 3, 512, subset)
     extra = ["training.batch_size=1", "training.gradient_accumulation_steps=1", "training.max_length=512"]
