@@ -194,3 +194,107 @@ def test_the_setting_flow_names_code_that_exists() -> None:
         assert _class_has(cls, attribute), f"{cls}.{attribute}"
     for file in re.findall(r"`([\w.-]+/[\w/.-]+\.(?:py|yaml))`", section):
         assert (REPO / file).is_file(), file
+
+
+# -- no import circle ---------------------------------------------------------------------------------------------
+# Every module of the package, benchmarks/ and studies/ (whose scripts import their siblings by file name) and what it
+# imports, at the top, inside functions and under TYPE_CHECKING alike: a circle hidden by a lazy import is still one.
+# A piece two modules share moves to the one below both (or to a third module), never into another lazy import.
+SCRIPT_FOLDERS = ("benchmarks", "studies")
+
+
+def _module_files() -> dict[str, Path]:
+    """``{module name: file}``: the package's folders by pyproject's package-dir, the script folders flat."""
+    found: dict[str, Path] = {}
+    for folder, name in PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            found[".".join([name, *(parts[:-1] if parts[-1] == "__init__" else parts)])] = path
+    for folder in SCRIPT_FOLDERS:
+        found |= {f"{folder}.{path.stem}": path for path in sorted((REPO / folder).glob("*.py"))}
+    return found
+
+
+def _imported_modules(module: str, source: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``module`` imports: ``from a import b`` is ``a.b`` where that is a module, else
+    ``a`` (or its nearest known parent); relative imports resolved; a script folder's sibling by its bare name."""
+    folder = module.split(".")[0]
+
+    def resolve(name: str) -> str | None:
+        if folder in SCRIPT_FOLDERS and f"{folder}.{name.split('.')[0]}" in known:
+            name = f"{folder}.{name}"
+        parts = name.split(".")
+        return next((".".join(parts[:end]) for end in range(len(parts), 0, -1) if ".".join(parts[:end]) in known),
+                    None)
+
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {resolve(alias.name) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            target = ".".join([*base[: len(base) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else str(node.module)
+            target = resolve(target) or target
+            found |= {f"{target}.{alias.name}" if f"{target}.{alias.name}" in known else resolve(target)
+                      for alias in node.names}
+    return {name for name in found if name is not None and name != module}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    files = _module_files()
+    return {module: _imported_modules(module, path.read_text(encoding="utf-8"), path.name == "__init__.py",
+                                      set(files))
+            for module, path in files.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected parts of two or more modules (Tarjan), each sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for imported in sorted(graph.get(module, ())):
+            if imported not in order:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], order[imported])
+        if low[module] == order[module]:
+            part = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_import_circle_in_the_package_benchmarks_or_studies() -> None:
+    graph = _import_graph()
+    assert {"selfrag.corpus", "selfrag.inference.trace", "selfrag.inference.retrievers.index", "selfrag.training.run",
+            "benchmarks.gpu_check", "studies.rl_study"} <= set(graph)
+    circles = [" <-> ".join(circle) for circle in _circles(graph)]
+    assert circles == [], "modules that import each other (lazy imports count): move what they share below both"
+
+
+def test_the_circle_check_sees_lazy_relative_and_sibling_imports() -> None:
+    known = {"selfrag.inference.trace", "selfrag.inference.scoring", "selfrag.inference", "selfrag.retrieval",
+             "benchmarks.gpu_check", "benchmarks.gpu_random_init"}
+    lazy = "def f():\n    from .scoring import CandidateScore\n"
+    assert _imported_modules("selfrag.inference.trace", lazy, False, known) == {"selfrag.inference.scoring"}
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from selfrag.inference import scoring\n"
+    assert _imported_modules("selfrag.inference.trace", typed, False, known) == {"selfrag.inference.scoring"}
+    assert _imported_modules("selfrag.inference", "from . import trace\n", True, known) == {"selfrag.inference.trace"}
+    assert _imported_modules("selfrag.inference.trace", "from selfrag.retrieval import Hit\n", False, known) \
+        == {"selfrag.retrieval"}
+    sibling = "def g():\n    import gpu_random_init\n"
+    assert _imported_modules("benchmarks.gpu_check", sibling, False, known) == {"benchmarks.gpu_random_init"}
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "d"}}
+    assert _circles(graph) == [["a", "b", "c"]]
