@@ -7,13 +7,21 @@
 
 The public names are imported on first use (module ``__getattr__``, by the module paths in ``_PUBLIC``):
 ``import selfrag`` loads no stage and no model library, so the core stays light and imports no stage
-(docs/ARCHITECTURE.md; tests/core/test_public_api.py).
+(docs/ARCHITECTURE.md; tests/core/test_public_api.py). Type checkers and IDEs read the same names from the
+``TYPE_CHECKING`` imports below, which never run.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # _PUBLIC's names as explicit re-exports, for type checkers only (test_public_api keeps them equal)
+    from selfrag.inference.answer import Answer as Answer
+    from selfrag.inference.config import InferenceConfig as InferenceConfig
+    from selfrag.inference.engines import load_engine as load_engine
+    from selfrag.inference.retrievers.spec import open_retriever as open_retriever
+    from selfrag.inference.runtime import SelfRAG as SelfRAG
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from selfrag.config import help_field
 from selfrag.errors import ConfigError
@@ -128,6 +128,25 @@ def merge_legacy(
     return spec
 
 
+@overload
+def open_retriever(
+    spec: RetrieverConfig | None = None, *, corpus: str | Path, field: str = "retriever"
+) -> Retriever: ...
+
+
+@overload
+def open_retriever(
+    spec: RetrieverConfig | None = None, *, index: str | Path, field: str = "retriever"
+) -> Retriever: ...
+
+
+@overload
+def open_retriever(
+    spec: RetrieverConfig | None = None, corpus: str | Path | None = None, index: str | Path | None = None,
+    field: str = "retriever",
+) -> Retriever | None: ...
+
+
 def open_retriever(
     spec: RetrieverConfig | None = None, corpus: str | Path | None = None, index: str | Path | None = None,
     field: str = "retriever",
@@ -135,7 +154,8 @@ def open_retriever(
     """The retriever a stage's settings name (None when none is named); every stage opens retrievers here.
 
     From Python (``selfrag.open_retriever``): ``open_retriever(index="runs/index")`` or ``open_retriever(corpus=
-    "corpus.jsonl")`` (BM25 built now), or a :class:`RetrieverConfig`."""
+    "corpus.jsonl")`` (BM25 built now), typed as a :class:`Retriever` (never None: both name one), or a
+    :class:`RetrieverConfig`, which may name none (a stage's optional section)."""
     spec = merge_legacy(spec, corpus, index, field)
     problems = spec_problems(spec, field)
     if problems:

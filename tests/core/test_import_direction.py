@@ -34,14 +34,22 @@ MODEL_LIBRARIES = ("torch", "transformers", "vllm")
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(module, imported names) of every absolute import in ``path``, inside functions too."""
+    """(module, imported names) of every absolute import in ``path``, inside functions too; a package's
+    ``__init__.py`` may re-export its lazy public names under ``if TYPE_CHECKING:`` (never run: no dependency)."""
     found: list[tuple[str, list[str]]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    if path.name == "__init__.py":
+        tree.body = [node for node in tree.body if not _is_type_checking_block(node)]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.module, [alias.name for alias in node.names]))
     return found
+
+
+def _is_type_checking_block(node: ast.stmt) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
 def _is_core(module: str) -> bool:

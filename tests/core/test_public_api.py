@@ -5,12 +5,15 @@ The README's five-line example is run here as written, on the tiny model (only t
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import io
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_overloads, get_type_hints
 
 import pytest
 
@@ -38,6 +41,25 @@ def test_the_public_names_are_the_objects_their_modules_define() -> None:
     assert {"SelfRAG", "load_engine", "open_retriever", "InferenceConfig"} <= set(selfrag.__all__) <= set(dir(selfrag))
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         selfrag.Nothing  # noqa: B018
+
+
+def test_type_checkers_see_every_public_name_from_its_module() -> None:
+    """The ``if TYPE_CHECKING:`` block of selfrag/__init__.py re-exports exactly ``_PUBLIC``, from the same modules."""
+    tree = ast.parse((REPO / "selfrag" / "__init__.py").read_text(encoding="utf-8"))
+    [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    seen = {alias.name: statement.module for statement in block.body if isinstance(statement, ast.ImportFrom)
+            for alias in statement.names if alias.asname == alias.name}
+    assert seen == selfrag._PUBLIC
+
+
+def test_open_retriever_is_typed_not_none_when_a_corpus_or_index_is_named() -> None:
+    from selfrag.inference.retrievers.spec import open_retriever
+    from selfrag.retrieval import Retriever
+
+    returns = [get_type_hints(overload)["return"] for overload in get_overloads(open_retriever)]
+    assert returns == [Retriever, Retriever, Retriever | None]
+    assert [sorted(inspect.signature(overload).parameters) for overload in get_overloads(open_retriever)][:2] == [
+        ["corpus", "field", "spec"], ["field", "index", "spec"]]
 
 
 def test_load_engine_names_a_wrong_option_or_engine() -> None:
