@@ -1,13 +1,14 @@
 """What the *frozen* base model already tells apart: a linear probe on its hidden states, per kind of negative.
 
-DESIGN.md's lead: a logistic regression on the frozen SmolLM2-135M's hidden states (last token and mean over the
-passage, layers -1, -10, -20) separated relevant from irrelevant passages of unseen articles at AUROC 0.95 (easy)
-and 0.92 (hard), before anyone recorded how its hard negatives were drawn. The judgement study found two kinds of
-same-article negative (studies/judgement_study.md, stop 21): a *random* passage of the article (fine-tuning
-reaches 0.99) and the *closest* one, the article's best BM25 match without the answer (fine-tuning stalls near
-0.90). This probe asks the same of the frozen model, on the same held-out questions the study scores, and one more
-thing: the verdict position comes right after ``</paragraph>``, some 200 tokens after the question; does the frozen
-model separate the closest negatives better where the question is read again after the passage?
+An earlier lead (the project's design notes, not kept in this repository): a logistic regression on the frozen
+SmolLM2-135M's hidden states (last token and mean over the passage, layers -1, -10, -20) separated relevant from
+irrelevant passages of unseen articles at AUROC 0.95 (easy) and 0.92 (hard), before anyone recorded how its hard
+negatives were drawn. The judgement study found two kinds of same-article negative (studies/judgement_study.md, stop
+21): a *random* passage of the article (fine-tuning reaches 0.99) and the *closest* one, the article's best BM25
+match without the answer (fine-tuning stalls near 0.90). This probe asks the same of the frozen model, on the same
+held-out questions the study scores, and one more thing: the verdict position comes right after ``</paragraph>``,
+some 200 tokens after the question; does the frozen model separate the closest negatives better where the question
+is read again after the passage?
 
 Features per record (one forward each; causal attention, so the first read is unchanged by what follows it):
 - ``after passage``: the hidden state at ``</paragraph>`` (where the trained model's verdict is read) and the mean

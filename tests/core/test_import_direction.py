@@ -29,7 +29,7 @@ STAGES = tuple(name for name in PACKAGES.values() if name != "selfrag")
 OUTSIDE = ("benchmarks", "studies", "scripts", "tests")
 #: the runtime's algorithm: talks to engines through the protocol, never to a model library
 ALGORITHM = ("runtime.py", "rounds.py", "work.py", "finish.py", "branches.py", "prompted.py", "longform.py", "beams.py",
-             "policy.py", "scoring.py", "closedset.py", "answer.py")
+             "policy.py", "scoring.py", "closedset.py", "answer.py", "trace.py", "events.py")
 MODEL_LIBRARIES = ("torch", "transformers", "vllm")
 
 
