@@ -96,11 +96,9 @@ def parse_verdict(reply: str, options: dict[str, str]) -> str | None:
     return options.get(word)
 
 
-#: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
-#: not this mode's; the single-pass runtime has its own, :data:`selfrag.inference.runtime.BEHAVIOUR_VERSION`):
-#: 2 = the single-pass runtime's rounds (:mod:`.rounds`): on_all_irrelevant=no_retrieval honoured (it was ignored),
-#: flag with no candidate that wrote text abstains, on_partial traced, the answer without retrieval is a candidate, and
-#: the trace has the runtime's entries (retrieve scores, support verdicts, "rounds exhausted").
+#: Bumped when the same model, settings and question are answered differently in this mode (the single-pass runtime
+#: has its own, :data:`selfrag.inference.runtime.BEHAVIOUR_VERSION`). What each bump changed:
+#: results/runtime-versions.md.
 BEHAVIOUR_VERSION = 2
 
 

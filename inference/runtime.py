@@ -49,16 +49,9 @@ from .work import call, check_question
 
 logger = logging.getLogger(__name__)
 
-#: Bumped when the same model, settings and question are answered differently (a saved answer of an older version is
-#: not this runtime's): 2 = the answer after [No Retrieval] is decoded text first (banned decisions and verdicts,
-#: stops held back one id); 3 = the same for long-form segments after [No Retrieval] (verdicts and passage markup
-#: banned, the segment's stops held back one id); 4 = where the model chose [No Retrieval] itself and its own decode
-#: went on without answer text, the answer is decoded once more, text first (it was an abstain). `selfrag eval`'s
-#: single-pass answers and the quickstart's calibration stage are fingerprinted with it. 5 = a passage branch that
-#: judged its passage [Relevant] and wrote no answer text is decoded once more from [Relevant], text first. 6 = rounds
-#: not worth their decode are skipped (skip.repeated, skip.relevance_gap: a duplicate passage is decoded once, a round
-#: whose query or passages repeat is not run, a round far below the relevance cut stops at its verdicts;
-#: skip.unpaid_rounds: no re-retrieval where the model's calibration measured that it answered no dev question).
+#: Bumped when the same model, settings and question are answered differently: a saved answer of an older version
+#: (eval's single-pass answers, the quickstart's calibration) is answered again. What each bump changed:
+#: results/runtime-versions.md.
 BEHAVIOUR_VERSION = 6
 
 
