@@ -25,9 +25,7 @@ and instead of the CUDA overhead the resident memory of a training process befor
 (``CPU_OVERHEAD_GB``: Python, torch, transformers, TRL, PEFT, the records and a 128k-entry tokenizer, measured
 on the development machine); the estimate is then of the process's peak RSS.
 
-An estimate, checked once on a GPU: the 8B LoRA recipe (random weights, batch 4, records up to 1857 tokens) on an
-H200, 2026-11-27: estimate 20.5 GB, device peak 22.8 / 22.5 GB (strategies reserved / add; 0.90 / 0.91); the
-allocator kept 1.6-1.8 GB above its allocated peak and the CUDA context took 0.86 GB (docs/training-scale.md).
+An estimate, checked on a GPU against the device's measured peak (the 8B LoRA recipe: results/gpu.md);
 scripts/gpu_check.sh reports the measured peak next to it.
 """
 
