@@ -120,7 +120,7 @@ def test_well_formed_counts_only_trained_outputs() -> None:
     outputs; every other candidate is, whether or not it parses."""
     from selfrag.evaluation.modes import well_formed_flags
     from selfrag.inference.answer import Candidate
-    from selfrag.inference.scoring import CandidateScore
+    from selfrag.inference.trace import CandidateScore
 
     def candidate(relevance: str | None, well_formed: bool, pruned: bool = False) -> Candidate:
         score = CandidateScore(0.5, 0.5, 0.0, 1.0, relevance, rf.FULLY_SUPPORTED, "[Utility:5]", ())

@@ -26,10 +26,10 @@ from runtime_scripts import (
 from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig, SkipConfig
 from selfrag.inference.prompted import PromptedSelfRAG
-from selfrag.inference.scoring import CandidateScore
 from selfrag.inference.server.schemas import SelfragExtension, trace_entry_schema
 from selfrag.inference.trace import (
     ENTRY_TYPES,
+    CandidateScore,
     CriticRecord,
     CriticRelevance,
     Critique,
