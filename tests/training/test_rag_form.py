@@ -12,8 +12,8 @@ from selfrag.artifacts import load_trained_questions, question_key
 from selfrag.evaluation.data import Example
 from selfrag.evaluation.modes import _plain_prompt
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.trajectory import Label, Passage, Record, Segment
 from selfrag.training.rag_form import ABSTAIN_TEXT, rag_records
+from selfrag.trajectory import Label, Passage, Record, Segment
 
 
 def gold(value: str) -> Label:
