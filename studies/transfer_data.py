@@ -6,8 +6,9 @@ Each file is ``selfrag eval``'s QA form, ``{"id", "question", "answers", "ctxs",
 the three passages every mode reads (``top_k=3``): the source's own retrieved passages where it ranks them (PopQA,
 TriviaQA and RetrievalQA's news questions, as RetrievalQA ships them), else the top three of BM25 over the question's
 own pool (HotpotQA: its ten context paragraphs; NQ-open: the oracle passages of 400 questions, its own among them). A
-question is ``answerable`` when a gold string occurs in one of its three passages: then abstaining is a false abstain;
-otherwise abstaining is right. None of these questions is in a shipped training slice (``data_gen/slices``: the first
+question is ``answerable`` when a gold string occurs in one of its three passages (those are its
+``gold_passage_ids``: relevant means "holds the answer", which ``selfrag calibrate`` reads): then abstaining is a false
+abstain; otherwise abstaining is right. None of these questions is in a shipped training slice (``data_gen/slices``: the first
 40 HotpotQA, the first 60 NQ-open and the first 60 RetrievalQA items):
 
 * test (read once per change, never to choose): ``popqa`` (RetrievalQA's 50 PopQA questions), ``triviaqa`` (its 50
@@ -48,8 +49,9 @@ def holds(passages: Sequence[dict[str, str]], answers: Sequence[str]) -> bool:
 
 def row(source: str, number: int, question: str, answers: Sequence[str], ctxs: list[dict[str, str]]) -> dict[str, Any]:
     ctxs = [{"id": f"{source}-{number}/{i}", "title": c["title"], "text": c["text"]} for i, c in enumerate(ctxs[:TOP_K])]
+    gold = [c["id"] for c in ctxs if holds([c], answers)]  # relevant: the passage holds the answer
     return {"id": f"{source}-{number}", "question": question, "answers": list(answers), "ctxs": ctxs,
-            "answerable": holds(ctxs, answers), "meta": {"source": source, "split": SPLITS[source]}}
+            "answerable": bool(gold), "gold_passage_ids": gold, "meta": {"source": source, "split": SPLITS[source]}}
 
 
 def bm25_top(question: str, pool: list[dict[str, str]], k: int = TOP_K) -> list[dict[str, str]]:
