@@ -11,8 +11,11 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
    calibrated the quickstart's way, and the quickstart's own table;
 2. ``selfrag train form=rag`` on the same records, recipe, steps and seed: the fine-tuned RAG baseline (the paper's
    "FT + retrieval" row), in ``OUT/seed-s/ft-rag``;
-3. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
-4. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
+3. with ``--dev-calibrated``, a copy of the SFT model calibrated on the dev sets instead of the quickstart's 12 SQuAD
+   questions (``selfrag calibrate`` on every nq-open and retrievalqa question, whose ``gold_passage_ids`` are the
+   passages holding the answer): a choice made on dev, so its dev figures are in-sample and only test judges it;
+4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
+5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
    judge), ``top_k=3``, ``max_tokens=96``, batch 4. Plain RAG (the untuned base) answers each set once.
 
@@ -49,7 +52,9 @@ RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
 DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
 EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap"]
 RESAMPLES = 2000
-ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT+RL")
+ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", "single-pass SFT+RL")
+#: each single-pass arm's eval folder under seed-s/eval/<set>/
+FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", "single-pass SFT+RL": "sft+rl"}
 
 
 def cpu_name() -> str:
@@ -77,7 +82,23 @@ def question_sets(seed_dir: Path, names: list[str]) -> dict[str, tuple[Path, lis
     return sets
 
 
-def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int) -> None:
+def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
+    """A copy of the SFT model (no checkpoints) calibrated on every dev question (nq-open and retrievalqa)."""
+    import shutil
+
+    model = seed_dir / "model-devcal"
+    if not (model / "adapter_config.json").is_file():
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(sft, model, ignore=shutil.ignore_patterns("checkpoints"))
+    data = out / "dev-calibration.jsonl"
+    data.write_text("".join((SETS / f"{name}.jsonl").read_text(encoding="utf-8") for name in DEV), encoding="utf-8")
+    if not (seed_dir / "devcal-calibration" / "calibration.json").is_file():
+        selfrag("calibrate", f"data={data}", f"model={model}", f"output_dir={seed_dir / 'devcal-calibration'}",
+                "top_k=3", "max_tokens=96")
+    return model
+
+
+def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool) -> None:
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
     selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget)
@@ -86,6 +107,8 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
             f"output_dir={seed_dir / 'ft-rag'}", "form=rag", f"training.seed={seed}",
             *([f"training.max_steps={steps}"] if steps else []))
     models = {"single-pass SFT": sft}
+    if devcal:
+        models["single-pass SFT, dev-calibrated"] = dev_calibrated(out, seed_dir, sft)
     if rl_steps:
         rl = seed_dir / "rl"
         selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
@@ -103,7 +126,7 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
                 f"output_dir={seed_dir / 'eval' / name / 'ft-rag'}")
         for arm, model in models.items():
             selfrag("eval", *common, f"model={model}", "modes=[single_pass]",
-                    f"output_dir={seed_dir / 'eval' / name / arm.split()[-1].lower()}")
+                    f"output_dir={seed_dir / 'eval' / name / FOLDERS[arm]}")
 
 
 def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
@@ -132,8 +155,7 @@ def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[s
     plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"
     folder = seed_dir / "eval" / name
     return {"plain RAG": records(plain, "plain_rag"), "fine-tuned RAG": records(folder / "ft-rag", "ft_rag"),
-            "single-pass SFT": records(folder / "sft", "single_pass"),
-            "single-pass SFT+RL": records(folder / "sft+rl", "single_pass")}
+            **{arm: records(folder / name, "single_pass") for arm, name in FOLDERS.items()}}
 
 
 def table(out: Path) -> str:
@@ -200,6 +222,8 @@ def main() -> None:
                         "or single names, comma-separated")
     parser.add_argument("--steps", type=int, help="training steps of both models (default: the recipe's)")
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
+    parser.add_argument("--dev-calibrated", action="store_true",
+                        help="also judge the SFT model calibrated on the dev sets")
     parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
     args = parser.parse_args()
     if not args.table:
@@ -209,7 +233,7 @@ def main() -> None:
         if unknown:
             parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
         for seed in (int(s) for s in args.seeds.split(",")):
-            run_seed(args.out, seed, names, args.steps, args.rl_steps)
+            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated)
     text = table(args.out)
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)

@@ -1,4 +1,4 @@
-"""Write the transfer study's dev and test questions (``studies/transfer/``) from the public files in ``../shared/data``.
+"""Write the transfer study's dev and test questions (``studies/transfer/``) from public files (``../shared/data``).
 
     python studies/transfer_data.py ../shared/data studies/transfer
 
@@ -8,8 +8,8 @@ TriviaQA and RetrievalQA's news questions, as RetrievalQA ships them), else the 
 own pool (HotpotQA: its ten context paragraphs; NQ-open: the oracle passages of 400 questions, its own among them). A
 question is ``answerable`` when a gold string occurs in one of its three passages (those are its
 ``gold_passage_ids``: relevant means "holds the answer", which ``selfrag calibrate`` reads): then abstaining is a false
-abstain; otherwise abstaining is right. None of these questions is in a shipped training slice (``data_gen/slices``: the first
-40 HotpotQA, the first 60 NQ-open and the first 60 RetrievalQA items):
+abstain; otherwise abstaining is right. None of these questions is in a shipped training slice (``data_gen/slices``:
+the first 40 HotpotQA, the first 60 NQ-open and the first 60 RetrievalQA items):
 
 * test (read once per change, never to choose): ``popqa`` (RetrievalQA's 50 PopQA questions), ``triviaqa`` (its 50
   TriviaQA ones), ``hotpotqa`` (HotpotQA dev-distractor items 41-100 without yes/no answers);
@@ -48,7 +48,8 @@ def holds(passages: Sequence[dict[str, str]], answers: Sequence[str]) -> bool:
 
 
 def row(source: str, number: int, question: str, answers: Sequence[str], ctxs: list[dict[str, str]]) -> dict[str, Any]:
-    ctxs = [{"id": f"{source}-{number}/{i}", "title": c["title"], "text": c["text"]} for i, c in enumerate(ctxs[:TOP_K])]
+    ctxs = [{"id": f"{source}-{number}/{i}", "title": c["title"], "text": c["text"]}
+            for i, c in enumerate(ctxs[:TOP_K])]
     gold = [c["id"] for c in ctxs if holds([c], answers)]  # relevant: the passage holds the answer
     return {"id": f"{source}-{number}", "question": question, "answers": list(answers), "ctxs": ctxs,
             "answerable": bool(gold), "gold_passage_ids": gold, "meta": {"source": source, "split": SPLITS[source]}}
