@@ -10,7 +10,7 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
 1. ``selfrag quickstart output_dir=OUT/seed-s train.training.seed=s``: the records, the single-pass model (SFT),
    calibrated the quickstart's way, and the quickstart's own table;
 2. ``selfrag train form=rag`` on the same records, recipe, steps and seed: the fine-tuned RAG baseline (the paper's
-   "FT + retrieval" row), in ``OUT/seed-s/ft-rag``;
+   "FT + retrieval" row), in ``OUT/seed-s/ft-rag`` (``training.max_length=640``: its prompts hold the passages);
 3. with ``--dev-calibrated``, a copy of the SFT model calibrated on the dev sets instead of the quickstart's 12 SQuAD
    questions (``selfrag calibrate`` on every nq-open and retrievalqa question, whose ``gold_passage_ids`` are the
    passages holding the answer): a choice made on dev, so its dev figures are in-sample and only test judges it;
@@ -52,6 +52,9 @@ RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
 DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
 EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap"]
 RESAMPLES = 2000
+#: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
+#: quickstart's records (the recipe's 320 would drop half of them)
+RAG_LENGTH = 640
 ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", "single-pass SFT+RL")
 #: each single-pass arm's eval folder under seed-s/eval/<set>/
 FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", "single-pass SFT+RL": "sft+rl"}
@@ -105,6 +108,7 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
     sft = seed_dir / "model"
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
             f"output_dir={seed_dir / 'ft-rag'}", "form=rag", f"training.seed={seed}",
+            f"training.max_length={RAG_LENGTH}",
             *([f"training.max_steps={steps}"] if steps else []))
     models = {"single-pass SFT": sft}
     if devcal:
