@@ -17,8 +17,8 @@ the retriever is the ``retriever`` section (``retriever.index=DIR``, ``retriever
 ``--port`` ...) are refused with the key to write instead (:data:`GONE_OPTIONS`).
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
-missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
-code 2; ``--help-config`` works on every command without its other arguments.
+missing file, a malformed line, an unknown key or model, a package of an extra not installed) prints one line
+per problem, no traceback, exit code 2; ``--help-config`` works on every command without its other arguments.
 
 ``selfrag ask``: a word that starts like ``name=`` (``mode=always``, ``top_k=5``) is an override, in any
 position; the other word is the question (exactly one: quote it). A question that itself starts like
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import SelfragError, UsageError
+from selfrag.extras import missing_extra
 
 logger = logging.getLogger("selfrag")
 
@@ -147,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose:
             raise
         print(f"selfrag {args.command}: error: {_os_error_line(error)} (run with -v for details)", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        # an optional package an extra installs (uvicorn for serve, ...): one line naming the extra; -v: traceback
+        missing = missing_extra(error)
+        if missing is None or args.verbose:
+            raise
+        print(f"selfrag {args.command}: error: {_one_line(str(missing))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"selfrag {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
@@ -393,9 +401,11 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from selfrag.inference.server.config import ServeConfig
+
+    config = _config(ServeConfig, args)  # --help-config and a config mistake need no server package
     from selfrag.inference.server.run import run
 
-    return run(_config(ServeConfig, args))
+    return run(config)
 
 
 def _audit(args: argparse.Namespace) -> int:
