@@ -284,13 +284,15 @@ def _generate_merge(args: argparse.Namespace) -> int:
 
 def _paper_data(args: argparse.Namespace) -> int:
     from selfrag.data_gen.paper_data import export_file, import_file
-    from selfrag.fsutil import check_output_path
+    from selfrag.fsutil import claim_output_file, mark_output_file
 
-    check_output_path(args.target, key="target", inputs=[args.source], directory=False)
+    command = f"selfrag paper-data {args.direction}"  # a file of the user's, or of another command, is not overwritten
+    claim_output_file(args.target, command, key="target", inputs=[args.source])
     if args.direction == "import":
         print(import_file(args.source, args.target).summary(args.target))
     else:
         print(f"exported {export_file(args.source, args.target)} records to {args.target}")
+    mark_output_file(args.target, command)
     return 0
 
 

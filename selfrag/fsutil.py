@@ -264,6 +264,50 @@ def foreign_output(
     )
 
 
+def claim_output_file(
+    path: str | Path, command: str, key: str = "output", inputs: Iterable[str | Path | None] = ()
+) -> Path:
+    """:func:`claim_output` for a command that writes one file: refuse an existing file ``command`` did not write.
+
+    A file a command writes is marked by a sidecar beside it (:func:`mark_output_file`: ``.NAME.selfrag-output.json``,
+    the command and the SHA-256 of what it wrote). An absent path is accepted; so is the command's own earlier output,
+    unchanged since (a rerun writes it again whole, from its inputs: nothing old is mixed in). Anything else (the
+    user's file, another command's, one edited since) is refused before any work is done, and nothing is changed.
+    ``command`` is how a user runs it (``selfrag paper-data import``); ``inputs`` as :func:`check_output_path`.
+    """
+    path = check_output_path(path, key=key, inputs=inputs, directory=False)
+    if not path.exists() and not path.is_symlink():
+        return path
+    owner = _json_object(_owner_sidecar(path))
+    if owner is not None and owner.get("command") == command and owner.get("sha256") == _file_digest(path):
+        return path
+    if owner is None:
+        what = f"is an existing file that `{command}` did not write"
+    elif owner.get("command") != command:
+        what = f"is an existing file that `{command}` did not write (it is the output of `{owner.get('command')}`)"
+    else:
+        what = f"was written by `{command}` but changed since"
+    raise InputError(
+        f"{key} {str(path)!r} {what}; nothing was changed: give a new path, or delete the file to write it anew"
+    )
+
+
+def mark_output_file(path: str | Path, command: str) -> None:
+    """Record that ``command`` wrote the file ``path`` (as it is now), for :func:`claim_output_file`."""
+    path = Path(path)
+    write_json(_owner_sidecar(path), {"command": command, "sha256": _file_digest(path)})
+
+
+def _owner_sidecar(path: Path) -> Path:
+    return path.with_name(f".{path.name}{OWNER_FILE}")
+
+
+def _file_digest(path: Path) -> str:
+    from selfrag.runs import file_digest  # selfrag.runs imports this module: the one digest, imported when used
+
+    return file_digest(path)
+
+
 #: ``scheme://...``: an fsspec URL (s3://, gs://, file://, memory://), not a local path.
 URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -282,7 +326,10 @@ def write_owner(directory: str | Path, command: str, files: Iterable[str] = ()) 
 
 def read_owner(directory: str | Path) -> dict[str, Any] | None:
     """The owner file of ``directory``, or None where there is none (or it is not a JSON object)."""
-    path = Path(directory) / OWNER_FILE
+    return _json_object(Path(directory) / OWNER_FILE)
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
