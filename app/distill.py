@@ -49,6 +49,7 @@ from selfrag.data_gen.gold import split_sentences
 from selfrag.errors import SelfragError
 from selfrag.fsutil import claim_output_file, mark_output_file
 from selfrag.jsonl import write_jsonl_atomic
+from selfrag.splits import in_split
 from selfrag.trajectory import Passage
 
 #: the base model's answer decode budget (the quickstart's runtime decodes at most 48 new tokens)
@@ -231,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
     outputs = (args.output, args.output.with_suffix(".base.jsonl"))
     for output in outputs:
         claim_output_file(output, COMMAND, key="output", inputs=[args.queries, args.corpus, *args.extra])
-    queries = [q for q in load_queries(args.queries) if args.split == "all" or q.meta.get("split") == args.split]
+    queries = [q for q in load_queries(args.queries) if in_split(q.meta.get("split"), args.split)]
     queries = queries[: args.limit] if args.limit is not None else queries
     for extra in args.extra:
         queries += load_queries(extra)
