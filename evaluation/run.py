@@ -88,7 +88,8 @@ def run(config: EvalConfig) -> EvalResult:
     started = time.monotonic()
     claim_output(config.output_dir, "eval", key="output_dir")
     examples = load_examples(config.data, config.format, config.limit, config.split)
-    check_not_trained_on(examples, config.model, config.data, config.split, "eval", config.allow_trained_questions)
+    trained = check_not_trained_on(examples, config.model, config.data, config.split, "eval",
+                                   config.allow_trained_questions)
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
     check_passages(examples, searched(config.retriever), None, needs_passages)
@@ -148,6 +149,8 @@ def run(config: EvalConfig) -> EvalResult:
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
     table = report.markdown_table(summaries, config.judge.kind) if summaries else "(no mode ran)\n"
+    if trained:  # said with the figures, wherever they are read (table.md, the printed table, results.json)
+        table = report.trained_note(trained, len(examples)) + "\n" + table
     plots = report.write_plots(summaries, out) if config.plots and summaries else []
     (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
     results = {
@@ -155,6 +158,8 @@ def run(config: EvalConfig) -> EvalResult:
         "model": config.model,
         "base_model": config.base_model or (base_model_of(config.model) if _needs_base(config) else None),
         "judge": config.judge.kind,
+        "allow_trained_questions": config.allow_trained_questions,
+        "trained_questions": trained,  # how many of the questions the model was trained on (trained-questions.json)
         "modes": summaries,
         "reflection": reflection,
         "hardware": _hardware(),
