@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
@@ -38,6 +38,8 @@ from .resume import AnswerStore, mode_fingerprint, model_identity
 logger = logging.getLogger(__name__)
 
 RETRIEVING = ("plain_rag", "prompted", "single_pass")
+#: the resolved config (selfrag.config.write_resolved), written before the engines load
+CONFIG_FILE = "config.yaml"
 #: answers of these modes come from a runtime whose decisions are versioned: a new version answers again
 RUNTIME_VERSIONS = {"single_pass": BEHAVIOUR_VERSION, "prompted": PROMPTED_VERSION}
 
@@ -80,6 +82,12 @@ class _Engines:
 
 
 def run(config: EvalConfig) -> EvalResult:
+    """Answer, judge and report; a run refused on its inputs (trained questions, a wrong model) leaves no folder."""
+    with left_clean_if_refused(config.output_dir, bookkeeping=(CONFIG_FILE,)):
+        return _run(config)
+
+
+def _run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
     from selfrag.inference.config import InferenceConfig

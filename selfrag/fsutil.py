@@ -11,15 +11,17 @@ old file or the new one, never a cut one that refuses to resume.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from selfrag.errors import InputError
+from selfrag.errors import InputError, SelfragError
 
 # ---- reading -------------------------------------------------------------------------------------------------
 
@@ -249,6 +251,46 @@ def claim_output(
                 "would delete when it replaces the directory; move them out, or give a new directory"
             )
     return path
+
+
+@contextlib.contextmanager
+def left_clean_if_refused(path: str | Path, bookkeeping: Iterable[str] = ()) -> Iterator[None]:
+    """Around a command's claim of an output directory and its work: a refused command leaves nothing behind.
+
+    Where the directory was new (absent, or empty) and the command is refused (a :class:`SelfragError`) before it
+    wrote any work, what it made goes again: a directory (and the parents) it created, or what it put into an empty
+    one of the user's. Work is a non-empty file, but :data:`OWNER_FILE` and ``bookkeeping`` (a fingerprint, the
+    resolved config: written before the inputs are checked); a directory holding work is kept for a rerun.
+
+        with left_clean_if_refused(config.output, bookkeeping=("fingerprint.json", "config.yaml")):
+            claim_output(config.output, "generate")
+            ...
+    """
+    path = Path(path).expanduser()
+    created = path
+    while not created.parent.exists() and created.parent != created:
+        created = created.parent  # output=runs/a/b with no runs/: runs/ is this command's too
+    new = not path.exists() or (path.is_dir() and not any(path.iterdir()))
+    existed = path.exists()
+    try:
+        yield
+    except SelfragError:
+        quiet = {OWNER_FILE, *bookkeeping}
+        entries = list(path.iterdir()) if new and path.is_dir() else []
+        if new and not any(_holds_work(entry) for entry in entries if entry.name not in quiet):
+            if existed:
+                for entry in entries:
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            elif path.is_dir():
+                shutil.rmtree(created)
+        raise
+
+
+def _holds_work(entry: Path) -> bool:
+    """Whether ``entry`` is, or holds, a non-empty file (or anything that is not a plain file or folder)."""
+    if entry.is_dir() and not entry.is_symlink():
+        return any(_holds_work(child) for child in entry.iterdir())
+    return not entry.is_file() or entry.is_symlink() or entry.stat().st_size > 0
 
 
 def foreign_output(
