@@ -20,6 +20,7 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ("abstain_rate_unanswerable", "abstains on unanswerable", True),
     ("unflagged_rate_unanswerable", "answers unanswerable unflagged (lower is better)", True),
     ("false_abstain_rate", "false abstains on answerable (lower is better)", True),
+    ("hedged_rate", "hedged answers (judged as answers)", True),
     ("retrieval_rate", "retrieved", True),
     ("retrieve_decision_accuracy", "retrieve decision = gold", True),
     ("re_retrieval_rate", "re-retrieved", True),

@@ -44,6 +44,7 @@ from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
+from selfrag.training.rag_form import QUESTION_KEY, rag_records
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
@@ -130,6 +131,9 @@ def run(config: TrainConfig) -> TrainResult:
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)
     eval_records = read_records(config.eval_records) if config.eval_records is not None else []
+    if config.form == "rag":  # the fine-tuned RAG baseline: one plain-RAG example per question, no reflection tokens
+        records = rag_records(records, config.training.seed)
+        logger.info("form=rag: %d questions as plain-RAG examples (no reflection tokens)", len(records))
 
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
     prepared = prepare_model(config)
@@ -231,7 +235,8 @@ def run(config: TrainConfig) -> TrainResult:
         tokenizer.save_pretrained(str(output_dir))
         save_meta(output_dir, meta)
         # what eval and calibrate check their questions against (the held-out records were not trained on)
-        save_trained_questions(output_dir, (record.instruction for record in train_records))
+        save_trained_questions(output_dir, (str(record.meta.get(QUESTION_KEY, record.instruction))
+                                            for record in train_records))
         write_resolved(config, output_dir)
         plot(output_dir / PLOT_FILE, losses, during)
         write_metrics(result)
