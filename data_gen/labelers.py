@@ -138,8 +138,8 @@ def parse_label(text: str, kind: str) -> tuple[str | None, str | None]:
         bare = bare_label(text, kind)
         if bare is not None:
             return bare, None
-        other = next(((name, found) for name in _other_kinds(kind) if (found := bare_label(text, name))), None)
-        return None, "reply is not JSON" if other is None else _wrong_kind(kind, *other)
+        wrong = next(((name, found) for name in _other_kinds(kind) if (found := bare_label(text, name))), None)
+        return None, "reply is not JSON" if wrong is None else _wrong_kind(kind, *wrong)
     if not isinstance(data, dict) or not isinstance(data.get("label"), str):
         return None, "reply has no string 'label'"
     label = data["label"].strip()
