@@ -105,7 +105,9 @@ class EvalConfig:
     format: DataFormat = help_field(
         "data format; auto detects it per file; popqa, triviaqa, pubhealth, arc_challenge: the Self-RAG paper's "
         "eval_data files with its prompt and metric", "auto")
-    split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
+    split: str | None = help_field(
+        "use only lines whose meta.split is this (e.g. test); all or null: every line (all means every line in every "
+        "command, as in generate)", None)
     retriever: RetrieverConfig = help_field(
         "the retriever for examples without ctxs, as in every command: retriever.index=DIR (from selfrag index), "
         "retriever.url=postgresql://...?table=NAME (pgvector) or retriever.corpus=FILE|FOLDER (small corpora: BM25 "
@@ -186,7 +188,8 @@ class CalibrateConfig:
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
     format: DataFormat = help_field("data format; auto detects it", "auto")
-    split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
+    split: str | None = help_field(
+        "use only lines whose meta.split is this (e.g. dev); all or null: every line (as in every command)", None)
     retriever: RetrieverConfig = help_field(
         "the retriever for examples without ctxs, as in every command: retriever.index=DIR, retriever.url=... or "
         "retriever.corpus=FILE (small corpora: BM25 built now)", default_factory=RetrieverConfig,

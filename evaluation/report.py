@@ -79,6 +79,12 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], judge: str | None
     return "\n".join(lines) + "\n"
 
 
+def trained_note(trained: int, examples: int) -> str:
+    """The line above the table where ``allow_trained_questions=true`` let in questions the model was trained on."""
+    return (f"**{trained} of {examples} questions are among those the model was trained on "
+            "(allow_trained_questions=true): these figures flatter the model.**\n")
+
+
 #: the mode every mode's latency is compared with: what a user picks instead of Self-RAG
 BASELINE = "plain_rag"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
@@ -38,6 +38,8 @@ from .resume import AnswerStore, mode_fingerprint, model_identity
 logger = logging.getLogger(__name__)
 
 RETRIEVING = ("plain_rag", "ft_rag", "prompted", "single_pass")
+#: the resolved config (selfrag.config.write_resolved), written before the engines load
+CONFIG_FILE = "config.yaml"
 #: how a one-decode baseline's answer is read (abstains only with the abstain sentence; hedges are reported)
 BASELINE_VERSION = 2
 #: answers of these modes are read or decided by versioned code: a new version answers again
@@ -83,6 +85,12 @@ class _Engines:
 
 
 def run(config: EvalConfig) -> EvalResult:
+    """Answer, judge and report; a run refused on its inputs (trained questions, a wrong model) leaves no folder."""
+    with left_clean_if_refused(config.output_dir, bookkeeping=(CONFIG_FILE,)):
+        return _run(config)
+
+
+def _run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
     from selfrag.inference.config import InferenceConfig
@@ -91,8 +99,10 @@ def run(config: EvalConfig) -> EvalResult:
     started = time.monotonic()
     claim_output(config.output_dir, "eval", key="output_dir")
     examples = load_examples(config.data, config.format, config.limit, config.split)
+    trained = 0  # the most questions any evaluated model was trained on (allow_trained_questions=true lets them in)
     for model in [config.model, *([config.ft_rag_model] if config.ft_rag_model else [])]:
-        check_not_trained_on(examples, model, config.data, config.split, "eval", config.allow_trained_questions)
+        trained = max(trained, check_not_trained_on(examples, model, config.data, config.split, "eval",
+                                                    config.allow_trained_questions))
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
     check_passages(examples, searched(config.retriever), None, needs_passages)
@@ -152,6 +162,8 @@ def run(config: EvalConfig) -> EvalResult:
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
     table = report.markdown_table(summaries, config.judge.kind) if summaries else "(no mode ran)\n"
+    if trained:  # said with the figures, wherever they are read (table.md, the printed table, results.json)
+        table = report.trained_note(trained, len(examples)) + "\n" + table
     plots = report.write_plots(summaries, out) if config.plots and summaries else []
     (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
     results = {
@@ -160,6 +172,8 @@ def run(config: EvalConfig) -> EvalResult:
         "base_model": config.base_model or (base_model_of(config.model) if _needs_base(config) else None),
         "ft_rag_model": config.ft_rag_model,
         "judge": config.judge.kind,
+        "allow_trained_questions": config.allow_trained_questions,
+        "trained_questions": trained,  # how many of the questions the model was trained on (trained-questions.json)
         "modes": summaries,
         "reflection": reflection,
         "hardware": _hardware(),

@@ -40,6 +40,7 @@ from selfrag.training.dataset import (
 )
 from selfrag.training.distributed import DEFAULT_TIMEOUT_S, Processes
 from selfrag.training.evaluate import reflection_accuracy
+from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
@@ -168,7 +169,8 @@ def run(config: TrainConfig) -> TrainResult:
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
     timer = StepTimer()
-    callbacks: list[Any] = [timer]
+    interrupt = SaveOnInterrupt()  # Ctrl-C: a checkpoint at the end of the step, so the same command resumes
+    callbacks: list[Any] = [timer, interrupt]
     if held_out_set.examples or judgement_examples:
         during_items = max(1, config.judgement_items // 3)
         callbacks.append(
@@ -202,8 +204,9 @@ def run(config: TrainConfig) -> TrainResult:
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
     reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(checkpoints), input_side_detached(
-            model, detached, bool(arguments.gradient_checkpointing)):
+            model, detached, bool(arguments.gradient_checkpointing)), interrupt.listening(processes.count):
         trainer.train(resume_from_checkpoint=resume)
+    interrupt.stop_if_interrupted()
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
     logger.info("training steps: %s; peak memory: %s", resources["throughput"], resources["peak_memory"])
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
