@@ -17,8 +17,8 @@ the retriever is the ``retriever`` section (``retriever.index=DIR``, ``retriever
 ``--port`` ...) are refused with the key to write instead (:data:`GONE_OPTIONS`).
 
 Each command only parses its arguments and calls the stage's ``run(config)``. A user's mistake (a
-missing file, a malformed line, an unknown key or model) prints one line per problem, no traceback, exit
-code 2; ``--help-config`` works on every command without its other arguments.
+missing file, a malformed line, an unknown key or model, a package of an extra not installed) prints one line
+per problem, no traceback, exit code 2; ``--help-config`` works on every command without its other arguments.
 
 ``selfrag ask``: a word that starts like ``name=`` (``mode=always``, ``top_k=5``) is an override, in any
 position; the other word is the question (exactly one: quote it). A question that itself starts like
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.errors import SelfragError, UsageError
+from selfrag.extras import missing_extra
 
 logger = logging.getLogger("selfrag")
 
@@ -147,6 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose:
             raise
         print(f"selfrag {args.command}: error: {_os_error_line(error)} (run with -v for details)", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        # an optional package an extra installs (uvicorn for serve, ...): one line naming the extra; -v: traceback
+        missing = missing_extra(error)
+        if missing is None or args.verbose:
+            raise
+        print(f"selfrag {args.command}: error: {_one_line(str(missing))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"selfrag {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
@@ -276,13 +284,15 @@ def _generate_merge(args: argparse.Namespace) -> int:
 
 def _paper_data(args: argparse.Namespace) -> int:
     from selfrag.data_gen.paper_data import export_file, import_file
-    from selfrag.fsutil import check_output_path
+    from selfrag.fsutil import claim_output_file, mark_output_file
 
-    check_output_path(args.target, key="target", inputs=[args.source], directory=False)
+    command = f"selfrag paper-data {args.direction}"  # a file of the user's, or of another command, is not overwritten
+    claim_output_file(args.target, command, key="target", inputs=[args.source])
     if args.direction == "import":
         print(import_file(args.source, args.target).summary(args.target))
     else:
         print(f"exported {export_file(args.source, args.target)} records to {args.target}")
+    mark_output_file(args.target, command)
     return 0
 
 
@@ -394,9 +404,11 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from selfrag.inference.server.config import ServeConfig
+
+    config = _config(ServeConfig, args)  # --help-config and a config mistake need no server package
     from selfrag.inference.server.run import run
 
-    return run(_config(ServeConfig, args))
+    return run(config)
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -27,7 +27,8 @@ alone, and a no-retrieval question the way the no-retrieval mode asks it. The an
 * ``sentence``: no model: the gold passage's sentence around the span (the copied-sentence form; ``--sentences``).
 
 The answers file is JSONL ``{"id", "output", "how"}`` (the data recipe's ``answers``); ``how`` says which form each
-row got, and the counts are printed. Greedy decoding, so the same model and inputs give the same file.
+row got, and the counts are printed. Greedy decoding, so the same model and inputs give the same file. An OUT (or
+OUT.base.jsonl) that this command did not write is refused before any work; its own earlier output is written again.
 
     python -m selfrag.app.distill data_gen/demo/queries.jsonl data_gen/demo/corpus.jsonl runs/answers-reply.jsonl \
         --form reply --split train --limit 600
@@ -36,7 +37,6 @@ row got, and the counts are printed. Greedy decoding, so the same model and inpu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -46,11 +46,17 @@ from typing import Any
 from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.data_gen.answer_forms import template_reply
 from selfrag.data_gen.gold import split_sentences
+from selfrag.errors import SelfragError
+from selfrag.fsutil import claim_output_file, mark_output_file
+from selfrag.jsonl import write_jsonl_atomic
+from selfrag.splits import in_split
 from selfrag.trajectory import Passage
 
 #: the base model's answer decode budget (the quickstart's runtime decodes at most 48 new tokens)
 MAX_TOKENS = 48
 FORMS = ("base", "reply", "template", "sentence")
+#: how a user runs this module (an output file it did not write is refused, naming it)
+COMMAND = "python -m selfrag.app.distill"
 #: a reply is kept when at least this share of its content words occur in the gold passage (OverlapJudge)
 SUPPORTED = 0.5
 #: what ``reply`` asks the base model (the question, the gold answer and the passage filled in)
@@ -214,7 +220,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "gold answer (cached); template: a reply built from the question and the span; "
                              "sentence: the gold passage's sentence")
     args = parser.parse_args(argv)
-    queries = [q for q in load_queries(args.queries) if args.split == "all" or q.meta.get("split") == args.split]
+    try:
+        return _run(args)
+    except SelfragError as error:  # a user's mistake (a file of theirs in the way, a malformed line): one line
+        print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    # both files are the user's to keep unless this command wrote them: refused before any model loads
+    outputs = (args.output, args.output.with_suffix(".base.jsonl"))
+    for output in outputs:
+        claim_output_file(output, COMMAND, key="output", inputs=[args.queries, args.corpus, *args.extra])
+    queries = [q for q in load_queries(args.queries) if in_split(q.meta.get("split"), args.split)]
     queries = queries[: args.limit] if args.limit is not None else queries
     for extra in args.extra:
         queries += load_queries(extra)
@@ -228,13 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = replies(queries, passages, *_reply_engine(args.model))
     else:
         rows = distill(queries, passages, args.model)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    with args.output.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps({k: row[k] for k in ("id", "output", "how")}, ensure_ascii=False) + "\n")
-    with args.output.with_suffix(".base.jsonl").open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_jsonl_atomic(outputs[0], ({k: row[k] for k in ("id", "output", "how")} for row in rows))
+    write_jsonl_atomic(outputs[1], rows)
+    for output in outputs:
+        mark_output_file(output, COMMAND)
     print(f"{len(rows)} answers -> {args.output}: {dict(Counter(row['how'] for row in rows))}", file=sys.stderr)
     return 0
 

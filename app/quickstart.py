@@ -204,7 +204,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         # the same judge for every mode, and not the trained model: its own IsSUP would grade single-pass by the
         # verdicts single-pass chose its answer by (0% unsupported by construction)
         "judge": {"kind": "overlap"},
-        "modes": [mode for mode in MODES if config.prompted or mode != "prompted"],
+        # the fine-tuned RAG baseline trains a second model: studies/transfer.py compares it (docs/evaluation.md)
+        "modes": [mode for mode in MODES if mode != "ft_rag" and (config.prompted or mode != "prompted")],
     }
     eval_config = from_dict(EvalConfig, {**eval_settings, **config.eval})
     _banner(5, f"selfrag eval: {len(test)} held-out questions, {len(eval_config.modes)} modes "

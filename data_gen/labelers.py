@@ -136,13 +136,26 @@ def parse_label(text: str, kind: str) -> tuple[str | None, str | None]:
         data = json.loads(body)
     except json.JSONDecodeError:
         bare = bare_label(text, kind)
-        return (bare, None) if bare is not None else (None, "reply is not JSON")
+        if bare is not None:
+            return bare, None
+        wrong = next(((name, found) for name in _other_kinds(kind) if (found := bare_label(text, name))), None)
+        return None, "reply is not JSON" if wrong is None else _wrong_kind(kind, *wrong)
     if not isinstance(data, dict) or not isinstance(data.get("label"), str):
         return None, "reply has no string 'label'"
     label = data["label"].strip()
     if label not in VOCABULARY[kind]:
-        return None, "label outside the vocabulary"
+        other = next((name for name in _other_kinds(kind) if label in VOCABULARY[name]), None)
+        return None, "label outside the vocabulary" if other is None else _wrong_kind(kind, other, label)
     return label, None
+
+
+def _other_kinds(kind: str) -> list[str]:
+    """The label kinds that share no label with ``kind`` (retrieve and retrieve_sentence are one group's)."""
+    return [name for name, labels in VOCABULARY.items() if not set(labels) & set(VOCABULARY[kind])]
+
+
+def _wrong_kind(kind: str, other: str, label: str) -> str:
+    return f"wrong label kind: expected a {kind} label, got {label}, a {other} label"
 
 
 def label_usable(kind: str, text: str) -> bool:

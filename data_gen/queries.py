@@ -15,7 +15,7 @@ from selfrag.data_gen.config import parse_shard
 from selfrag.errors import InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.retrieval import BM25Retriever, Retriever
-from selfrag.splits import shard_of
+from selfrag.splits import in_split, shard_of
 from selfrag.trajectory import Passage
 
 
@@ -24,13 +24,13 @@ def select_queries(queries: Sequence[Query], split: str, shard: str, source: Pat
     """The queries of ``split`` (by ``meta.split``; ``all`` takes every query) that fall in ``shard``; with
     ``required``, ``InputError`` when none is in the split (a further file may have none: ``required=False``)."""
     index, count = parse_shard(shard)
-    in_split = [query for query in queries if split == "all" or query.meta.get("split") == split]
-    if not in_split and required:
+    selected = [query for query in queries if in_split(query.meta.get("split"), split)]
+    if not selected and required:
         raise InputError(
             f"no query in {str(source)!r} has meta.split == {split!r}; "
             'set split=all to use every query, or add "meta": {"split": ...} to the lines'
         )
-    return [query for query in in_split if shard_of(query.id, count) == index]
+    return [query for query in selected if shard_of(query.id, count) == index]
 
 
 def check_gold_ids(queries: Sequence[Query], wanted: Callable[[Query], Sequence[str]], passage_ids: Collection[str],

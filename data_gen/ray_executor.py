@@ -43,7 +43,7 @@ from typing import Any
 from selfrag.config import from_dict, to_dict
 from selfrag.corpus import Query
 from selfrag.data_gen.cache import Ledger, SharedCache, start_keeper
-from selfrag.errors import ConfigError
+from selfrag.extras import require
 from selfrag.fsutil import write_json
 from selfrag.runs import bytes_digest
 from selfrag.trajectory import Passage
@@ -124,10 +124,7 @@ def label_with_ray(
 ) -> tuple[dict[str, str], Ledger, int, dict[str, Any]]:
     """Label ``todo`` on Ray; ``add`` journals one entry (False: a duplicate). Returns (failed, the calls paid as the
     keeper booked them, hits, what else run.json says: with ``ray.stages`` the calls of each stage)."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError(["executor=ray needs Ray: pip install 'selfrag[ray]' (or executor=local)"]) from None
+    ray = require("ray", "executor=ray (or executor=local)")
     from tqdm.auto import tqdm
 
     from selfrag.data_gen.teachers import TeacherError

@@ -14,9 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from selfrag.data_gen.config import GenerateConfig
+from selfrag.data_gen.fingerprints import CONFIG_FILE, FINGERPRINT_FILE
 from selfrag.data_gen.gold_outputs import RECORDS_FILE
 from selfrag.data_gen.gold_run import STATS_FILE, GenerateResult, run_gold
-from selfrag.fsutil import check_output_path, claim_output, is_url
+from selfrag.fsutil import check_output_path, claim_output, is_url, left_clean_if_refused
 
 __all__ = ["GenerateResult", "run"]
 
@@ -28,9 +29,16 @@ def run(config: GenerateConfig) -> GenerateResult:
         return run_at_url(config, run)  # type: ignore[no-any-return]
     config = replace(config, output=str(Path(config.output).expanduser()))
     check_output_path(config.output, inputs=[config.corpus, config.queries])
-    # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run (resumed),
-    # never a folder of the user's files or another command's output (an index's config.yaml was overwritten once).
-    claim_output(config.output, "generate")
+    # a run refused on its inputs (a wrong gold id, no query in the split) leaves no folder behind
+    with left_clean_if_refused(config.output, bookkeeping=(FINGERPRINT_FILE, CONFIG_FILE)):
+        # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run
+        # (resumed), never a folder of the user's files or another command's output (an index's config.yaml was
+        # overwritten once).
+        claim_output(config.output, "generate")
+        return _run_local(config)
+
+
+def _run_local(config: GenerateConfig) -> GenerateResult:
     if config.labeler == "llm":
         from selfrag.data_gen.teacher_run import run_llm, run_problems, summarize
 

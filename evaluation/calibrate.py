@@ -36,7 +36,7 @@ from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
 from selfrag.corpus import retrieval_needed
 from selfrag.errors import InputError
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.models import resolve_model
@@ -122,6 +122,14 @@ def _pct(value: float | None) -> str:
 
 
 def run(config: CalibrateConfig) -> CalibrationResult:
+    """Measure and write the calibration; refused on its inputs, it leaves no output_dir folder behind."""
+    if config.output_dir is None:
+        return _run(config)
+    with left_clean_if_refused(config.output_dir):
+        return _run(config)
+
+
+def _run(config: CalibrateConfig) -> CalibrationResult:
     from selfrag.inference.config import InferenceConfig, PruningConfig
     from selfrag.inference.engines import build_engine
     from selfrag.inference.retrievers.spec import open_retriever

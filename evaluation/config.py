@@ -16,10 +16,11 @@ from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
-MODES = ("no_retrieval", "plain_rag", "prompted", "single_pass")
+MODES = ("no_retrieval", "plain_rag", "ft_rag", "prompted", "single_pass")
 MODE_TITLES = {
     "no_retrieval": "no retrieval",
     "plain_rag": "plain RAG",
+    "ft_rag": "fine-tuned RAG",
     "prompted": "prompted-critic Self-RAG",
     "single_pass": "single-pass Self-RAG",
 }
@@ -27,7 +28,8 @@ MODE_TITLES = {
 DEFAULT_MODES = ("no_retrieval", "plain_rag", "single_pass")
 #: seconds a question per mode, measured on 2 CPU cores with SmolLM2-135M (top_k 3, max_tokens 48, batch_size 1:
 #: the README's quickstart table, p50); the estimate printed before a run scales them by max_tokens
-CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "prompted": 18.2, "single_pass": 1.2}
+CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "ft_rag": 1.3, "prompted": 18.2,
+                            "single_pass": 1.2}
 JUDGES = ("critic", "llm", "nli", "overlap", "none")
 #: the modes that run the base model (no reflection tokens), which only engine=hf loads
 BASE_MODES = ("no_retrieval", "plain_rag", "prompted")
@@ -103,7 +105,9 @@ class EvalConfig:
     format: DataFormat = help_field(
         "data format; auto detects it per file; popqa, triviaqa, pubhealth, arc_challenge: the Self-RAG paper's "
         "eval_data files with its prompt and metric", "auto")
-    split: str | None = help_field("use only lines whose meta.split is this (e.g. test); null: every line", None)
+    split: str | None = help_field(
+        "use only lines whose meta.split is this (e.g. test); all or null: every line (all means every line in every "
+        "command, as in generate)", None)
     retriever: RetrieverConfig = help_field(
         "the retriever for examples without ctxs, as in every command: retriever.index=DIR (from selfrag index), "
         "retriever.url=postgresql://...?table=NAME (pgvector) or retriever.corpus=FILE|FOLDER (small corpora: BM25 "
@@ -119,8 +123,12 @@ class EvalConfig:
     )
     modes: list[str] = help_field(
         f"modes to compare, any of {list(MODES)}; prompted (the prompted-critic baseline, ~18 s a question on 2 CPU "
-        "cores: ~24 engine calls) runs only when listed", default_factory=lambda: list(DEFAULT_MODES)
+        "cores: ~24 engine calls) runs only when listed; ft_rag (the fine-tuned RAG baseline) needs ft_rag_model",
+        default_factory=lambda: list(DEFAULT_MODES)
     )
+    ft_rag_model: str | None = help_field(
+        "the fine-tuned RAG baseline for mode ft_rag: a model directory from `selfrag train form=rag` on the same base "
+        "and records (no reflection tokens); it answers the plain RAG prompt over the same passages", None)
     limit: int | None = help_field("evaluate only the first N examples; null: all", None)
     allow_trained_questions: bool = help_field(
         "evaluate even where questions of data are among those the model was trained on (its trained-questions.json); "
@@ -148,6 +156,12 @@ class EvalConfig:
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}")
         problems += at_least_one(self, ("top_k", "max_tokens", "batch_size"))
+        if "ft_rag" in self.modes and not self.ft_rag_model:
+            problems.append("mode ft_rag needs ft_rag_model: the baseline trained by `selfrag train form=rag` on the "
+                            "same records (e.g. ft_rag_model=runs/my-model-rag); or drop ft_rag from modes")
+        if self.ft_rag_model and "ft_rag" not in self.modes:
+            problems.append(f"ft_rag_model={self.ft_rag_model} is set but modes {self.modes} lack ft_rag; add it to "
+                            "modes or remove ft_rag_model")
         if "top_k" in self.inference or "max_tokens" in self.inference:
             problems.append("set top_k and max_tokens at the top level (they apply to every mode), not in inference")
         if "engine" in self.inference or "engine_options" in self.inference:
@@ -174,7 +188,8 @@ class CalibrateConfig:
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
     format: DataFormat = help_field("data format; auto detects it", "auto")
-    split: str | None = help_field("use only lines whose meta.split is this (e.g. dev); null: every line", None)
+    split: str | None = help_field(
+        "use only lines whose meta.split is this (e.g. dev); all or null: every line (as in every command)", None)
     retriever: RetrieverConfig = help_field(
         "the retriever for examples without ctxs, as in every command: retriever.index=DIR, retriever.url=... or "
         "retriever.corpus=FILE (small corpora: BM25 built now)", default_factory=RetrieverConfig,

@@ -8,7 +8,7 @@ Formats, one JSON object a line:
 * QA: ``{"question", "answers": [...], "ctxs": [{"title", "text"}]}`` — the paper's and FlashRAG's files.
   ``ctxs`` is optional (without it passages come from the configured corpus); ``answer`` (one string) may
   stand for ``answers``. Optional: ``id``, ``answerable`` (false: the corpus has no answer, ``answers`` may be
-  empty), ``needs_retrieval``, ``gold_passage_ids``.
+  empty or left out), ``needs_retrieval``, ``gold_passage_ids``.
 * Closed set: ``{"question", "choices": {"text": [...], "label": [...]}, "answerKey"}`` (ARC).
 * Claims: ``{"claim", "label": true|false}``; the model is asked whether the claim is true.
 * Reflection labels: ``{"question", "passage": {"title", "text"}, "answer", "labels": {TYPE: TOKEN}}`` with
@@ -30,6 +30,7 @@ from selfrag.corpus import Query, parse_ctxs
 from selfrag.errors import ConfigError, InputError
 from selfrag.jsonl import read_jsonl
 from selfrag.reflection import Group
+from selfrag.splits import EVERY_SPLIT, in_split
 from selfrag.trajectory import Passage, Record
 
 Kind = Literal["qa", "choice", "claim"]
@@ -98,7 +99,8 @@ def load_examples(
     path: str | Path, data_format: str = "auto", limit: int | None = None, split: str | None = None
 ) -> list[Example]:
     """Read an evaluation file; ``data_format`` ``auto`` detects it from the first line's keys; ``split`` keeps
-    only lines whose ``meta.split`` equals it (the demo's ``queries.jsonl`` holds train and test)."""
+    only lines whose ``meta.split`` equals it (the demo's ``queries.jsonl`` holds train and test); ``all`` or None
+    keeps every line (:func:`selfrag.splits.in_split`, as in every command)."""
     if data_format not in FORMATS:
         raise InputError(f"format must be one of {list(FORMATS)}, got {data_format!r}")
     path = Path(path)
@@ -107,7 +109,7 @@ def load_examples(
     kind: str | None = None if data_format == "auto" else data_format
     for number, row in read_jsonl(path, "evaluation data"):
         where = f"{path}:{number}"
-        if split is not None and (row.get("meta") or {}).get("split") != split:
+        if not in_split((row.get("meta") or {}).get("split"), split):
             continue
         kind = kind or detect_format(row)
         example = _reader(kind)(row, where, f"{path.stem}-{number}")
@@ -120,7 +122,7 @@ def load_examples(
         if limit is not None and len(examples) >= limit:
             break
     if not examples:
-        where = f" with meta.split={split!r}" if split is not None else ""
+        where = f" with meta.split={split!r}" if split not in (None, EVERY_SPLIT) else ""
         raise InputError(f"evaluation file {str(path)!r} holds no examples{where}; add JSONL lines (see the README)")
     return examples
 
@@ -153,9 +155,10 @@ def _qa(row: Mapping[str, Any], where: str, default_id: str) -> Example:
     answerable = row.get("answerable", True)
     if not isinstance(answerable, bool):
         raise InputError(f"{where}: field 'answerable' must be true or false, got {answerable!r}")
-    if "answers" not in row and "answer" not in row:
-        raise InputError(f'{where}: no "answers"; give "answers": ["..."] (or "answers": [] with "answerable": false)')
-    answers = row["answers"] if "answers" in row else [row["answer"]]
+    if "answers" not in row and "answer" not in row and answerable:
+        raise InputError(f'{where}: no "answers"; give "answers": ["..."] (or "answerable": false where none exists)')
+    # an unanswerable question needs no answers (generate reads it so too): asked, it should abstain
+    answers = row["answers"] if "answers" in row else [row["answer"]] if "answer" in row else []
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise InputError(f"{where}: field 'answers' must be a list of strings, got {answers!r}")
     if answerable and not any(a.strip() for a in answers):

@@ -5,7 +5,8 @@
   closed set, the true/false verdict for a claim;
   ``f1``: SQuAD's token F1 against the best gold (QA only): partial credit for a span that overlaps the gold.
 * reflection agreement: accuracy and a confusion matrix per type, AUROC of each type's score;
-* unsupported-claim rate, abstain rate on unanswerable and false-abstain rate on answerable questions,
+* unsupported-claim rate, abstain rate on unanswerable and false-abstain rate on answerable questions, the share
+  of answers that hedge (reported, not zeroed),
   retrieval and re-retrieval rates, engine calls and tokens per query, latency p50/p95.
 
 A rate over no items is ``None`` (shown ``n/a``), never 0.
@@ -175,6 +176,8 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "unflagged_rate_unanswerable": rate(
             sum(not r["abstained"] and not r.get("low_confidence") for r in unanswerable), len(unanswerable)),
         "false_abstain_rate": rate(sum(r["abstained"] for r in answerable), len(answerable)),
+        # answers that hedge ("I don't know ...") without the abstain sentence: judged by their text like any answer
+        "hedged_rate": rate(sum(bool(r.get("hedged")) for r in records), n),
         "retrieval_rate": rate(len(retrieved), n),
         "retrieve_decision_accuracy": rate(sum(r["retrieved"] == r["needs_retrieval"] for r in decided), len(decided)),
         "re_retrieval_rate": rate(sum(r.get("retrieval_rounds", 0) > 1 for r in records), n),

@@ -1,11 +1,17 @@
-"""The four modes, each answering :class:`~selfrag.evaluation.data.Example` s into per-example records.
+"""The five modes, each answering :class:`~selfrag.evaluation.data.Example` s into per-example records.
 
 * ``no_retrieval``: the base model, the question alone, one decode;
 * ``plain_rag``: the base model, one decode over the same top-k passages with a plain prompt;
+* ``ft_rag``: the fine-tuned RAG baseline (``selfrag train form=rag``: the same base and records, no reflection
+  tokens), one decode over the same top-k passages with the same plain prompt;
 * ``prompted``: prompted-critic Self-RAG on the base model (``selfrag.inference.prompted.PromptedSelfRAG``);
 * ``single_pass``: the trained model's own reflection tokens (``selfrag.inference.runtime.SelfRAG``).
 
 Every record holds the answer, its decisions and its cost: engine calls, prompt and generated tokens, seconds.
+
+One judgement for every mode: a baseline abstains when its answer is the one abstain sentence its prompt asks for
+(:func:`is_abstention`), single-pass and prompted Self-RAG when the runtime says so; an answer that only hedges
+("I don't know", "not mentioned", ...) is an answer, judged by its text like any other, and counted as ``hedged``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from selfrag import reflection as rf
 from selfrag.inference.answer import Candidate
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.inference.trace import Decide, Retrieve, TraceEntry
-from selfrag.prompting import encode_prompt
+from selfrag.prompting import encode_prompt, no_retrieval_prompt, plain_rag_prompt
 from selfrag.retrieval import PrecomputedRetriever, Retriever
 from selfrag.trajectory import Passage
 
@@ -29,12 +35,10 @@ from .metrics import normalize
 
 logger = logging.getLogger(__name__)
 
-PLAIN_RAG_PROMPT = (
-    "Passages:\n{passages}\n\nAnswer the question from the passages in one short sentence. If they do not "
-    "contain the answer, reply: {abstain}\n\nQuestion: {question}"
-)
-ABSTAIN_PHRASES = ("the sources do not say", "i don't know", "i do not know", "not mentioned", "does not say",
-                   "do not contain", "no information", "cannot answer", "can't answer", "not provided")
+#: Phrases of an answer that hedges instead of answering. Reported (``hedged``), never taken as an abstention: an
+#: answer is judged by its text, and only the abstain sentence the prompt asks for abstains.
+HEDGE_PHRASES = ("i don't know", "i do not know", "not mentioned", "does not say", "do not contain",
+                 "no information", "cannot answer", "can't answer", "not provided")
 
 
 class ExampleRetriever(PrecomputedRetriever):
@@ -48,8 +52,15 @@ class ExampleRetriever(PrecomputedRetriever):
 
 
 def is_abstention(text: str, abstain_text: str) -> bool:
+    """The answer is empty or says the abstain sentence (``abstain_text``, normalised) -- nothing else abstains."""
     normalized = normalize(text)
-    return any(normalize(phrase) in normalized for phrase in (abstain_text, *ABSTAIN_PHRASES)) or not normalized
+    return not normalized or normalize(abstain_text) in normalized
+
+
+def is_hedged(text: str, abstain_text: str) -> bool:
+    """An answer (not an abstention) holding a hedge phrase; reported beside the abstentions, judged as answered."""
+    normalized = normalize(text)
+    return not is_abstention(text, abstain_text) and any(normalize(phrase) in normalized for phrase in HEDGE_PHRASES)
 
 
 def _base_record(example: Example) -> dict[str, Any]:
@@ -91,6 +102,7 @@ def plain_runner(
                 **_base_record(example),
                 "answer": text,
                 "abstained": is_abstention(text, abstain_text),
+                "hedged": is_hedged(text, abstain_text),
                 "retrieved": bool(rag and found),
                 "retrieval_rounds": 1 if rag and found else 0,
                 "passages": [hit.passage.to_json() for hit in found],
@@ -104,14 +116,13 @@ def plain_runner(
 
 def _plain_prompt(example: Example, passages: Sequence[Passage], abstain_text: str, rag: bool) -> str:
     if not rag:
-        return f"{example.prompt}\nAnswer in one short sentence."
-    listed = "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in
-                       enumerate(passages, 1))
-    return PLAIN_RAG_PROMPT.format(passages=listed, abstain=abstain_text, question=example.prompt)
+        return no_retrieval_prompt(example.prompt)
+    return plain_rag_prompt(example.prompt, passages, abstain_text)
 
 
 def selfrag_runner(runtime: Any) -> Runner:
-    """Prompted-critic or single-pass Self-RAG: anything with ``answer_many(questions) -> [Answer]``."""
+    """Prompted-critic or single-pass Self-RAG: anything with ``answer_many(questions) -> [Answer]`` and a ``config``
+    holding its ``abstain_text``."""
 
     def run(batch: Sequence[Example]) -> list[dict[str, Any]]:
         answers = runtime.answer_many([example.prompt for example in batch])
@@ -121,6 +132,7 @@ def selfrag_runner(runtime: Any) -> Runner:
                 **_base_record(example),
                 "answer": answer.answer,
                 "abstained": answer.abstained,
+                "hedged": not answer.abstained and is_hedged(answer.answer, runtime.config.abstain_text),
                 "low_confidence": answer.low_confidence,
                 "retrieved": answer.retrieved,
                 "retrieval_rounds": sum(isinstance(entry, Retrieve) for entry in answer.trace),

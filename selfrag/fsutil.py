@@ -11,15 +11,17 @@ old file or the new one, never a cut one that refuses to resume.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from selfrag.errors import InputError
+from selfrag.errors import InputError, SelfragError
 
 # ---- reading -------------------------------------------------------------------------------------------------
 
@@ -251,6 +253,46 @@ def claim_output(
     return path
 
 
+@contextlib.contextmanager
+def left_clean_if_refused(path: str | Path, bookkeeping: Iterable[str] = ()) -> Iterator[None]:
+    """Around a command's claim of an output directory and its work: a refused command leaves nothing behind.
+
+    Where the directory was new (absent, or empty) and the command is refused (a :class:`SelfragError`) before it
+    wrote any work, what it made goes again: a directory (and the parents) it created, or what it put into an empty
+    one of the user's. Work is a non-empty file, but :data:`OWNER_FILE` and ``bookkeeping`` (a fingerprint, the
+    resolved config: written before the inputs are checked); a directory holding work is kept for a rerun.
+
+        with left_clean_if_refused(config.output, bookkeeping=("fingerprint.json", "config.yaml")):
+            claim_output(config.output, "generate")
+            ...
+    """
+    path = Path(path).expanduser()
+    created = path
+    while not created.parent.exists() and created.parent != created:
+        created = created.parent  # output=runs/a/b with no runs/: runs/ is this command's too
+    new = not path.exists() or (path.is_dir() and not any(path.iterdir()))
+    existed = path.exists()
+    try:
+        yield
+    except SelfragError:
+        quiet = {OWNER_FILE, *bookkeeping}
+        entries = list(path.iterdir()) if new and path.is_dir() else []
+        if new and not any(_holds_work(entry) for entry in entries if entry.name not in quiet):
+            if existed:
+                for entry in entries:
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            elif path.is_dir():
+                shutil.rmtree(created)
+        raise
+
+
+def _holds_work(entry: Path) -> bool:
+    """Whether ``entry`` is, or holds, a non-empty file (or anything that is not a plain file or folder)."""
+    if entry.is_dir() and not entry.is_symlink():
+        return any(_holds_work(child) for child in entry.iterdir())
+    return not entry.is_file() or entry.is_symlink() or entry.stat().st_size > 0
+
+
 def foreign_output(
     key: str, where: str, entries: list[str], owner: dict[str, Any] | None, command: str
 ) -> InputError:
@@ -262,6 +304,50 @@ def foreign_output(
         f"{key} {where!r} is not empty and was not written by `selfrag {command}` ({what}); nothing was "
         "changed: give a new or empty directory"
     )
+
+
+def claim_output_file(
+    path: str | Path, command: str, key: str = "output", inputs: Iterable[str | Path | None] = ()
+) -> Path:
+    """:func:`claim_output` for a command that writes one file: refuse an existing file ``command`` did not write.
+
+    A file a command writes is marked by a sidecar beside it (:func:`mark_output_file`: ``.NAME.selfrag-output.json``,
+    the command and the SHA-256 of what it wrote). An absent path is accepted; so is the command's own earlier output,
+    unchanged since (a rerun writes it again whole, from its inputs: nothing old is mixed in). Anything else (the
+    user's file, another command's, one edited since) is refused before any work is done, and nothing is changed.
+    ``command`` is how a user runs it (``selfrag paper-data import``); ``inputs`` as :func:`check_output_path`.
+    """
+    path = check_output_path(path, key=key, inputs=inputs, directory=False)
+    if not path.exists() and not path.is_symlink():
+        return path
+    owner = _json_object(_owner_sidecar(path))
+    if owner is not None and owner.get("command") == command and owner.get("sha256") == _file_digest(path):
+        return path
+    if owner is None:
+        what = f"is an existing file that `{command}` did not write"
+    elif owner.get("command") != command:
+        what = f"is an existing file that `{command}` did not write (it is the output of `{owner.get('command')}`)"
+    else:
+        what = f"was written by `{command}` but changed since"
+    raise InputError(
+        f"{key} {str(path)!r} {what}; nothing was changed: give a new path, or delete the file to write it anew"
+    )
+
+
+def mark_output_file(path: str | Path, command: str) -> None:
+    """Record that ``command`` wrote the file ``path`` (as it is now), for :func:`claim_output_file`."""
+    path = Path(path)
+    write_json(_owner_sidecar(path), {"command": command, "sha256": _file_digest(path)})
+
+
+def _owner_sidecar(path: Path) -> Path:
+    return path.with_name(f".{path.name}{OWNER_FILE}")
+
+
+def _file_digest(path: Path) -> str:
+    from selfrag.runs import file_digest  # selfrag.runs imports this module: the one digest, imported when used
+
+    return file_digest(path)
 
 
 #: ``scheme://...``: an fsspec URL (s3://, gs://, file://, memory://), not a local path.
@@ -282,7 +368,10 @@ def write_owner(directory: str | Path, command: str, files: Iterable[str] = ()) 
 
 def read_owner(directory: str | Path) -> dict[str, Any] | None:
     """The owner file of ``directory``, or None where there is none (or it is not a JSON object)."""
-    path = Path(directory) / OWNER_FILE
+    return _json_object(Path(directory) / OWNER_FILE)
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -23,6 +23,27 @@ PAPER_TEMPLATE = "### Instruction:\n{instruction}\n\n### Response:\n"
 PROMPT_TEMPLATES = ("auto", "chat", "paper")
 _SENTINEL = "\u2063SELFRAG_INSTRUCTION\u2063"
 
+#: The plain-RAG instruction: the retrieved passages, then the question; the one sentence to reply when the passages
+#: lack the answer. The plain RAG baseline asks it of the base model, and the fine-tuned RAG baseline is trained on it
+#: (``selfrag train form=rag``), so both read the same words at evaluation.
+PLAIN_RAG_PROMPT = (
+    "Passages:\n{passages}\n\nAnswer the question from the passages in one short sentence. If they do not "
+    "contain the answer, reply: {abstain}\n\nQuestion: {question}"
+)
+#: The no-retrieval instruction (the question alone), as the no-retrieval baseline asks it.
+NO_RETRIEVAL_PROMPT = "{question}\nAnswer in one short sentence."
+
+
+def plain_rag_prompt(question: str, passages: Sequence[Passage], abstain_text: str) -> str:
+    """The plain-RAG instruction over ``passages``, numbered, each ``[i] title: text``."""
+    listed = "\n".join(f"[{i}] {p.title}: {p.text}" if p.title else f"[{i}] {p.text}" for i, p in
+                       enumerate(passages, 1))
+    return PLAIN_RAG_PROMPT.format(passages=listed, abstain=abstain_text, question=question)
+
+
+def no_retrieval_prompt(question: str) -> str:
+    return NO_RETRIEVAL_PROMPT.format(question=question)
+
 
 def resolve_template(tokenizer: Any, template: str) -> str:
     """``auto`` -> ``chat`` when the tokenizer has a chat template, else ``paper``."""

@@ -49,6 +49,14 @@ def stable_hash(key: str, seed: int | None = None, *, algorithm: Algorithm = "sh
 #: ``meta.split`` values that mark a question for calibration or evaluation: ``generate`` never puts one into
 #: ``records.jsonl`` unless ``split`` selects that very split by name (``split=all`` sends them to ``heldout.jsonl``).
 HELD_SPLITS = ("dev", "test")
+#: ``split=all``: every line, whatever its ``meta.split``, in every command that selects by it (generate, eval,
+#: calibrate, rl, distill); never the name of a split
+EVERY_SPLIT = "all"
+
+
+def in_split(meta_split: object, selected: str | None) -> bool:
+    """Whether a line marked ``meta_split`` is selected by ``split=selected`` (``all``, or None: every line)."""
+    return selected is None or selected == EVERY_SPLIT or meta_split == selected
 
 
 def kept_out(meta_split: object, selected: str) -> bool:

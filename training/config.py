@@ -246,6 +246,14 @@ class TrainConfig:
         "evaluations during training use a third of them.",
         default=300,
     )
+    form: Literal["selfrag", "rag"] = help_field(
+        "What the model learns from the records. 'selfrag': the trajectories with their reflection tokens. 'rag': the "
+        "fine-tuned RAG baseline (the paper's 'FT + retrieval' row): the same records with the reflection tokens "
+        "stripped, one example per question -- the plain-RAG prompt over its passages, its answer (or the abstain "
+        "sentence) as the target; `selfrag eval` compares it as mode ft_rag (ft_rag_model=DIR). Train both with the "
+        "same base, records, steps and seed.",
+        default="selfrag",
+    )
     tokens: TokensConfig = help_field("Reflection token set-up.", default_factory=TokensConfig)
     prompt_template: Literal["auto", "chat", "paper"] = help_field(
         "Prompt format: 'auto' uses the model's chat template when it has one, else the paper's.", default="auto"

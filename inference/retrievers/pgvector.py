@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import numpy as np
 
 from selfrag.errors import ConfigError
+from selfrag.extras import require
 from selfrag.retrieval import Hit
 from selfrag.trajectory import Passage
 
@@ -84,10 +85,7 @@ def _redact(url: str) -> str:
 
 def connect(target: PgTarget, field: str = "retriever.url") -> Any:
     """A psycopg connection (autocommit); each failure a user can fix becomes one line naming the fix."""
-    try:
-        import psycopg
-    except ImportError:
-        raise PgVectorError("retriever kind pgvector needs psycopg: pip install 'selfrag[pgvector]'") from None
+    psycopg = require("psycopg", "retriever kind pgvector")
     try:
         return psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10)
     except psycopg.ProgrammingError as error:  # libpq could not parse the URL

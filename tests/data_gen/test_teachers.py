@@ -164,7 +164,12 @@ def test_parse_label_strictness() -> None:
     assert parse_label(" `Irrelevant`.\n", "relevance") == ("[Irrelevant]", None)
     assert parse_label("**[Utility:4]**", "utility") == ("[Utility:4]", None)
     assert parse_label("[Relevant] [Irrelevant]", "relevance") == (None, "reply is not JSON")
-    assert parse_label("[Relevant]", "support") == (None, "reply is not JSON")
+    # a label of another kind is said to be one, not "not JSON" (issue 56)
+    wrong = "wrong label kind: expected a support label, got [Relevant], a relevance label"
+    assert parse_label("[Relevant]", "support") == (None, wrong)
+    assert parse_label('{"explanation": "e", "label": "[Relevant]"}', "support") == (None, wrong)
+    assert parse_label("Utility:5", "relevance") == (
+        None, "wrong label kind: expected a relevance label, got [Utility:5], a utility label")
 
 
 def test_retry_after_header_forms() -> None:

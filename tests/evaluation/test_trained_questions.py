@@ -53,3 +53,33 @@ def test_unseen_questions_pass_and_the_override_warns(tmp_path: Path, caplog: py
     # a model that does not say what it trained on (from elsewhere, or trained before the file) is not checked
     assert check_not_trained_on(dev, str(tmp_path), QUESTIONS, "dev", "calibrate", allow=False) == 0
     assert check_not_trained_on(dev, "smollm2-135m-instruct", QUESTIONS, "dev", "calibrate", allow=False) == 0
+
+
+@pytest.mark.parametrize("allow", [True, False])
+def test_eval_records_and_shows_the_override(allow: bool, world_engine, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """allow_trained_questions=true was said in a log line only: results.json and table.md read like a clean run."""
+    import json
+
+    from selfrag.config import from_dict
+    from selfrag.evaluation import run as run_module
+    from selfrag.evaluation.config import EvalConfig
+
+    paris = {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."}
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{n}", "question": question, "answers": ["Paris"], "ctxs": [paris]})
+                            + "\n" for n, question in enumerate(["What is the capital of France?", "Where is Paris?"])))
+    model = tmp_path / "model"
+    model.mkdir()
+    save_trained_questions(model, ["Where is Paris?"] if allow else ["Something else?"])
+    monkeypatch.setattr(run_module, "build_engine", lambda config, name: world_engine)
+    monkeypatch.setattr(run_module, "build_plain_engine", lambda config, name: world_engine)
+    config = from_dict(EvalConfig, {
+        "data": data, "model": str(model), "base_model": "b", "output_dir": tmp_path / "out", "modes": ["plain_rag"],
+        "plots": False, "judge": {"kind": "overlap"}, "allow_trained_questions": allow})
+    result = run_module.run(config)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["allow_trained_questions"] is allow and results["trained_questions"] == (1 if allow else 0)
+    table = (tmp_path / "out" / "table.md").read_text()
+    note = "1 of 2 questions are among those the model was trained on (allow_trained_questions=true)"
+    assert (note in table) is allow and (note in result.summary()) is allow

@@ -1,0 +1,247 @@
+"""Issue #55's study: does single-pass Self-RAG beat plain RAG and a fine-tuned RAG baseline on sources it never saw?
+
+    python studies/transfer.py --out runs/transfer --seeds 0,1,2              # everything, 3 seeds (hours on 2 cores)
+    python studies/transfer.py --out runs/transfer --seeds 0 --sets quickstart,dev   # while choosing: dev only
+    python studies/transfer.py --out runs/transfer --table                   # the table again, from what is there
+
+Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yaml`` +
+``configs/train/smollm2-135m-cpu.yaml``):
+
+1. ``selfrag quickstart output_dir=OUT/seed-s train.training.seed=s``: the records, the single-pass model (SFT),
+   calibrated the quickstart's way, and the quickstart's own table;
+2. ``selfrag train form=rag`` on the same records, recipe, steps and seed: the fine-tuned RAG baseline (the paper's
+   "FT + retrieval" row), in ``OUT/seed-s/ft-rag`` (``training.max_length=640``: its prompts hold the passages);
+3. with ``--dev-calibrated``, a copy of the SFT model calibrated on the dev sets instead of the quickstart's 12 SQuAD
+   questions (``selfrag calibrate`` on every nq-open and retrievalqa question, whose ``gold_passage_ids`` are the
+   passages holding the answer): a choice made on dev, so its dev figures are in-sample and only test judges it;
+4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
+5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
+   string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
+   judge), ``top_k=3``, ``max_tokens=96``, batch 4. Plain RAG (the untuned base) answers each set once.
+
+Question sets (``studies/transfer/``, written by ``studies/transfer_data.py``; none is in any training slice):
+
+* ``quickstart``: the quickstart's 60 held-out demo questions (SQuAD articles never trained on, searched in the
+  demo corpus);
+* dev (read for every choice): ``nq-open`` (100), ``retrievalqa`` (40 news questions);
+* test (read once per change): ``popqa`` (50), ``triviaqa`` (50), ``hotpotqa`` (56), each with its three passages.
+
+The table pools the seeds: per set and arm, gold answers on answerable questions (summed over seeds), the paired
+bootstrap 95% interval of the difference to plain RAG and to fine-tuned RAG (pairs: the same question in the same
+seed), false abstains on answerable questions, unsupported claims and engine calls per question. Every command
+resumes what it finished, so a rerun continues; results go under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SETS = REPO / "studies" / "transfer"
+DEMO_CORPUS = REPO / "data_gen" / "demo" / "corpus.jsonl"
+TRAIN_RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
+RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
+DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
+EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap"]
+RESAMPLES = 2000
+#: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
+#: quickstart's records (the recipe's 320 would drop half of them)
+RAG_LENGTH = 640
+ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", "single-pass SFT+RL")
+#: each single-pass arm's eval folder under seed-s/eval/<set>/
+FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", "single-pass SFT+RL": "sft+rl"}
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def selfrag(*args: str) -> None:
+    command = [str(Path(sys.executable).with_name("selfrag")), *args]
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def question_sets(seed_dir: Path, names: list[str]) -> dict[str, tuple[Path, list[str]]]:
+    """name -> (questions file, extra eval settings): the quickstart's test split searches the demo corpus; the
+    dev and test sets carry their passages."""
+    sets: dict[str, tuple[Path, list[str]]] = {}
+    for name in names:
+        if name == "quickstart":
+            sets[name] = (seed_dir / "splits" / "test.jsonl", [f"retriever.corpus={DEMO_CORPUS}"])
+        else:
+            sets[name] = (SETS / f"{name}.jsonl", [])
+    return sets
+
+
+def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
+    """A copy of the SFT model (no checkpoints) calibrated on every dev question (nq-open and retrievalqa)."""
+    import shutil
+
+    model = seed_dir / "model-devcal"
+    if not (model / "adapter_config.json").is_file():
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(sft, model, ignore=shutil.ignore_patterns("checkpoints"))
+    data = out / "dev-calibration.jsonl"
+    data.write_text("".join((SETS / f"{name}.jsonl").read_text(encoding="utf-8") for name in DEV), encoding="utf-8")
+    if not (seed_dir / "devcal-calibration" / "calibration.json").is_file():
+        selfrag("calibrate", f"data={data}", f"model={model}", f"output_dir={seed_dir / 'devcal-calibration'}",
+                "top_k=3", "max_tokens=96")
+    return model
+
+
+def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool) -> None:
+    seed_dir = out / f"seed-{seed}"
+    budget = [f"max_steps={steps}"] if steps else []
+    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget)
+    sft = seed_dir / "model"
+    selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
+            f"output_dir={seed_dir / 'ft-rag'}", "form=rag", f"training.seed={seed}",
+            f"training.max_length={RAG_LENGTH}",
+            *([f"training.max_steps={steps}"] if steps else []))
+    models = {"single-pass SFT": sft}
+    if devcal:
+        models["single-pass SFT, dev-calibrated"] = dev_calibrated(out, seed_dir, sft)
+    if rl_steps:
+        rl = seed_dir / "rl"
+        selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
+                f"training.max_steps={rl_steps}", f"training.seed={seed}")
+        if not (seed_dir / "rl-calibration" / "calibration.json").is_file():
+            selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
+                    f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}", "top_k=3",
+                    "max_tokens=96")
+        models["single-pass SFT+RL"] = rl
+    for name, (questions, extra) in question_sets(seed_dir, names).items():
+        common = [f"data={questions}", *extra, *EVAL_SETTINGS]
+        plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # the same questions
+        selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
+        selfrag("eval", *common, f"model={sft}", f"ft_rag_model={seed_dir / 'ft-rag'}", "modes=[ft_rag]",
+                f"output_dir={seed_dir / 'eval' / name / 'ft-rag'}")
+        for arm, model in models.items():
+            selfrag("eval", *common, f"model={model}", "modes=[single_pass]",
+                    f"output_dir={seed_dir / 'eval' / name / FOLDERS[arm]}")
+
+
+def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
+    path = folder / "records" / f"{mode}.jsonl"
+    if not path.is_file() or not (folder / "results.json").is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {row["question"]: row for row in rows}
+
+
+def gold(row: dict[str, Any]) -> float:
+    from selfrag.evaluation.metrics import match
+
+    return float(row["answerable"] and not row["abstained"] and match(row["answer"], row["gold_answers"]))
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of mean(b - a) over the same (seed, question) pairs."""
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+    differences = (b[picks] - a[picks]).mean(axis=1)
+    return float(np.percentile(differences, 2.5)), float(np.percentile(differences, 97.5))
+
+
+def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[str, Any]] | None]:
+    plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"
+    folder = seed_dir / "eval" / name
+    return {"plain RAG": records(plain, "plain_rag"), "fine-tuned RAG": records(folder / "ft-rag", "ft_rag"),
+            **{arm: records(folder / name, "single_pass") for arm, name in FOLDERS.items()}}
+
+
+def table(out: Path) -> str:
+    from selfrag.evaluation.metrics import summarize
+
+    seeds = sorted(p for p in out.glob("seed-*") if p.is_dir())
+    lines = [f"CPU: {cpu_name()}; seeds: {', '.join(p.name.split('-')[1] for p in seeds)}", "",
+             "| set | kind | arm | seeds | gold / answerable | vs plain RAG (95% CI) | vs fine-tuned RAG (95% CI) "
+             "| false abstains | unsupported claims | hedged | engine calls |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in ["quickstart", *DEV, *TEST]:
+        kind = "trained sources' held-out" if name == "quickstart" else ("dev" if name in DEV else "test")
+        pooled: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+        paired: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        counted: dict[str, int] = {arm: 0 for arm in ARMS}
+        for seed_dir in seeds:
+            rows = arm_rows(out, seed_dir, name)
+            if rows["plain RAG"] is None or rows["fine-tuned RAG"] is None:
+                continue
+            answerable = [q for q, row in rows["plain RAG"].items() if row["answerable"]]
+            for arm in ARMS:
+                found = rows[arm]
+                if found is None:
+                    continue
+                counted[arm] += 1
+                pooled[arm] += list(found.values())
+                paired[arm] += [gold(found[q]) for q in answerable]
+        if not counted["plain RAG"]:
+            continue
+        base, tuned = np.array(paired["plain RAG"]), np.array(paired["fine-tuned RAG"])
+        for arm in ARMS:
+            if not counted[arm] or len(paired[arm]) != len(base):
+                continue
+            held = np.array(paired[arm])
+            summary = summarize(pooled[arm])
+            versus = [_difference(reference, held) if arm != title else "—"
+                      for reference, title in ((base, "plain RAG"), (tuned, "fine-tuned RAG"))]
+            unsupported = summary["unsupported_claim_rate"]
+            lines.append(
+                f"| {name} | {kind} | {arm} | {counted[arm]} | {int(held.sum())}/{len(held)} | {versus[0]} | "
+                f"{versus[1]} | {_percent(summary['false_abstain_rate'])} | {_percent(unsupported)} "
+                f"({summary['claims_judged']}) | {_percent(summary['hedged_rate'])} | "
+                f"{summary['engine_calls_per_query']:.1f} |")
+    return "\n".join(lines)
+
+
+def _difference(reference: np.ndarray, held: np.ndarray) -> str:
+    if len(reference) != len(held) or not len(held):
+        return "n/a"
+    low, high = paired_interval(reference, held)
+    return f"{held.mean() - reference.mean():+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds, comma-separated")
+    parser.add_argument("--sets", default="quickstart,dev,test",
+                        help="question sets: quickstart, dev (nq-open, retrievalqa), test (popqa, triviaqa, hotpotqa) "
+                        "or single names, comma-separated")
+    parser.add_argument("--steps", type=int, help="training steps of both models (default: the recipe's)")
+    parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
+    parser.add_argument("--dev-calibrated", action="store_true",
+                        help="also judge the SFT model calibrated on the dev sets")
+    parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
+    args = parser.parse_args()
+    if not args.table:
+        groups = {"dev": list(DEV), "test": list(TEST)}
+        names = [name for item in args.sets.split(",") for name in groups.get(item, [item])]
+        unknown = sorted(set(names) - {"quickstart", *DEV, *TEST})
+        if unknown:
+            parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
+        for seed in (int(s) for s in args.seeds.split(",")):
+            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated)
+    text = table(args.out)
+    (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

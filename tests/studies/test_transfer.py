@@ -1,0 +1,58 @@
+"""Issue #55's transfer study: its question sets never overlap training, and its table pools seeds pairwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import transfer
+
+from selfrag.evaluation.data import load_examples
+
+
+def test_the_question_sets_are_eval_files_that_no_training_slice_holds() -> None:
+    trained = set()
+    repo = Path(transfer.REPO)
+    for path in [repo / "data_gen" / "demo" / "queries.jsonl", repo / "data_gen" / "demo" / "general-knowledge.jsonl",
+                 *(repo / "data_gen" / "slices").glob("*/queries.jsonl")]:
+        trained |= {json.loads(line)["question"].strip().lower() for line in path.open(encoding="utf-8")}
+    for name in (*transfer.DEV, *transfer.TEST):
+        examples = load_examples(transfer.SETS / f"{name}.jsonl", "auto", None, None)
+        assert len(examples) >= 40
+        assert not {example.question.strip().lower() for example in examples} & trained, name
+        assert all(len(example.ctxs) == 3 for example in examples)
+        for example in examples:  # answerable exactly when a passage holds a gold string, and those are the gold
+            assert example.answerable == bool(example.gold_passage_ids)
+
+
+def write_arm(folder: Path, mode: str, answers: dict[str, str]) -> None:
+    rows = [{"question": q, "answer": a, "answerable": True, "gold_answers": ["Paris"], "kind": "qa",
+             "abstained": a == "The sources do not say.", "hedged": False, "retrieved": True, "engine_calls": 1,
+             "prompt_tokens": 1, "generated_tokens": 1, "seconds": 1.0, "claims": []} for q, a in answers.items()]
+    (folder / "records").mkdir(parents=True)
+    (folder / "records" / f"{mode}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / "results.json").write_text("{}")
+
+
+def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path: Path) -> None:
+    questions = [f"q{i}" for i in range(4)]
+    write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+    for seed, right in ((0, 1), (1, 3)):
+        folder = tmp_path / f"seed-{seed}" / "eval" / "popqa"
+        write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
+        write_arm(folder / "sft", "single_pass",
+                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+    table = transfer.table(tmp_path)
+    rows = {line.split(" | ")[2]: line for line in table.splitlines() if line.startswith("| popqa |")}
+    assert set(rows) == {"plain RAG", "fine-tuned RAG", "single-pass SFT"}
+    assert "| 2 | 8/8 |" in rows["plain RAG"] and "| 2 | 0/8 |" in rows["fine-tuned RAG"]
+    sft = rows["single-pass SFT"]
+    assert "| 2 | 4/8 | -0.50 [" in sft and "+0.50 [" in sft  # vs plain RAG, vs fine-tuned RAG
+    assert "| 50% |" in sft  # false abstains pooled over both seeds
+
+
+def test_unknown_sets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["transfer.py", "--out", "x", "--sets", "nq"])
+    with pytest.raises(SystemExit):
+        transfer.main()
