@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -321,7 +322,7 @@ def claim_output_file(
     if not path.exists() and not path.is_symlink():
         return path
     owner = _json_object(_owner_sidecar(path))
-    if owner is not None and owner.get("command") == command and owner.get("sha256") == _file_digest(path):
+    if owner is not None and owner.get("command") == command and owner.get("sha256") == file_digest(path):
         return path
     if owner is None:
         what = f"is an existing file that `{command}` did not write"
@@ -337,17 +338,36 @@ def claim_output_file(
 def mark_output_file(path: str | Path, command: str) -> None:
     """Record that ``command`` wrote the file ``path`` (as it is now), for :func:`claim_output_file`."""
     path = Path(path)
-    write_json(_owner_sidecar(path), {"command": command, "sha256": _file_digest(path)})
+    write_json(_owner_sidecar(path), {"command": command, "sha256": file_digest(path)})
 
 
 def _owner_sidecar(path: Path) -> Path:
     return path.with_name(f".{path.name}{OWNER_FILE}")
 
 
-def _file_digest(path: Path) -> str:
-    from selfrag.runs import file_digest  # selfrag.runs imports this module: the one digest, imported when used
+#: bytes a digest reads at a time
+_CHUNK = 1 << 20
 
-    return file_digest(path)
+
+def stream_digest(chunks: Iterable[bytes]) -> str:
+    """SHA-256 of bytes that arrive in pieces (a file read a block at a time, a folder's names and contents), as
+    ``sha256:<hex>``: the same as :func:`bytes_digest` of the pieces joined."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def file_blocks(path: str | Path) -> Iterable[bytes]:
+    """A file's bytes, a block at a time (for :func:`stream_digest`)."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            yield chunk
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (streamed), as ``sha256:<hex>``."""
+    return stream_digest(file_blocks(path))
 
 
 #: ``scheme://...``: an fsspec URL (s3://, gs://, file://, memory://), not a local path.

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from selfrag.config import to_dict
 from selfrag.errors import ConfigError
-from selfrag.fsutil import OWNER_FILE, write_json
+from selfrag.fsutil import OWNER_FILE, file_digest, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ RUN_VERSION = 2
 OUTPUT = "$OUTPUT"
 #: Files larger than this are identified by size and modification time, not read (a model's weight shards).
 LARGE_FILE = 256 << 20
-_CHUNK = 1 << 20
 
 
 class RunMismatchError(ConfigError):
@@ -66,27 +65,6 @@ class RunMismatchError(ConfigError):
 
 
 # ---- digests -------------------------------------------------------------------------------------------------
-
-
-def stream_digest(chunks: Iterable[bytes]) -> str:
-    """SHA-256 of bytes that arrive in pieces (a file read a block at a time, a folder's names and contents), as
-    ``sha256:<hex>``: the same as :func:`bytes_digest` of the pieces joined."""
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
-
-
-def file_blocks(path: str | Path) -> Iterable[bytes]:
-    """A file's bytes, a block at a time (for :func:`stream_digest`)."""
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            yield chunk
-
-
-def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes (streamed), as ``sha256:<hex>``."""
-    return stream_digest(file_blocks(path))
 
 
 def bytes_digest(data: bytes) -> str:

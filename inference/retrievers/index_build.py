@@ -31,10 +31,9 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import iter_corpus
 from selfrag.corpus_stream import duplicate_error, scan_corpus
 from selfrag.errors import InputError
-from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, write_owner
+from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, file_blocks, stream_digest, write_owner
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
-from selfrag.runs import file_blocks, stream_digest
 from selfrag.trajectory import Passage
 
 from .embeddings import SentenceEncoder, TextEncoder, embed_store

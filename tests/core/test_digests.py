@@ -11,7 +11,8 @@ from pathlib import Path
 from selfrag.corpus import Query
 from selfrag.data_gen.cache import call_key, default_cache_path
 from selfrag.data_gen.distractors import _rng
-from selfrag.runs import bytes_digest, file_digest, stream_digest, text_key
+from selfrag.fsutil import file_digest, stream_digest
+from selfrag.runs import bytes_digest, text_key
 
 
 def test_a_teacher_call_key_is_the_same_hash_as_before() -> None:
