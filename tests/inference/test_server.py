@@ -163,9 +163,11 @@ def test_request_fields_map_to_runtime_settings(server: LiveServer, shared_engin
     assert extension["low_confidence"] and extension["citations"] == [] and alone.choices[0].message.content
     ask(server, ARITHMETIC, max_tokens=3)
     assert shared_engine.calls[-1][0].max_tokens == 3
-    # Fields this server does not use are ignored, as OpenAI-compatible servers do.
+    # Fields this server does not use are ignored, as OpenAI-compatible servers do; sampling settings at the values
+    # greedy decoding honours are answered (others are refused: test_server_requests.py).
     response = post(server, {"model": MODEL, "messages": [{"role": "user", "content": CAPITAL}],
-                             "presence_penalty": 0.5, "user": "u1", "seed": 3, "no_such_field": {"a": 1}})
+                             "presence_penalty": 0, "temperature": 1, "top_p": 1, "user": "u1", "seed": 3,
+                             "no_such_field": {"a": 1}})
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == CAPITAL_ANSWER
 
