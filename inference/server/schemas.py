@@ -115,6 +115,9 @@ class Citation(BaseModel):
     passage_id: str
     title: str
     text: str = Field(description="the passage text")
+    relevance: str | None = Field(default=None, description="the model's relevance verdict on the passage: "
+                                  "'[Irrelevant]' marks a flagged answer whose text came from a passage the model "
+                                  "rejected (null: no verdict recorded)")
     sentences: list[str] = Field(description="the answer text generated from (and supported by) this passage")
 
 
@@ -167,9 +170,10 @@ class SelfragExtension(BaseModel):
     citations: list[Citation]
     retrieved: bool
     abstained: bool
-    abstain_reason: str | None = None
     low_confidence: bool
-    low_confidence_reason: str | None = None
+    reasons: list[str] = Field(description="every reason the answer is abstained or low-confidence, each prefixed "
+                               "with what it caused ('flagged: ...', 'truncated: ...', 'abstained: ...'); empty "
+                               "when it is neither")
     trace: list[TraceEntryJson] = Field(description="every decision with its probabilities and reason, one object per "
                                         "kind (step) with its own fields: docs/runtime.md, 'The trace'")
     engine_calls: int
