@@ -419,7 +419,9 @@ def _add_error_handlers(app: FastAPI) -> None:
             if refused is not None:
                 return refused.response()
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return ApiError(error.status_code, str(error.detail), kind).response()
+        code = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}.get(error.status_code)
+        return ApiError(error.status_code, str(error.detail), kind, param="body" if error.status_code == 400 else None,
+                        code=code).response()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -202,3 +202,8 @@ def test_a_lone_surrogate_in_any_field_is_invalid_unicode(live: LiveServer, engi
     assert error["param"] == field and error["code"] == "invalid_unicode", error
     assert "lone UTF-16 surrogate" in error["message"]
     assert engine.calls == []
+
+
+def test_an_unknown_path_and_a_wrong_method_carry_a_code(live: LiveServer) -> None:
+    assert httpx.get(f"{live.url}/v1/nothing").json()["error"]["code"] == "not_found"
+    assert httpx.get(f"{live.url}/v1/chat/completions").json()["error"]["code"] == "method_not_allowed"
