@@ -18,11 +18,31 @@ import pytest
 from server_harness import CAPITAL, CAPITAL_ANSWER, MODEL, LiveServer, ScriptedBackendEngine, start_server
 
 
-@pytest.fixture
-def live(engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
+@pytest.fixture(scope="module")
+def served(reflection_tokenizer: Any, token_ids: Any) -> Iterator[tuple[LiveServer, ScriptedBackendEngine]]:
+    """One server for the module (every test here is refused before the engine, or asks one question)."""
+    engine = ScriptedBackendEngine(reflection_tokenizer, token_ids)
     server = start_server(engine, max_request_bytes=200_000)
-    yield server
+    yield server, engine
     server.stop()
+
+
+@pytest.fixture
+def live(served: tuple[LiveServer, ScriptedBackendEngine]) -> LiveServer:
+    return served[0]
+
+
+@pytest.fixture
+def engine(served: tuple[LiveServer, ScriptedBackendEngine]) -> ScriptedBackendEngine:
+    return served[1]
+
+
+def _refused(live: LiveServer, engine: ScriptedBackendEngine, body: bytes) -> dict[str, Any]:
+    """The error a request gets, checking it never reached the engine."""
+    calls = len(engine.calls)
+    error = _error(_post(live, body))
+    assert len(engine.calls) == calls, "the engine was called for a refused request"
+    return error
 
 
 def _post(live: LiveServer, content: bytes | dict[str, Any]) -> httpx.Response:
@@ -52,12 +72,11 @@ def _error(response: httpx.Response, status: int = 400) -> dict[str, Any]:
 @pytest.mark.parametrize("field", ["max_tokens", "top_k", "no_such_field"])
 def test_a_5000_digit_integer_is_400_naming_the_field(live: LiveServer, engine: ScriptedBackendEngine,
                                                       field: str, caplog: pytest.LogCaptureFixture) -> None:
-    error = _error(_post(live, _raw(**{field: "9" * 5000})))
+    error = _refused(live, engine, _raw(**{field: "9" * 5000}))
     assert error["param"] == field and error["code"] == "integer_above_max_value"
     assert "5,000 digits" in error["message"] and field in error["message"]
     assert len(error["message"]) < 400  # the number is not echoed
     assert "Traceback" not in caplog.text and "unexpected error" not in caplog.text
-    assert engine.calls == []
 
 
 def test_a_long_integer_nested_in_a_message_names_its_path(live: LiveServer) -> None:
@@ -87,11 +106,10 @@ def test_a_long_integer_nested_in_a_message_names_its_path(live: LiveServer) -> 
 ])
 def test_a_wrong_type_is_400_naming_the_field_and_the_type_expected(live: LiveServer, engine: ScriptedBackendEngine,
                                                                      field: str, text: str, expected: str) -> None:
-    error = _error(_post(live, _raw(**{field: text})))
+    error = _refused(live, engine, _raw(**{field: text}))
     assert error["param"] == field and error["code"] == "invalid_type"
     assert error["message"].startswith(f"{field}: expected {expected}"), error["message"]
     assert f"got {text}" in error["message"] or "got the string" in error["message"], error["message"]
-    assert engine.calls == []
 
 
 def test_the_right_types_are_still_answered(live: LiveServer) -> None:
@@ -126,10 +144,9 @@ def test_a_value_out_of_range_is_400_with_its_bound(live: LiveServer, field: str
 def test_a_sampling_value_the_server_does_not_honour_is_400_not_supported(
     live: LiveServer, engine: ScriptedBackendEngine, field: str, text: str
 ) -> None:
-    error = _error(_post(live, _raw(**{field: text})))
+    error = _refused(live, engine, _raw(**{field: text}))
     assert error["param"] == field and error["code"] == "unsupported_value"
     assert "not supported" in error["message"] and "greedily" in error["message"], error["message"]
-    assert engine.calls == []
 
 
 # -- nesting ----------------------------------------------------------------------------------------------
@@ -197,11 +214,10 @@ def test_413_names_the_body(live: LiveServer) -> None:
 @pytest.mark.parametrize("field", ["mode", "on_unsupported", "model"])
 def test_a_lone_surrogate_in_any_field_is_invalid_unicode(live: LiveServer, engine: ScriptedBackendEngine,
                                                            field: str) -> None:
-    error = _error(_post(live, _raw(**{field: '"always\\ud800"'}) if field != "model" else
-                         b'{"model": "m\\udc00", "messages": [{"role": "user", "content": "x"}]}'))
+    error = _refused(live, engine, _raw(**{field: '"always\\ud800"'}) if field != "model" else
+                     b'{"model": "m\\udc00", "messages": [{"role": "user", "content": "x"}]}')
     assert error["param"] == field and error["code"] == "invalid_unicode", error
     assert "lone UTF-16 surrogate" in error["message"]
-    assert engine.calls == []
 
 
 def test_an_unknown_path_and_a_wrong_method_carry_a_code(live: LiveServer) -> None:
