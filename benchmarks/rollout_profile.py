@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoTokenizer
 
-    from selfrag.app.rl_config import RolloutConfig
-    from selfrag.app.rl_rollout import PolicyEngine, Rollouts
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.inference.retrievers import build_bm25
     from selfrag.loading import load_base_model
+    from selfrag.rl.config import RolloutConfig
+    from selfrag.rl.rollout import PolicyEngine, Rollouts
     from selfrag.training.tokens import prepare_tokens
 
     args.output.mkdir(parents=True, exist_ok=True)
@@ -154,13 +154,14 @@ def trained(args: argparse.Namespace) -> int:
     merged (``rollout.merge_lora``), alternating so that neither runs only first."""
     import platform
 
-    from selfrag.app.rl import MergedLora, load_policy
-    from selfrag.app.rl_config import RLConfig
-    from selfrag.app.rl_rollout import PolicyEngine, Rollouts
     from selfrag.config import load_config
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.inference.retrievers import build_bm25
+    from selfrag.rl.config import RLConfig
+    from selfrag.rl.merge import MergedLora
+    from selfrag.rl.policy import load_policy
+    from selfrag.rl.rollout import PolicyEngine, Rollouts
 
     recipe = ROOT / "configs" / "rl" / "smollm2-135m-cpu.yaml"
     config = load_config(RLConfig, str(recipe), [f"model={args.model}", f"queries={DEMO_QUERIES}",

@@ -30,12 +30,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 from parity_models import make_reserved_adapter, make_reserved_base, make_reserved_trained  # noqa: E402
 
-from selfrag.app.rl import VLLMRollouts, load_policy, run  # noqa: E402
-from selfrag.app.rl_config import RLConfig  # noqa: E402
-from selfrag.app.rl_rollout import PolicyEngine, Rollouts  # noqa: E402
 from selfrag.config import load_config  # noqa: E402
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES  # noqa: E402
 from selfrag.inference.retrievers import build_bm25  # noqa: E402
+from selfrag.rl.config import RLConfig  # noqa: E402
+from selfrag.rl.policy import load_policy  # noqa: E402
+from selfrag.rl.rollout import PolicyEngine, Rollouts  # noqa: E402
+from selfrag.rl.run import run  # noqa: E402
+from selfrag.rl.vllm_rollouts import VLLMRollouts  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"

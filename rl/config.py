@@ -4,7 +4,7 @@
 
 Every field is documented; ``trl`` keys pass through to ``trl.GRPOConfig`` and are checked against its real fields
 when the config loads, so a typo fails before a model loads. The reward's terms and their weights are
-:class:`RewardConfig` (see :mod:`selfrag.app.rl_reward`).
+:class:`RewardConfig` (see :mod:`selfrag.rl.reward`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ TRL_OWNED: dict[str, str] = {
 
 @dataclasses.dataclass
 class RolloutConfig:
-    """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.app.rl_rollout`)."""
+    """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.rl.rollout`)."""
 
     mode: Literal["adaptive", "always"] = help_field(
         "adaptive: the model decides when to retrieve; always: every rollout starts with [Retrieval] and every "

@@ -14,7 +14,7 @@ then writes its relevance token, the sentence, its support token and its next de
 
 The differences from serving, on purpose: decisions are the model's **sampled** tokens (the runtime reads the same
 distribution with thresholds: RL needs the choices the policy made), and a rollout that breaks the grammar is kept
-as it is (the reward's format term sees it) where the runtime would repair it. ``tests/app/test_rl_rollout.py`` replays
+as it is (the reward's format term sees it) where the runtime would repair it. ``tests/rl/test_rl_rollout.py`` replays
 a rollout's tokens through :class:`~selfrag.inference.runtime.SelfRAG` and gets the same text, segments and citations.
 
 ``env_mask`` is 1 where the policy sampled the id and 0 where the environment wrote it (each passage with its
@@ -39,7 +39,7 @@ from selfrag.reflection import Group, ReflectionIds
 from selfrag.retrieval import Retriever
 from selfrag.trajectory import Passage, Trajectory, lex_ids, parse_trajectory
 
-from .rl_config import RolloutConfig
+from .config import RolloutConfig
 
 
 @dataclass(frozen=True)

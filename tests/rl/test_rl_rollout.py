@@ -1,4 +1,4 @@
-"""GRPO rollouts (selfrag.app.rl_rollout): the same sampled tokens make the same answer in the runtime, and the
+"""GRPO rollouts (selfrag.rl.rollout): the same sampled tokens make the same answer in the runtime, and the
 environment's tokens (passages, their markup) are the ones masked."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections import Counter
 import pytest
 
 from selfrag import reflection as rf
-from selfrag.app.rl_config import RolloutConfig
-from selfrag.app.rl_rollout import PolicyEngine, Rollouts
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.inference.engines.fake import Script, ScriptedEngine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import BM25Retriever
+from selfrag.rl.config import RolloutConfig
+from selfrag.rl.rollout import PolicyEngine, Rollouts
 from selfrag.trajectory import Passage, lex_ids
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", text) for i, text in enumerate([
