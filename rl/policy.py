@@ -51,7 +51,8 @@ def load_policy(config: RLConfig) -> Policy:
         lora = config.lora
         model = get_peft_model(merged, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                   target_modules=lora.target_modules, task_type="CAUSAL_LM"))
-        meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter")
+        meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter",
+                         meta.calibration)
     return Policy(model, tokenizer, meta.token_ids, meta, served.directory)
 
 

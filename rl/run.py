@@ -13,9 +13,10 @@ trainer (:mod:`selfrag.rl.vllm_rollouts`: the policy's LoRA saved and served as 
 Writes into ``output_dir``: the adapter, the tokenizer, ``selfrag.json`` (so ``selfrag ask``/``serve``/``eval`` load
 it as any trained model), ``trained-questions.json`` (the starting model's and RL's questions), the resolved
 ``config.yaml``, ``rewards.json`` (every logged step's mean reward per term, and the rollouts' engine) and
-``run.json``. Checkpoints go to ``output_dir/checkpoints``; a killed run started again with the same settings
-resumes from the last one (:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused
-unless ``restart=true``.
+``run.json``. The start model's calibration is kept in ``selfrag.json`` marked ``measured_on`` the start model, and
+the summary says to run ``selfrag calibrate`` on the RL model (:func:`carried_calibration`). Checkpoints go to
+``output_dir/checkpoints``; a killed run started again with the same settings resumes from the last one
+(:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused unless ``restart=true``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selfrag.artifacts import ModelMeta, load_trained_questions, save_meta, save_trained_questions
+from selfrag.artifacts import ModelMeta, load_meta, load_trained_questions, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
@@ -62,8 +63,16 @@ class RLResult:
     resumed_from: str | None
     model: Any = None
     already_trained: bool = False  # a rerun of a finished run: nothing was trained or written
+    calibration_from: str | None = None  # the model the output's calibration was measured on (None: none carried)
 
     def summary(self) -> str:
+        if self.calibration_from is None:
+            return self._outcome()
+        return (f"{self._outcome()}\ncalibration: kept from {self.calibration_from}, where it was measured "
+                f"(selfrag.json says measured_on); measure it on this model: selfrag calibrate "
+                f"model={self.output_dir} data=<dev questions> split=dev retriever.*=<the same passages>")
+
+    def _outcome(self) -> str:
         if self.already_trained:
             return (f"already trained: {self.output_dir} holds the finished run of these settings and questions; "
                     "nothing was changed (restart=true trains again from the start)")
@@ -94,7 +103,8 @@ def run(config: RLConfig) -> RLResult:
         logger.info("%s already holds this finished run (same settings and questions); nothing to do", output_dir)
         rewards = json.loads((output_dir / REWARDS_FILE).read_text(encoding="utf-8"))
         return RLResult(output_dir, list(rewards.get("history") or []), int(rewards.get("questions", 0)),
-                        rewards.get("resumed_from"), already_trained=True)
+                        rewards.get("resumed_from"), already_trained=True,
+                        calibration_from=measured_on(load_meta(output_dir)))
 
     # --- Questions and passages first: a bad file fails before a model loads ------------------------
     questions = read_questions(config)
@@ -127,14 +137,37 @@ def run(config: RLConfig) -> RLResult:
     policy.model.save_pretrained(str(output_dir), save_embedding_layers=False)
     policy.tokenizer.save_pretrained(str(output_dir))
     meta = policy.meta
-    save_meta(output_dir, ModelMeta(policy.token_ids, meta.strategy, meta.prompt_template, meta.base_model, "adapter"))
+    calibration = carried_calibration(meta.calibration, policy.directory)
+    save_meta(output_dir, ModelMeta(policy.token_ids, meta.strategy, meta.prompt_template, meta.base_model, "adapter",
+                                    calibration))
     write_resolved(config, output_dir)
     write_trained_questions(output_dir, policy.directory, questions)
     history = reward_history(trainer.state.log_history)
     shutil.rmtree(output_dir / ROLLOUT_ADAPTER, ignore_errors=True)
     write_json(output_dir / REWARDS_FILE, {"history": history, "resumed_from": resume, "questions": len(questions),
                                            "rollout_engine": engine})
-    return RLResult(output_dir, history, len(questions), resume, policy.model)
+    return RLResult(output_dir, history, len(questions), resume, policy.model,
+                    calibration_from=measured_on(load_meta(output_dir)))
+
+
+def carried_calibration(calibration: dict[str, Any] | None, start: Path) -> dict[str, Any] | None:
+    """The start model's calibration for the RL model's selfrag.json, marked ``measured_on`` the start model (a
+    calibration carried through several RL runs keeps naming the model it was measured on); None where it has none.
+
+    Kept, not dropped: its thresholds were chosen on the start policy, which RL moved, so they are a starting point,
+    not a measurement of this model; the summary says so in one line and names ``selfrag calibrate``, whose
+    calibration replaces this one (without ``measured_on``)."""
+    if calibration is None:
+        return None
+    return {**calibration, "measured_on": str(calibration.get("measured_on") or start)}
+
+
+def measured_on(meta: ModelMeta | None) -> str | None:
+    """Where the calibration in ``meta`` was measured when it was carried from another model (None: measured on this
+    model by ``selfrag calibrate``, or no calibration)."""
+    calibration = meta.calibration if meta is not None else None
+    value = calibration.get("measured_on") if calibration else None
+    return str(value) if value else None
 
 
 def rl_fingerprint(config: RLConfig) -> dict[str, Any]:

@@ -183,6 +183,20 @@ def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Pa
     assert {p: p.read_bytes() for p in result.output_dir.rglob("*") if p.is_file()} == files
 
 
+def test_the_start_models_calibration_is_kept_marked_and_the_summary_says_to_calibrate(
+        rl_files: dict[str, Path], tmp_path: Path) -> None:
+    from selfrag.artifacts import load_meta, write_calibration
+
+    start = tmp_path / "calibrated"  # a merged model: load_policy wraps it in a new LoRA and a new selfrag.json
+    shutil.copytree(rl_files["model"], start)
+    calibration = {"threshold": 0.3, "relevance_threshold": 0.4, "support_bound": 0.1, "measured": {}}
+    write_calibration(start, calibration)
+    result = run(_config({**rl_files, "model": start}, "training.max_steps=1"))
+    meta = load_meta(result.output_dir)
+    assert meta is not None and meta.calibration == {**calibration, "measured_on": str(start)}
+    assert f"selfrag calibrate model={result.output_dir}" in result.summary().splitlines()[-1]
+
+
 def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
     from selfrag.errors import ConfigError
 
