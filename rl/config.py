@@ -52,8 +52,8 @@ class RolloutConfig:
     merge_lora: bool = help_field(
         "fold the LoRA into the base weights while the rollouts decode (PEFT's merge_adapter, as TRL does before it "
         "syncs vLLM), and put the base weights back exactly after, from a copy taken once: the decode runs a plain "
-        "model, 2.2x faster on the 8B shape on an H200 (benchmarks/rollout_profile.py), at the memory of a second "
-        "copy of the adapted weights (14 GB on the 8B shape). A quantised (QLoRA) base is never merged", True)
+        "model without the LoRA wrappers' extra kernels (benchmarks/rollout_profile.py measures it), at the memory of "
+        "a second copy of the adapted weights (14 GB on the 8B shape). A quantised (QLoRA) base is never merged", True)
     engine: Literal["hf", "vllm", "auto"] = help_field(
         "what decodes the rollouts: hf (the policy itself, in the trainer's process); vllm (vLLM colocated: the "
         "starting adapter's base loaded once, the policy's LoRA saved and served as a new LoRARequest each step; "

@@ -12,10 +12,11 @@ from typing import Any
 
 class MergedLora:
     """The LoRA folded into the base weights while the rollouts decode (``rollout.merge_lora``): the decode then runs
-    a plain model (2.2x faster on the 8B shape on an H200, benchmarks/rollout_profile.py). PEFT's unmerge rounds:
-    in bfloat16 a merge and unmerge a step moved the weights by 0.24% (rms) over 100 steps, half a LoRA update's size,
-    so the weights are put back from a copy of them taken once (the base is frozen): exact, at the memory of a second
-    copy of the adapted weights on their device (14 GB on the 8B shape, 0.5 GB on SmolLM2-135M in float32)."""
+    a plain model, without the LoRA wrappers' kernels (benchmarks/rollout_profile.py measures the difference; docs/rl.md
+    has the figures). PEFT's unmerge rounds (in bfloat16 a merge and unmerge a step moved the weights by 0.24% rms over
+    100 steps, half a LoRA update's size), so the weights are put back from a copy of them taken once (the base is
+    frozen): exact, at the memory of a second copy of the adapted weights on their device (14 GB on the 8B shape,
+    0.5 GB on SmolLM2-135M in float32)."""
 
     def __init__(self) -> None:
         self.originals: dict[str, Any] = {}
