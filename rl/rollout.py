@@ -1,6 +1,6 @@
 """GRPO rollouts: the policy decodes as the runtime's long form does, and the retriever writes its passages in.
 
-    rollouts = Rollouts(PolicyEngine(model, tokenizer, token_ids, "auto"), retriever, RolloutConfig())
+    rollouts = Rollouts(policy_engine(model, tokenizer, token_ids, "auto"), retriever, RolloutConfig())
     (rollout,) = rollouts.run(["Who wrote Hamlet?"])
     rollout.completion_ids, rollout.env_mask, rollout.trajectory.well_formed
 
@@ -26,14 +26,15 @@ never trains the retrieved text (Search-R1's retrieved-token masking). The text 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag import reflection as rf
-from selfrag.inference.engines.base import Engine, Generation, GenerationRequest, concat_generations
+from selfrag.inference.engines.base import Engine, Generation, concat_generations
 from selfrag.inference.engines.hf import HFEngine
 from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.rounds import new_passages
+from selfrag.inference.segments import SampledDecider, SegmentGrammar, decide
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.retrieval import Retriever
@@ -90,18 +91,14 @@ class _State:
         self.mask += [int(sampled)] * len(ids)
 
 
-class PolicyEngine(HFEngine):
-    """The hf engine's decode loop on the model being trained (in memory). It keeps no prompt KV between calls: the
-    weights change after every step."""
-
-    def __init__(
-        self, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0
-    ) -> None:
-        options = EngineOptions(device=str(next(model.parameters()).device), seed=seed)  # batch_size: the default
-        training = model.training
-        self._setup(tokenizer, model, token_ids, prompt_template, "hf:policy", options, 0)
-        model.train(training)  # _setup puts the model in eval mode; the rollouts set the mode themselves
-        self.calibration = None
+def policy_engine(
+    model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0
+) -> HFEngine:
+    """The hf engine's decode loop on the model being trained (in memory, :meth:`HFEngine.from_model` with
+    ``trained=True``): no prompt KV kept between calls (the weights change after every step), the model's mode and
+    head left as they are (the rollouts set the mode themselves)."""
+    options = EngineOptions(device=str(next(model.parameters()).device), seed=seed)  # batch_size: the default
+    return HFEngine.from_model(model, tokenizer, token_ids, prompt_template, options, name="policy", trained=True)
 
 
 class Rollouts:
@@ -111,16 +108,16 @@ class Rollouts:
         self.engine, self.retriever, self.config = engine, retriever, config
         self.ids = engine.token_ids
         self.retrieval_id = self.ids.id(rf.RETRIEVAL)
-        self.no_retrieval_id = self.ids.id(rf.NO_RETRIEVAL)
-        self.stop_ids = (*self.ids.ids(Group.RETRIEVE), self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
-        self.after_no_retrieval_banned = tuple(i for i in self.ids.all_ids if i not in self.stop_ids)
+        # one segment's request, reading and decision rule are serving's long form's (inference/segments.py); the
+        # decisions are the policy's sampled tokens (RL trains on the choices it made)
+        self.grammar = SegmentGrammar(self.ids, config.segment_tokens)
+        self.decider = SampledDecider()
 
     def run(self, questions: Sequence[str]) -> list[Rollout]:
         states = [_State(q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
                   for q in questions]
-        if self.config.mode == "always":  # the environment's choice, not the policy's: masked
-            for state in states:
-                state.add([self.retrieval_id], False)
+        for state in states:  # mode always: [Retrieval], the environment's choice, not the policy's: masked
+            state.add(self.grammar.start(self.config.mode), False)
         model = getattr(self.engine, "model", None)
         training = bool(getattr(model, "training", False))
         if model is not None:
@@ -174,51 +171,40 @@ class Rollouts:
                 prefixes: Sequence[Sequence[int]] | None = None) -> list[Generation]:
         if not states:
             return []
-        requests = []
-        for index, state in enumerate(states):
-            prompt = state.prompt + tuple(state.ids) + tuple(prefixes[index] if prefixes else ())
-            request = GenerationRequest(prompt_ids=prompt, max_tokens=max_tokens or self.config.segment_tokens,
-                                        stop_token_ids=self.stop_ids, temperature=self.config.temperature,
-                                        score_token_ids=self.ids.all_ids)
-            if prompt[-1] == self.no_retrieval_id:  # text first after [No Retrieval], as the runtime asks
-                request = replace(request, banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
-            requests.append(request)
+        requests = [self.grammar.request(state.prompt + tuple(state.ids) + tuple(prefixes[index] if prefixes else ()),
+                                         max_tokens, temperature=self.config.temperature)
+                    for index, state in enumerate(states)]
         return self.engine.generate(requests)
 
     def _extend(self, state: _State, generation: Generation) -> None:
         """Append one decoded segment; then the decision its last id asks for (the long form's ``_after``)."""
-        generated = list(generation.token_ids)
-        stop = generated[-1] if generated and generation.finish_reason == "stop" else None
-        body = generated[:-1] if stop is not None or generation.finish_reason == "eos" else generated
-        state.add(body, True)
+        read = self.grammar.read(generation, self._decode_text)
+        state.add(read.body, True)
         state.steps += 1
-        pieces = lex_ids(body, self.ids, self._decode_text)
-        text = "".join(content for content, is_token in pieces if not is_token).strip()
-        if text:
-            state.texts.append(text)
+        if read.text:
+            state.texts.append(read.text)
         if state.current is not None and self.ids.last_of(state.ids, Group.RETRIEVE) == rf.NO_RETRIEVAL:
             state.current = None
-        if generation.finish_reason == "eos":
-            state.done = "eos"
-        elif stop is None:
-            state.done = "length"
-        elif self.ids.token(stop) in rf.UTILITY_TOKENS:
-            state.add([stop], True)
-            state.done = "utility"
+        if read.end == "utility":
+            state.add([read.stop], True)
+        if read.end is not None:
+            state.done = read.end
         else:
-            state.add(*self._decision(state, stop))
+            assert read.stop is not None  # a decision: the decode stopped at a retrieve token or <paragraph>
+            state.add(*self._decision(state, read.stop, generation))
         limit = self.config.max_segments
         if state.done is None and (len(state.texts) >= limit or state.steps >= 2 * limit + 1):
             state.done = "max_segments"
 
-    def _decision(self, state: _State, stop: int) -> tuple[list[int], bool]:
+    def _decision(self, state: _State, stop: int, generation: Generation) -> tuple[list[int], bool]:
         """The decision after a segment: what the model sampled, except ``<paragraph>`` (asks for evidence: the
         environment writes ``[Retrieval]``), ``[Continue to Use Evidence]`` without a passage, and ``[Retrieval]``
-        past ``depth`` in adaptive mode (``[No Retrieval]``), as the runtime's long form decides."""
+        past ``depth`` in adaptive mode (``[No Retrieval]``): the runtime's long form's rule
+        (:func:`selfrag.inference.segments.decide`) with the sampled token as the decider."""
         token = self.ids.token(stop)
-        asks = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN)
-        wants = asks and (len(state.passages) < self.config.depth or self.config.mode == "always")
-        chosen = rf.retrieve_after_segment(token, wants, state.current is not None)
+        wants, _ = self.decider.wants(token, generation)
+        chosen = decide(token, wants, mode=self.config.mode, retrievals=len(state.passages), depth=self.config.depth,
+                        holds_passage=state.current is not None)
         return [self.ids.id(chosen)], chosen == token
 
     def _decode_text(self, run: list[int]) -> str:

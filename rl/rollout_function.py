@@ -17,7 +17,7 @@ from .config import RolloutConfig
 from .history import TIMINGS
 from .merge import MergedLora
 from .policy import Policy
-from .rollout import PolicyEngine, Rollouts
+from .rollout import Rollouts, policy_engine
 from .vllm_rollouts import VLLMRollouts
 
 #: where rollout.engine=vllm writes the adapter it serves (the current step's only), inside output_dir
@@ -56,7 +56,7 @@ class RolloutFunction:
             engine = self.vllm.serve(model, trainer.state.global_step, seed)
             rollouts = Rollouts(engine, self.retriever, self.config).run(list(prompts))
         else:
-            engine = PolicyEngine(model, self.policy.tokenizer, self.policy.token_ids,
+            engine = policy_engine(model, self.policy.tokenizer, self.policy.token_ids,
                                   self.policy.meta.prompt_template, seed=seed)
             merge = self.config.merge_lora and MergedLora.applies(model)
             if merge:

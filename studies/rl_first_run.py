@@ -25,7 +25,7 @@ from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.loading import load_model
 from selfrag.rl.config import RLConfig
 from selfrag.rl.reward import TERMS, Reward, build_judge
-from selfrag.rl.rollout import PolicyEngine, Rollouts
+from selfrag.rl.rollout import Rollouts, policy_engine
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
@@ -45,7 +45,7 @@ def measure(model_dir: str, config: RLConfig, questions: list, samples: int) -> 
     reward = Reward(config.reward, build_judge(config.reward))
     asked = [q for q in questions for _ in range(samples)]
     started = time.monotonic()
-    engine = PolicyEngine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, loaded.meta.prompt_template, seed=0)
+    engine = policy_engine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, loaded.meta.prompt_template, seed=0)
     rollouts = Rollouts(engine, retriever, config.rollout).run([q.question for q in asked])
     seconds = time.monotonic() - started
     answers, answerable = [list(q.answers) for q in asked], [q.answerable for q in asked]
