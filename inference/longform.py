@@ -49,7 +49,7 @@ from .scoring import (
     relevance_verdict,
     score_continuation,
 )
-from .segments import SegmentGrammar, SegmentRead, ThresholdDecider, decide
+from .segments import SegmentGrammar, SegmentRead, ThresholdDecider, decide, segment_loop
 from .trace import BeamStep, Decide, Finish, Partial, Prune, Retrieve, SegmentSupport, TraceEntry
 from .work import call, check_question
 
@@ -79,8 +79,8 @@ class LongForm:
     def events(self) -> Iterator[StreamEvent]:
         beams = [Beam(ids=self.grammar.start(self.config.mode))]
         sent_trace, sent_segments, cited = 0, 0, set()
-        while any(beam.done is None for beam in beams):
-            beams = self._step(beams)
+        for kept in segment_loop(self, beams):
+            beams = kept  # the last step's beams are the answer's
             final = common_prefix([beam.segments for beam in beams])
             for entry in self.trace[sent_trace:]:
                 yield TraceEvent(entry)
@@ -102,19 +102,23 @@ class LongForm:
             yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
         yield FinalEvent(self.answer)
 
-    # -- one step of the beam search ----------------------------------------------------------------
+    # -- one step of the beam search: the segment loop's caller (inference/segments.py) ----------------
 
-    def _step(self, beams: list[Beam]) -> list[Beam]:
-        expanded: list[Beam] = [beam for beam in beams if beam.done is not None]
-        live = [beam for beam in beams if beam.done is None]
-        writing = [beam for beam in live if not self._wants_evidence(beam)]
-        generations = self._decode([self.prompt + beam.ids for beam in writing])
-        for beam, generation in zip(writing, generations, strict=True):
-            expanded.append(self._extend(beam.child(beam.ids), generation, None))
-        for beam in live:
-            if self._wants_evidence(beam):
-                expanded += self._retrieve_step(beam)
-        expanded.sort(key=lambda beam: -beam.score)
+    def decode(self, beams: list[Beam]) -> list[Generation]:
+        """The next segment of each writing beam, in one engine call."""
+        return self._decode([self.prompt + beam.ids for beam in beams])
+
+    def written(self, beam: Beam, generation: Generation) -> Beam:
+        """A child of ``beam`` extended by the segment it wrote."""
+        return self._extend(beam.child(beam.ids), generation, None)
+
+    def evidence(self, beams: list[Beam]) -> list[Beam]:
+        """Each beam that asked for evidence branched on fresh passages, round by round (:meth:`_retrieve_step`)."""
+        return [child for beam in beams for child in self._retrieve_step(beam)]
+
+    def keep(self, expanded: list[Beam]) -> list[Beam]:
+        """The ``width`` best beams by summed segment score (traced); those at ``max_segments`` end."""
+        expanded = sorted(expanded, key=lambda beam: -beam.score)
         kept = expanded[: self.config.long_form.width]
         for beam in kept:
             limit = self.config.long_form.max_segments
@@ -127,9 +131,6 @@ class LongForm:
             reason=f"kept the {len(kept)} best of {len(expanded)} partial answers by summed segment score",
         ))
         return kept
-
-    def _wants_evidence(self, beam: Beam) -> bool:
-        return bool(beam.ids) and beam.ids[-1] == self.ids.id(rf.RETRIEVAL)
 
     def _decode(
         self, prompts: list[tuple[int, ...]], max_tokens: int | None = None, keep_prefix: bool = False

@@ -1,10 +1,20 @@
-"""One long-form segment: its decode request, how the decode is read, and the decision after it (a decider).
+"""The one segment loop (decide, retrieve, judge, continue, stop) and one segment: its decode request, how the decode
+is read, and the decision after it (a decider).
+
+    for tracks in segment_loop(caller, tracks): ...      # serving's LongForm and selfrag rl's Rollouts alike
 
     grammar = SegmentGrammar(engine.token_ids, segment_tokens=48)
     request = grammar.request(prompt_ids)          # stops at the next decision; text first after [No Retrieval]
     segment = grammar.read(generation, decode)     # body, stop id, text, and how the segment ended
     wants, p_retrieve = ThresholdDecider(engine.token_ids, 0.2).wants(token, generation)
     chosen = decide(token, wants, mode="adaptive", retrievals=0, depth=2, holds_passage=False)
+
+:func:`segment_loop` steps every live track (a beam, a rollout) until all are done: the tracks that are writing decode
+their next segment in one engine call, those whose last id is ``[Retrieval]`` take evidence, and the caller keeps
+what goes on. What differs between serving and RL is the caller's (:class:`SegmentCaller`): serving's long form
+(:class:`~selfrag.inference.longform.LongForm`) branches on several passages a round, scores and keeps the
+``width`` best beams, and traces; RL's rollouts (``selfrag.rl.rollout``) insert one passage, keep every rollout and
+record ``env_mask``.
 
 A segment decode stops at the next reflection decision (a retrieve token, ``<paragraph>``, a utility token), so one
 decode is one segment. What follows it is read by a **decider**: :class:`ThresholdDecider` (serving's long form,
@@ -17,9 +27,9 @@ sampled ids (``tests/rl/test_rl_rollout.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from selfrag import reflection as rf
 from selfrag.reflection import Group, ReflectionIds
@@ -93,7 +103,7 @@ class Decider(Protocol):
     """How the decision after a segment is read: whether the model wants evidence, and ``p_retrieve`` where it was
     read from log-probs (None: read from the token)."""
 
-    def wants(self, token: str, generation: Generation) -> tuple[bool, float | None]: ...
+    def wants(self, token: str | None, generation: Generation) -> tuple[bool, float | None]: ...
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ class ThresholdDecider:
     ids: ReflectionIds
     threshold: float
 
-    def wants(self, token: str, generation: Generation) -> tuple[bool, float | None]:
+    def wants(self, token: str | None, generation: Generation) -> tuple[bool, float | None]:
         logprobs = generation.score_logprobs[-1] if generation.score_logprobs else {}
         p_retrieve = retrieve_probability(logprobs, self.ids)
         return (token in ASKS if p_retrieve is None else p_retrieve > self.threshold), p_retrieve
@@ -114,11 +124,11 @@ class ThresholdDecider:
 class SampledDecider:
     """RL rollouts: the token the policy sampled decides (``[Retrieval]`` or ``<paragraph>`` want evidence)."""
 
-    def wants(self, token: str, generation: Generation) -> tuple[bool, float | None]:
+    def wants(self, token: str | None, generation: Generation) -> tuple[bool, float | None]:
         return token in ASKS, None
 
 
-def decide(token: str, wants: bool, *, mode: str, retrievals: int, depth: int, holds_passage: bool) -> str:
+def decide(token: str | None, wants: bool, *, mode: str, retrievals: int, depth: int, holds_passage: bool) -> str:
     """The retrieve token after a segment that stopped at ``token``: the decider's ``wants``, overruled by mode never
     and by ``depth`` reached, and by mode always where the model asked; ``[Continue to Use Evidence]`` needs a
     passage in context (:func:`selfrag.reflection.retrieve_after_segment`)."""
@@ -127,3 +137,49 @@ def decide(token: str, wants: bool, *, mode: str, retrievals: int, depth: int, h
     if mode == "always" and token in ASKS:
         wants = True
     return rf.retrieve_after_segment(token, wants, holds_passage)
+
+
+class Track(Protocol):
+    """A beam or a rollout: its ids after the prompt, and why it ended (None: live)."""
+
+    @property
+    def ids(self) -> Sequence[int]: ...
+
+    @property
+    def done(self) -> str | None: ...
+
+
+T = TypeVar("T", bound=Track)
+
+
+class SegmentCaller(Protocol[T]):
+    """What the caller of :func:`segment_loop` decides: how its tracks decode a segment and are extended by it, how
+    the tracks that asked for evidence take it, and which tracks go on after a step."""
+
+    @property
+    def grammar(self) -> SegmentGrammar: ...
+
+    def decode(self, tracks: list[T]) -> list[Generation]: ...
+
+    def written(self, track: T, generation: Generation) -> T: ...
+
+    def evidence(self, tracks: list[T]) -> list[T]: ...
+
+    def keep(self, tracks: list[T]) -> list[T]: ...
+
+
+def segment_loop(caller: SegmentCaller[T], tracks: list[T]) -> Iterator[list[T]]:
+    """Step ``tracks`` until every one is done, yielding the tracks kept after each step: the finished ones, then the
+    writing ones extended by their next segment (one engine call), then what the evidence step made of those whose
+    last id is ``[Retrieval]``, in that order, through ``caller.keep``."""
+    retrieval_id = caller.grammar.retrieval_id
+    while any(track.done is None for track in tracks):
+        live = [track for track in tracks if track.done is None]
+        asking = [track for track in live if track.ids and track.ids[-1] == retrieval_id]
+        writing = [track for track in live if not (track.ids and track.ids[-1] == retrieval_id)]
+        stepped = [track for track in tracks if track.done is not None]
+        stepped += [caller.written(track, generation)
+                    for track, generation in zip(writing, caller.decode(writing), strict=True)]
+        stepped += caller.evidence(asking)
+        tracks = caller.keep(stepped)
+        yield tracks

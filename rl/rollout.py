@@ -4,18 +4,22 @@
     (rollout,) = rollouts.run(["Who wrote Hamlet?"])
     rollout.completion_ids, rollout.env_mask, rollout.trajectory.well_formed
 
-One rollout is one answer decoded segment by segment, as ``form=long`` decodes with one beam and one passage a
-step (:mod:`selfrag.inference.longform`: the same requests, stop ids and constraints): every decode stops at the next
+One rollout is one answer decoded segment by segment through serving's own segment loop
+(:func:`selfrag.inference.segments.segment_loop`, the loop ``form=long`` runs; :class:`Rollouts` is its caller, as
+:class:`~selfrag.inference.longform.LongForm` is serving's) with one beam and one passage a step: the same requests,
+stop ids, constraints and decision rule (:func:`~selfrag.inference.segments.decide`). Every decode stops at the next
 decision (a retrieve token, ``<paragraph>``, a utility token); where the model wrote ``[Retrieval]`` (or
 ``<paragraph>``) the question plus the text so far is searched and the best passage not yet in context goes in as
 ``[Retrieval]<paragraph>…</paragraph>`` (``selfrag.prompting.passage_ids``, as the runtime inserts it); the model
 then writes its relevance token, the sentence, its support token and its next decision, and may retrieve again up to
 ``depth`` times. A utility token ends the answer.
 
-The differences from serving, on purpose: decisions are the model's **sampled** tokens (the runtime reads the same
-distribution with thresholds: RL needs the choices the policy made), and a rollout that breaks the grammar is kept
-as it is (the reward's format term sees it) where the runtime would repair it. ``tests/rl/test_rl_rollout.py`` replays
-a rollout's tokens through :class:`~selfrag.inference.runtime.SelfRAG` and gets the same text, segments and citations.
+The differences from serving, on purpose: decisions are the model's **sampled** tokens
+(:class:`~selfrag.inference.segments.SampledDecider`; the runtime reads the same distribution with thresholds,
+:class:`~selfrag.inference.segments.ThresholdDecider`: RL needs the choices the policy made), and a rollout that
+breaks the grammar is kept as it is (the reward's format term sees it) where the runtime would repair it.
+``tests/rl/test_rl_rollout.py`` answers each rollout's question with :class:`~selfrag.inference.runtime.SelfRAG` on
+the same sampled ids and gets the same text, segments and citations.
 
 ``env_mask`` is 1 where the policy sampled the id and 0 where the environment wrote it (each passage with its
 ``<paragraph>`` markup, and a decision the depth limit replaced): TRL's GRPO takes it as its tool mask, so the loss
@@ -34,7 +38,7 @@ from selfrag.inference.engines.base import Engine, Generation, concat_generation
 from selfrag.inference.engines.hf import HFEngine
 from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.rounds import new_passages
-from selfrag.inference.segments import SampledDecider, SegmentGrammar, decide
+from selfrag.inference.segments import SampledDecider, SegmentGrammar, decide, segment_loop
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.retrieval import Retriever
@@ -76,6 +80,7 @@ class Rollout:
 class _State:
     """A rollout being decoded (the long form's beam, with the mask beside its ids)."""
 
+    index: int  # its place in the batch: each step decodes the live rollouts in this order
     question: str
     prompt: tuple[int, ...]
     ids: list[int] = field(default_factory=list)
@@ -107,15 +112,14 @@ class Rollouts:
     def __init__(self, engine: Engine, retriever: Retriever, config: RolloutConfig) -> None:
         self.engine, self.retriever, self.config = engine, retriever, config
         self.ids = engine.token_ids
-        self.retrieval_id = self.ids.id(rf.RETRIEVAL)
         # one segment's request, reading and decision rule are serving's long form's (inference/segments.py); the
         # decisions are the policy's sampled tokens (RL trains on the choices it made)
         self.grammar = SegmentGrammar(self.ids, config.segment_tokens)
         self.decider = SampledDecider()
 
     def run(self, questions: Sequence[str]) -> list[Rollout]:
-        states = [_State(q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
-                  for q in questions]
+        states = [_State(index, q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
+                  for index, q in enumerate(questions)]
         for state in states:  # mode always: [Retrieval], the environment's choice, not the policy's: masked
             state.add(self.grammar.start(self.config.mode), False)
         model = getattr(self.engine, "model", None)
@@ -123,32 +127,36 @@ class Rollouts:
         if model is not None:
             model.eval()  # no dropout while sampling
         try:
-            while any(state.done is None for state in states):
-                self._step([state for state in states if state.done is None])
+            for _ in segment_loop(self, states):  # serving's long form's loop, this object its caller
+                pass
         finally:
             if model is not None:
                 model.train(training)
         return [self._rollout(state) for state in states]
 
-    # -- one step: fetch evidence where asked, then decode one segment for every live rollout -------------------
+    # -- the segment loop's caller (inference/segments.py): one step decodes the writing rollouts' next segment in
+    # -- one engine call, then puts a passage in where the policy asked and decodes those in two more -----------------
 
-    def _step(self, live: list[_State]) -> None:
-        with_passage = [state for state in live
-                        if state.ids and state.ids[-1] == self.retrieval_id and self._retrieve(state)]
-        fetched = {id(state) for state in with_passage}
-        live = [state for state in live if state.done is None]
-        plain = [state for state in live if id(state) not in fetched]
-        generations = dict(zip(map(id, plain), self._decode(plain), strict=True))
-        if with_passage:  # the relevance token first, then the rest (the long form's pruning step, no pruning)
-            first = self._decode(with_passage, max_tokens=1)
-            going = [(s, g) for s, g in zip(with_passage, first, strict=True) if g.finish_reason == "length"]
-            rest = self._decode([s for s, _ in going], prefixes=[g.token_ids for _, g in going])
-            for state, generation in zip(with_passage, first, strict=True):
-                generations[id(state)] = generation
-            for (state, generation), more in zip(going, rest, strict=True):
-                generations[id(state)] = concat_generations(generation, more)
-        for state in live:
-            self._extend(state, generations[id(state)])
+    def written(self, state: _State, generation: Generation) -> _State:
+        self._extend(state, generation)
+        return state
+
+    def evidence(self, asking: list[_State]) -> list[_State]:
+        """The best new passage after each ``[Retrieval]`` (none left: the rollout ends), then the relevance token
+        (the long form's pruning step, without pruning) and the rest of the segment, each in one engine call."""
+        with_passage = [state for state in asking if self._retrieve(state)]
+        first = self.decode(with_passage, max_tokens=1)
+        going = [(s, g) for s, g in zip(with_passage, first, strict=True) if g.finish_reason == "length"]
+        rest = dict(zip(map(id, (s for s, _ in going)),
+                        self.decode([s for s, _ in going], prefixes=[g.token_ids for _, g in going]), strict=True))
+        for state, generation in zip(with_passage, first, strict=True):
+            more = rest.get(id(state))
+            self._extend(state, generation if more is None else concat_generations(generation, more))
+        return asking
+
+    def keep(self, states: list[_State]) -> list[_State]:
+        """Every rollout, in its batch order."""
+        return sorted(states, key=lambda state: state.index)
 
     def _retrieve(self, state: _State) -> bool:
         """Put the best passage not yet in context after the ``[Retrieval]``; False (the rollout ends) when none."""
@@ -167,7 +175,7 @@ class Rollouts:
         state.current = passage
         return True
 
-    def _decode(self, states: list[_State], max_tokens: int | None = None,
+    def decode(self, states: list[_State], max_tokens: int | None = None,
                 prefixes: Sequence[Sequence[int]] | None = None) -> list[Generation]:
         if not states:
             return []
@@ -185,7 +193,7 @@ class Rollouts:
             state.texts.append(read.text)
         if state.current is not None and self.ids.last_of(state.ids, Group.RETRIEVE) == rf.NO_RETRIEVAL:
             state.current = None
-        if read.end == "utility":
+        if read.end == "utility" and read.stop is not None:
             state.add([read.stop], True)
         if read.end is not None:
             state.done = read.end
