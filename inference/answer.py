@@ -57,17 +57,21 @@ def shorten(text: str, limit: int = 160) -> str:
 @dataclass(frozen=True)
 class AnswerSegment:
     """One sentence of the answer as shipped: its text, the passage it was generated from (None: written
-    without evidence) and the model's support verdict for it (None: no verdict)."""
+    without evidence), the model's support verdict for it (None: no verdict) and the model's relevance verdict on
+    that passage (``[Irrelevant]``: a flagged answer generated from a passage the model rejected; None: not
+    recorded)."""
 
     text: str
     passage: Passage | None = None
     support: str | None = None
+    relevance: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "text": self.text,
             "passage_id": None if self.passage is None else self.passage.id,
             "support": self.support,
+            "relevance": self.relevance,
         }
 
 

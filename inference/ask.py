@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TextIO
 
+from selfrag import reflection as rf
 from selfrag.config import help_field
 from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import Engine, build_engine
+from selfrag.inference.events import relevance_of
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig, open_retriever
 from selfrag.inference.runtime import SelfRAG
 from selfrag.inference.trace import BeamStep, Generate, Rank, RankedCandidate, Relevance, TraceEntry, Vote, json_value
@@ -115,8 +117,10 @@ def format_answer(answer: Answer) -> str:
         lines[0] += f"   [{', '.join(flags)}]"
     for reason in answer.reasons:
         lines.append(f"  why: {reason}")
+    relevance = relevance_of(answer)
     for passage in answer.citations:
-        lines.append(f"  [{numbers[passage.id]}] {passage.id} ({passage.title})")
+        rejected = "   (the model judged it [Irrelevant])" if relevance.get(passage.id) == rf.IRRELEVANT else ""
+        lines.append(f"  [{numbers[passage.id]}] {passage.id} ({passage.title}){rejected}")
     lines.append("decisions:")
     lines += ["  " + line for line in format_trace(answer.trace)]
     return "\n".join(lines)

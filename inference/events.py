@@ -39,9 +39,11 @@ class SegmentEvent:
 
 @dataclass(frozen=True)
 class CitationEvent:
-    """A passage the answer cites, sent once, before the segments that use it are final."""
+    """A passage the answer cites, sent once, before the segments that use it are final; ``relevance`` is the model's
+    verdict on it where one is recorded (``[Irrelevant]``: a flagged answer's text came from a passage it rejected)."""
 
     passage: Passage
+    relevance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,15 @@ class FinalEvent:
 StreamEvent = TraceEvent | SegmentEvent | CitationEvent | FinalEvent
 
 
+def relevance_of(answer: Answer) -> dict[str, str]:
+    """The model's relevance verdict on each cited passage, where the answer's segments record one."""
+    verdicts: dict[str, str] = {}
+    for segment in answer.segments:
+        if segment.passage is not None and segment.relevance is not None:
+            verdicts.setdefault(segment.passage.id, segment.relevance)
+    return verdicts
+
+
 def final_events(answer: Answer, trace: Sequence[TraceEntry], closed_set: bool = False) -> Iterator[StreamEvent]:
     """The events after the last phase: the trace entries not sent yet, the citations, the text, the final answer.
 
@@ -63,7 +74,7 @@ def final_events(answer: Answer, trace: Sequence[TraceEntry], closed_set: bool =
     for entry in trace:
         yield TraceEvent(entry)
     for passage in answer.citations:
-        yield CitationEvent(passage)
+        yield CitationEvent(passage, relevance_of(answer).get(passage.id))
     if answer.segments and not closed_set:
         for index, segment in enumerate(answer.segments):
             yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)

@@ -1,9 +1,9 @@
 """What a short-form question ships once its rounds are over (both runtimes; see :mod:`.rounds`).
 
 * **with passages** (the work's outcome): ``accept`` ships the best candidate's sentences, ``flag`` ships them with
-  ``low_confidence`` and the reason, ``abstain`` ships ``abstain_text``. A candidate whose passage the model judged
-  ``[Irrelevant]`` cites nothing; ``on_partial`` may rewrite or drop sentences, and an answer with no sentence left
-  abstains.
+  ``low_confidence`` and the reasons, ``abstain`` ships ``abstain_text``. A flagged candidate whose passage the model
+  judged ``[Irrelevant]`` still cites that passage (its segments carry the verdict, its reasons say so);
+  ``on_partial`` may rewrite or drop sentences, and an answer with no sentence left abstains.
 * **without passages** (no retrieval, nothing found, or ``on_all_irrelevant=no_retrieval``): the answer written
   without evidence, uncited; flagged where passages were retrieved and all judged irrelevant; an answer with no text
   is never shipped as a confident one: it abstains.
@@ -29,14 +29,13 @@ def with_passages(work: Work, config: InferenceConfig, tally: Mapping[str, int])
     action, best, why = work.outcome.kind, work.outcome.best, work.outcome.reason
     chosen = work.candidates[best]
     if action != "accept" and cut_before_support(chosen):
-        # max_tokens ended the decode before the model could give its verdict: not an abstention, a cut answer
-        action, why = "flag", f"{length_reason(config, 'before its support verdict')}: {why}"
-        work.trace.append(Length(reason=why))
+        # max_tokens ended the decode before its verdict: the support step already chose to flag it (Rounds.give_up)
+        assert action == "flag", "a cut answer is flagged where its support step is traced"
+        work.trace.append(Length(reason=length_reason(config, "before its support verdict")))
     reasons = [] if action == "accept" else [f"{'abstained' if action == 'abstain' else 'flagged'}: {why}"]
     segments: list[AnswerSegment] = []
     if action != "abstain":
-        cite = not (chosen.score is not None and chosen.score.relevance_token == rf.IRRELEVANT)
-        segments, notes = policy.shipped_segments(chosen, config, cite=cite)
+        segments, notes = policy.shipped_segments(chosen, config)
         if chosen.truncated:
             reasons.append(f"truncated: {chosen.truncated}")
         if notes:

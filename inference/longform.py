@@ -29,28 +29,27 @@ those are sent at once, one by one, before the answer is complete.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from selfrag import reflection as rf
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group
 from selfrag.retrieval import Hit, Retriever
-from selfrag.trajectory import Passage, lex_ids
+from selfrag.trajectory import Passage
 
 from . import policy
 from .answer import Answer, AnswerSegment
 from .beams import Beam, Counter, beam_candidate, common_prefix, describe, last_text, segment_verdict
 from .config import InferenceConfig
-from .engines.base import Engine, Generation, GenerationRequest, concat_generations, context_limit
+from .engines.base import Engine, Generation, concat_generations, context_limit
 from .events import CitationEvent, FinalEvent, SegmentEvent, StreamEvent, TraceEvent
 from .rounds import new_passages, next_step, stopped_branches
 from .scoring import (
     RelevanceVerdict,
     relevance_entry,
     relevance_verdict,
-    retrieve_probability,
     score_continuation,
 )
+from .segments import SegmentGrammar, SegmentRead, ThresholdDecider, decide, segment_loop
 from .trace import BeamStep, Decide, Finish, Partial, Prune, Retrieve, SegmentSupport, TraceEntry
 from .work import call, check_question
 
@@ -66,13 +65,9 @@ class LongForm:
         check_question(question, len(self.prompt), config.max_tokens, context_limit(engine))
         self.counter = Counter()
         self.trace: list[TraceEntry] = []
-        self.retrieve_ids = self.ids.ids(Group.RETRIEVE)
-        self.stop_ids = (*self.retrieve_ids, self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
-        # After [No Retrieval] a segment is text, then its stop (a retrieve decision, <paragraph> or a utility token):
-        # no verdict or passage markup, and the stops wait one id. Unlike short-form the retrieve tokens stay allowed
-        # (a long-form segment ends at one); without the hold the model may repeat [No Retrieval] and never write.
-        self.no_retrieval_id = self.ids.id(rf.NO_RETRIEVAL)
-        self.after_no_retrieval_banned = tuple(i for i in self.ids.all_ids if i not in self.stop_ids)
+        # one segment's request, reading and decision: the same as selfrag rl's rollouts (inference/segments.py)
+        self.grammar = SegmentGrammar(self.ids, config.long_form.segment_tokens)
+        self.decider = ThresholdDecider(self.ids, config.retrieve_threshold)
         self.answer: Answer | None = None
 
     def run_to_end(self) -> Answer:
@@ -82,11 +77,10 @@ class LongForm:
         return self.answer
 
     def events(self) -> Iterator[StreamEvent]:
-        start = {"always": (self.ids.id(rf.RETRIEVAL),), "never": (self.ids.id(rf.NO_RETRIEVAL),)}
-        beams = [Beam(ids=start.get(self.config.mode, ()))]
+        beams = [Beam(ids=self.grammar.start(self.config.mode))]
         sent_trace, sent_segments, cited = 0, 0, set()
-        while any(beam.done is None for beam in beams):
-            beams = self._step(beams)
+        for kept in segment_loop(self, beams):
+            beams = kept  # the last step's beams are the answer's
             final = common_prefix([beam.segments for beam in beams])
             for entry in self.trace[sent_trace:]:
                 yield TraceEvent(entry)
@@ -108,19 +102,23 @@ class LongForm:
             yield SegmentEvent(segment.text if index == 0 else " " + segment.text, segment.passage)
         yield FinalEvent(self.answer)
 
-    # -- one step of the beam search ----------------------------------------------------------------
+    # -- one step of the beam search: the segment loop's caller (inference/segments.py) ----------------
 
-    def _step(self, beams: list[Beam]) -> list[Beam]:
-        expanded: list[Beam] = [beam for beam in beams if beam.done is not None]
-        live = [beam for beam in beams if beam.done is None]
-        writing = [beam for beam in live if not self._wants_evidence(beam)]
-        generations = self._decode([self.prompt + beam.ids for beam in writing])
-        for beam, generation in zip(writing, generations, strict=True):
-            expanded.append(self._extend(beam.child(beam.ids), generation, None))
-        for beam in live:
-            if self._wants_evidence(beam):
-                expanded += self._retrieve_step(beam)
-        expanded.sort(key=lambda beam: -beam.score)
+    def decode(self, beams: list[Beam]) -> list[Generation]:
+        """The next segment of each writing beam, in one engine call."""
+        return self._decode([self.prompt + beam.ids for beam in beams])
+
+    def written(self, beam: Beam, generation: Generation) -> Beam:
+        """A child of ``beam`` extended by the segment it wrote."""
+        return self._extend(beam.child(beam.ids), generation, None)
+
+    def evidence(self, beams: list[Beam]) -> list[Beam]:
+        """Each beam that asked for evidence branched on fresh passages, round by round (:meth:`_retrieve_step`)."""
+        return [child for beam in beams for child in self._retrieve_step(beam)]
+
+    def keep(self, expanded: list[Beam]) -> list[Beam]:
+        """The ``width`` best beams by summed segment score (traced); those at ``max_segments`` end."""
+        expanded = sorted(expanded, key=lambda beam: -beam.score)
         kept = expanded[: self.config.long_form.width]
         for beam in kept:
             limit = self.config.long_form.max_segments
@@ -134,39 +132,19 @@ class LongForm:
         ))
         return kept
 
-    def _wants_evidence(self, beam: Beam) -> bool:
-        return bool(beam.ids) and beam.ids[-1] == self.ids.id(rf.RETRIEVAL)
-
     def _decode(
         self, prompts: list[tuple[int, ...]], max_tokens: int | None = None, keep_prefix: bool = False
     ) -> list[Generation]:
-        requests = [
-            GenerationRequest(
-                prompt_ids=prompt,
-                max_tokens=max_tokens or self.config.long_form.segment_tokens,
-                stop_token_ids=self.stop_ids,
-                score_token_ids=self.ids.all_ids,
-                keep_prefix=keep_prefix,
-            )
-            for prompt in prompts
-        ]
-        requests = [
-            replace(request, banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
-            if request.prompt_ids and request.prompt_ids[-1] == self.no_retrieval_id
-            else request
-            for request in requests
-        ]
+        requests = [self.grammar.request(prompt, max_tokens, keep_prefix=keep_prefix) for prompt in prompts]
         return call(self.engine, requests, [self.counter] * len(requests))
 
     def _extend(self, beam: Beam, generation: Generation, passage: Passage | None) -> Beam:
         """Append one decoded segment to ``beam``; decide what its final token asks for."""
         generated = list(generation.token_ids)
-        stop = generated[-1] if generated and generation.finish_reason == "stop" else None
-        body = generated[:-1] if stop is not None or generation.finish_reason == "eos" else generated
+        read = self.grammar.read(generation, lambda run: self.engine.tokenizer.decode(run, skip_special_tokens=False))
+        stop, text = read.stop, read.text
         score = score_continuation(generated, generation.score_logprobs, self.ids, self.weights)
-        pieces = lex_ids(body, self.ids, lambda run: self.engine.tokenizer.decode(run, skip_special_tokens=False))
-        text = "".join(content for content, is_token in pieces if not is_token).strip()
-        beam.ids = beam.ids + tuple(body)
+        beam.ids = beam.ids + read.body
         beam.steps += 1
         if passage is not None:
             beam.current = passage
@@ -180,7 +158,7 @@ class LongForm:
             beam.written += 1
             segment = AnswerSegment(text, beam.current, score.support_token if beam.current is not None else None)
             self._ship(beam, segment)
-        self._after(beam, generation, stop, score.utility)
+        self._after(beam, generation, read, score.utility)
         beam.score += gained + (
             weights["utility"] * score.utility
             if stop in self.ids.ids(Group.UTILITY) and score.utility is not None
@@ -198,29 +176,23 @@ class LongForm:
             )
         beam.segments.append(segment)
 
-    def _after(self, beam: Beam, generation: Generation, stop: int | None, utility: float | None) -> None:
-        """Set what the beam does next from the decode's last token."""
-        if generation.finish_reason == "eos":
+    def _after(self, beam: Beam, generation: Generation, read: SegmentRead, utility: float | None) -> None:
+        """Set what the beam does next from the decode's last token (the decider reads the decision)."""
+        if read.end == "eos":
             beam.done = "eos"
             return
-        if stop is None:
+        if read.stop is None:
             beam.done = "length"
             beam.reasons.append("truncated: a segment reached long_form.segment_tokens")
             return
-        token = self.ids.token(stop)
-        if token in rf.UTILITY_TOKENS:
-            beam.ids += (stop,)
+        token = self.ids.token(read.stop)
+        if read.end == "utility":
+            beam.ids += (read.stop,)
             beam.done = f"{token} (utility {utility})"
             return
-        logprobs = generation.score_logprobs[-1] if generation.score_logprobs else {}
-        p_retrieve = retrieve_probability(logprobs, self.ids)
-        threshold = self.config.retrieve_threshold
-        wants = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN) if p_retrieve is None else p_retrieve > threshold
-        if self.config.mode == "never" or beam.retrievals >= self.config.long_form.depth:
-            wants = False
-        if self.config.mode == "always" and token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN):
-            wants = True
-        chosen = rf.retrieve_after_segment(token, wants, beam.current is not None)
+        wants, p_retrieve = self.decider.wants(token, generation)
+        chosen = decide(token, wants, mode=self.config.mode, retrievals=beam.retrievals,
+                        depth=self.config.long_form.depth, holds_passage=beam.current is not None)
         beam.ids += (self.ids.id(chosen),)
         self.trace.append(Decide(
             segment=beam.written,

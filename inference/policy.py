@@ -19,12 +19,14 @@ Decisions this module makes (each is tested in ``tests/inference/test_runtime*.p
 * **Shipped text**: the candidate's sentences; ``[Partially supported]`` ones kept, rewritten with
   ``partial_template`` or dropped (``on_partial``). A sentence cites the passage it was generated from:
   the retrieved passage, kept by ``[Continue to Use Evidence]``; a ``[No Retrieval]`` sentence cites
-  nothing. A flagged candidate whose passage the model judged irrelevant cites nothing.
+  nothing. A flagged candidate whose passage the model judged irrelevant still cites it (its text came from
+  there), each segment carrying that ``[Irrelevant]`` verdict: the answer never hides where its text came from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from selfrag import reflection as rf
 from selfrag.trajectory import Passage, parse_trajectory
@@ -104,7 +106,8 @@ def all_irrelevant(candidates: Sequence[Candidate]) -> bool:
 
 
 def segments_of(candidate: Candidate) -> list[AnswerSegment]:
-    """The candidate's sentences, each with the passage it was generated from and its support verdict."""
+    """The candidate's sentences, each with the passage it was generated from, its support verdict and the model's
+    relevance verdict on that passage."""
     trajectory = candidate.parsed
     if trajectory is None:  # built by hand (tests, other runtimes): only then is the text lexed
         trajectory = parse_trajectory(candidate.trajectory)
@@ -116,14 +119,14 @@ def segments_of(candidate: Candidate) -> list[AnswerSegment]:
         elif segment.retrieve != rf.CONTINUE_EVIDENCE:
             current = None  # [No Retrieval] (or nothing): written without evidence
         if segment.text.strip():
-            segments.append(AnswerSegment(segment.text.strip(), current, segment.support))
+            relevance = candidate.score.relevance_token if current is not None and candidate.score else None
+            segments.append(AnswerSegment(segment.text.strip(), current, segment.support, relevance))
     return segments
 
 
-def shipped_segments(
-    candidate: Candidate, config: InferenceConfig, cite: bool = True
-) -> tuple[list[AnswerSegment], list[str]]:
-    """The sentences that ship (after ``on_partial``) and notes for the trace; ``cite=False`` drops citations."""
+def shipped_segments(candidate: Candidate, config: InferenceConfig) -> tuple[list[AnswerSegment], list[str]]:
+    """The sentences that ship (after ``on_partial``), each citing the passage it came from, and notes for the
+    trace."""
     shipped: list[AnswerSegment] = []
     notes: list[str] = []
     for segment in segments_of(candidate):
@@ -131,8 +134,8 @@ def shipped_segments(
             notes.append(f"{config.on_partial} {rf.PARTIALLY_SUPPORTED} sentence {segment.text!r}")
             if config.on_partial == "drop":
                 continue
-            segment = AnswerSegment(config.partial_template.format(text=segment.text), segment.passage, segment.support)
-        shipped.append(segment if cite else AnswerSegment(segment.text, None, segment.support))
+            segment = replace(segment, text=config.partial_template.format(text=segment.text))
+        shipped.append(segment)
     return shipped, notes
 
 

@@ -37,7 +37,7 @@ from .answer import Answer, Candidate
 from .config import InferenceConfig, PruningConfig
 from .engines.base import Engine
 from .events import StreamEvent, TraceEvent, final_events
-from .finish import with_passages, without_passages
+from .finish import cut_before_support, length_reason, with_passages, without_passages
 from .trace import Outcome, Retrieve, Skip, SkipRule, Support, SupportAction
 from .work import Work
 
@@ -302,6 +302,12 @@ class Rounds(ABC, Generic[W]):
                     why += " (on_all_irrelevant=no_retrieval answers without the passages instead)"
         best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
         _, reason = policy.judge(work.candidates[best], self.config)
+        if cut_before_support(work.candidates[best]):
+            # max_tokens ended the decode before the model could give its verdict: a cut answer, flagged (what ships
+            # says so here, where the trace records the decision, not in a later step that contradicts it)
+            action = "flag"
+            cut = length_reason(self.config, "before its support verdict")
+            why += f"; {cut}: a cut answer is flagged, not abstained"
         work.trace.append(self.support_entry(work.candidates[best], action, reason, work.candidates[best].round,
                                              why=f"best of all {work.round + 1} rounds; {why}"))
         work.outcome = Outcome(action, best, reason if why == reason else f"{reason}; {why}")

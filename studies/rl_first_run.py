@@ -5,7 +5,7 @@ before and after GRPO (issue #42; one seed, an honest first look, not the study 
 
 Each model answers the same ``--questions`` questions of the demo's test split (answerable and unanswerable in the
 file's proportion, the first N), ``--samples`` rollouts each at temperature 1 with the same seeds, through
-``selfrag.app.rl_rollout`` (the runtime's long form with one beam, the retriever in the loop) and the reward of
+``selfrag.rl.rollout`` (the runtime's long form with one beam, the retriever in the loop) and the reward of
 ``configs/rl/smollm2-135m-cpu.yaml``. Prints a markdown table: mean reward in all and per term, well-formed share,
 retrievals per rollout, and the questions whose shipped answer held a gold answer, per model, with the CPU.
 """
@@ -19,13 +19,13 @@ import statistics
 import time
 from pathlib import Path
 
-from selfrag.app.rl_config import RLConfig
-from selfrag.app.rl_reward import TERMS, Reward, build_judge
-from selfrag.app.rl_rollout import PolicyEngine, Rollouts
 from selfrag.config import load_config
 from selfrag.corpus import load_queries
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.loading import load_model
+from selfrag.rl.config import RLConfig
+from selfrag.rl.reward import TERMS, Reward, build_judge
+from selfrag.rl.rollout import Rollouts, policy_engine
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
@@ -45,7 +45,7 @@ def measure(model_dir: str, config: RLConfig, questions: list, samples: int) -> 
     reward = Reward(config.reward, build_judge(config.reward))
     asked = [q for q in questions for _ in range(samples)]
     started = time.monotonic()
-    engine = PolicyEngine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, loaded.meta.prompt_template, seed=0)
+    engine = policy_engine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, loaded.meta.prompt_template, seed=0)
     rollouts = Rollouts(engine, retriever, config.rollout).run([q.question for q in asked])
     seconds = time.monotonic() - started
     answers, answerable = [list(q.answers) for q in asked], [q.answerable for q in asked]

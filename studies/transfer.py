@@ -101,15 +101,16 @@ def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
     return model
 
 
-def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool) -> None:
+def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool,
+             rag_steps: int | None = None) -> None:
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
     selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget)
     sft = seed_dir / "model"
+    rag_budget = rag_steps or steps
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
             f"output_dir={seed_dir / 'ft-rag'}", "form=rag", f"training.seed={seed}",
-            f"training.max_length={RAG_LENGTH}",
-            *([f"training.max_steps={steps}"] if steps else []))
+            f"training.max_length={RAG_LENGTH}", *([f"training.max_steps={rag_budget}"] if rag_budget else []))
     models = {"single-pass SFT": sft}
     if devcal:
         models["single-pass SFT, dev-calibrated"] = dev_calibrated(out, seed_dir, sft)
@@ -225,6 +226,8 @@ def main() -> None:
                         help="question sets: quickstart, dev (nq-open, retrievalqa), test (popqa, triviaqa, hotpotqa) "
                         "or single names, comma-separated")
     parser.add_argument("--steps", type=int, help="training steps of both models (default: the recipe's)")
+    parser.add_argument("--rag-steps", type=int,
+                        help="the fine-tuned RAG baseline's steps when not --steps (fewer: a handicapped baseline)")
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
     parser.add_argument("--dev-calibrated", action="store_true",
                         help="also judge the SFT model calibrated on the dev sets")
@@ -237,7 +240,7 @@ def main() -> None:
         if unknown:
             parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
         for seed in (int(s) for s in args.seeds.split(",")):
-            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated)
+            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps)
     text = table(args.out)
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)

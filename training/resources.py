@@ -11,6 +11,7 @@ Trainer counts (``include_num_input_tokens_seen=non_padding``).
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 import time
@@ -21,6 +22,7 @@ import torch
 from transformers import TrainerCallback
 
 GB = 1024**3
+logger = logging.getLogger(__name__)
 
 
 def _synchronize() -> None:
@@ -42,6 +44,16 @@ class StepTimer(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _synchronize()
         self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen or 0)))
+        if len(self.marks) == 2:  # the first step warms up: the second says how long the rest takes
+            logger.info("%s", self.estimate(int(state.global_step), int(state.max_steps or 0)))
+
+    def estimate(self, step: int, max_steps: int) -> str:
+        """One line after the second step: its seconds, and when the steps left end at that pace."""
+        seconds = self.marks[-1][0] - self.marks[-2][0]
+        left = max(0, max_steps - step) * seconds
+        ends = time.strftime("%H:%M", time.localtime(time.time() + left))
+        return (f"training: {seconds:.1f} s a step on this machine; the {max(0, max_steps - step)} steps left take "
+                f"about {left / 60:.0f} min (until ~{ends})")
 
     def summary(self) -> dict[str, Any]:
         """Steps timed after the first, their seconds, input tokens and tokens/s; the first step's seconds apart."""

@@ -119,15 +119,22 @@ class HFEngine:
     @classmethod
     def from_model(
         cls, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str = "auto",
-        options: EngineOptions | None = None, *, name: str = "in-memory", **settings: Any,
+        options: EngineOptions | None = None, *, name: str = "in-memory", trained: bool = False, **settings: Any,
     ) -> HFEngine:
         """An engine over a model already in memory with its reflection tokens (e.g. one built with random weights by
         benchmarks/gpu_check.py, which has no directory to load): no calibration; a bf16/fp16 model's output head
-        runs in fp32, as when loaded from a directory. ``options.dtype`` is the model's own."""
+        runs in fp32, as when loaded from a directory. ``options.dtype`` is the model's own.
+
+        ``trained``: the model is being trained (``selfrag rl``'s policy, :func:`selfrag.rl.rollout.policy_engine`):
+        it keeps its mode (train/eval) and its output head as they are, and no prompt KV is kept between calls (its
+        weights change after every step)."""
         options = resolve_options("hf", options, settings)
         engine = cls.__new__(cls)
-        engine._setup(tokenizer, model, token_ids, prompt_template, f"hf:{name}", options, 512)
-        if next(model.parameters()).dtype != torch.float32:
+        training = model.training
+        engine._setup(tokenizer, model, token_ids, prompt_template, f"hf:{name}", options, 0 if trained else 512)
+        if trained:
+            model.train(training)  # _setup puts the model in eval mode
+        elif next(model.parameters()).dtype != torch.float32:
             _upcast_output_head(engine.model)
         return engine
 

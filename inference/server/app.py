@@ -35,12 +35,13 @@ from selfrag.inference.events import FinalEvent, StreamEvent
 
 from .backend import Backend
 from .batcher import BatchWorker, Job, QueueFull, ShuttingDown
-from .body import body_error
+from .body import body_error, depth_error
 from .checks import question_of, refuse_unsupported, settings_of
 from .config import ServeConfig
 from .errors import ApiError
 from .format import ChunkWriter, completion
 from .guard import BODY_SCOPE_KEY, BodyLimitAndMetrics
+from .invalid import invalid_fields, surrogate_error
 from .metrics import ServerMetrics
 from .schemas import ChatCompletion, ChatCompletionRequest, ErrorResponse, Health, ModelList
 
@@ -195,6 +196,14 @@ def _key_error(request: Request) -> ApiError | None:
                     code="invalid_api_key")
 
 
+async def _check_depth(request: Request) -> None:
+    """400 ``invalid_json`` for a body nested deeper than :data:`.body.MAX_DEPTH` that FastAPI parsed (its parser
+    goes far deeper): run after the key check, before the body's fields are validated."""
+    error = depth_error(request.scope.get(BODY_SCOPE_KEY))
+    if error is not None:
+        raise error
+
+
 def _add_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/models", response_model=ModelList, dependencies=[Depends(_check_key)],
              responses={401: _ERRORS[401]})
@@ -202,7 +211,8 @@ def _add_routes(app: FastAPI, state: ServerState) -> None:
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "selfrag"}
                                            for name in state.served_names]}
 
-    @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=[Depends(_check_key)],
+    @app.post("/v1/chat/completions", response_model=ChatCompletion,
+              dependencies=[Depends(_check_key), Depends(_check_depth)],
               responses={**_ERRORS, 200: {"content": {"text/event-stream": {}},
                                           "description": "a completion, or with stream=true server-sent events"}})
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
@@ -234,6 +244,9 @@ def _add_page(app: FastAPI) -> None:
 
 async def _chat(state: ServerState, body: ChatCompletionRequest, request: Request) -> Any:
     backend = state.ready_backend()
+    unreadable = surrogate_error(body.model, "model")
+    if unreadable is not None:
+        raise unreadable
     if body.model not in state.served_names:
         served = " or ".join(repr(name) for name in state.served_names)
         raise ApiError(404, f"model {body.model!r} is not served here; this server serves {served} (GET /v1/models; "
@@ -397,16 +410,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         json_error = next((item for item in error.errors() if item.get("type") == "json_invalid"), None)
         if json_error is not None:
             return _invalid_json(request, json_error).response()
-        problems = []
-        for item in error.errors():
-            location = [str(part) for part in item.get("loc", ()) if part != "body"]
-            message = str(item.get("msg", "invalid value"))
-            if item.get("type") == "finite_number":  # NaN/Infinity: pydantic's range check would say "<= 1"
-                message = f"{json.dumps(item.get('input'))} is not a finite number; send a JSON number"
-            problems.append((".".join(location), message))
-        param = problems[0][0] if problems else None
-        message = "; ".join(f"{field}: {msg}" if field else msg for field, msg in problems) or "invalid request body"
-        return ApiError(400, message, param=param or None).response()
+        return invalid_fields(error.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -415,7 +419,9 @@ def _add_error_handlers(app: FastAPI) -> None:
             if refused is not None:
                 return refused.response()
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return ApiError(error.status_code, str(error.detail), kind).response()
+        code = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}.get(error.status_code)
+        return ApiError(error.status_code, str(error.detail), kind, param="body" if error.status_code == 400 else None,
+                        code=code).response()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:

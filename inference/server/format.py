@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from selfrag.inference.answer import Answer
-from selfrag.inference.events import CitationEvent, SegmentEvent, StreamEvent, TraceEvent
+from selfrag.inference.events import CitationEvent, SegmentEvent, StreamEvent, TraceEvent, relevance_of
 from selfrag.trajectory import Passage
 
 
@@ -36,29 +36,30 @@ def segments(answer: Answer) -> list[tuple[str, Passage | None]]:
 
 
 def extension(answer: Answer) -> dict[str, Any]:
-    """The ``selfrag`` object: citations with the sentences they support, flags with reasons, the trace."""
+    """The ``selfrag`` object: citations with the sentences they support (and the model's relevance verdict on each
+    passage), the flags with every reason behind them (``Answer.reasons``), the trace."""
     sentences: dict[str, list[str]] = {}
     for text, passage in segments(answer):
         if passage is not None:
             sentences.setdefault(passage.id, []).append(text)
-    reason = _policy_reason(answer)
+    relevance = relevance_of(answer)
     return {
         "citations": [
-            {**citation(passage), "sentences": sentences.get(passage.id, [])} for passage in answer.citations
+            {**citation(passage, relevance.get(passage.id)), "sentences": sentences.get(passage.id, [])}
+            for passage in answer.citations
         ],
         "retrieved": answer.retrieved,
         "abstained": answer.abstained,
-        "abstain_reason": reason if answer.abstained else None,
         "low_confidence": answer.low_confidence,
-        "low_confidence_reason": reason if answer.low_confidence else None,
+        "reasons": list(answer.reasons),
         "trace": [clean(entry.to_dict()) for entry in answer.trace],
         "engine_calls": answer.engine_calls,
         "generated_tokens": answer.generated_tokens,
     }
 
 
-def citation(passage: Passage) -> dict[str, Any]:
-    return {"passage_id": passage.id, "title": passage.title, "text": passage.text}
+def citation(passage: Passage, relevance: str | None = None) -> dict[str, Any]:
+    return {"passage_id": passage.id, "title": passage.title, "text": passage.text, "relevance": relevance}
 
 
 def finish_reason(answer: Answer) -> str:
@@ -110,7 +111,7 @@ class ChunkWriter:
         if isinstance(event, TraceEvent):
             return self.chunk([], selfrag={"type": "trace", "step": clean(event.entry.to_dict())})
         if isinstance(event, CitationEvent):
-            return self.chunk([], selfrag={"type": "citation", "citation": citation(event.passage)})
+            return self.chunk([], selfrag={"type": "citation", "citation": citation(event.passage, event.relevance)})
         if isinstance(event, SegmentEvent):
             passage_id = event.passage.id if event.passage is not None else None
             return self.chunk([_delta({"content": event.text})], selfrag={"type": "segment", "passage_id": passage_id})
@@ -123,14 +124,6 @@ class ChunkWriter:
 
 def _delta(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-
-
-def _policy_reason(answer: Answer) -> str | None:
-    """Why the answer was abstained or flagged: the reason of the last policy step that was not 'accept'."""
-    for entry in reversed(answer.trace):
-        if entry.chosen in ("abstain", "flag"):
-            return entry.reason
-    return None
 
 
 def clean(value: Any) -> Any:

@@ -99,7 +99,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _too_large(send: Send, limit: int) -> None:
     payload: dict[str, Any] = {"error": {
         "message": f"the request body is larger than max_request_bytes={limit}; send a shorter request",
-        "type": "invalid_request_error", "param": None, "code": "request_too_large",
+        "type": "invalid_request_error", "param": "body", "code": "request_too_large",
     }}
     data = json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": 413,

@@ -2,8 +2,9 @@
 
 Requests follow OpenAI's chat completions body; fields this server does not use are ignored, as OpenAI-compatible
 servers do, except those whose request an answer could not keep (``stop``, ``logprobs``, a forced tool call, a
-JSON ``response_format``, ``n`` > 1): those are refused with 400 naming them. Self-RAG settings ride as extra
-top-level fields (``extra_body`` in the ``openai`` client):
+JSON ``response_format``, ``n`` > 1, a sampling setting other than greedy decoding's): those are refused with 400
+naming them. Types are strict, as OpenAI's are (``max_tokens: "5"`` or ``true`` is a 400, not 5 or 1), and every
+range is OpenAI's. Self-RAG settings ride as extra top-level fields (``extra_body`` in the ``openai`` client):
 ``mode``, ``top_k``, ``threshold``, ``relevance_threshold``, ``on_unsupported``, ``on_all_irrelevant``,
 ``support_bound``, ``use_calibration``.
 """
@@ -16,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, WithJsonSchema
 
 from selfrag.inference import trace
 
@@ -40,7 +41,7 @@ class ChatMessage(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: bool = Field(default=False, description="send a last chunk with token usage before [DONE]")
+    include_usage: StrictBool = Field(default=False, description="send a last chunk with token usage before [DONE]")
 
 
 class ChatCompletionRequest(_Lenient):
@@ -48,21 +49,33 @@ class ChatCompletionRequest(_Lenient):
 
     model: str = Field(description="the served model id (GET /v1/models)")
     messages: list[ChatMessage] = Field(min_length=1, description="the conversation; the last is the question")
-    stream: bool | None = Field(default=False, description="send server-sent events, one delta per accepted segment")
+    stream: StrictBool | None = Field(default=False,
+                                      description="send server-sent events, one delta per accepted segment")
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1, description="most new tokens per decode")
-    max_completion_tokens: int | None = Field(default=None, ge=1, description="alias of max_tokens (newer clients)")
-    n: int | None = Field(default=1, ge=1, le=1, description="only one choice is supported")
-    temperature: float | None = Field(
-        default=None, ge=0, le=2, description="accepted for compatibility; Self-RAG decodes greedily"
+    max_tokens: StrictInt | None = Field(default=None, ge=1, description="most new tokens per decode")
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1,
+                                                    description="alias of max_tokens (newer clients)")
+    n: StrictInt | None = Field(default=1, ge=1, le=1, description="only one choice is supported")
+    temperature: StrictFloat | None = Field(
+        default=None, ge=0, le=2, description="0 or 1 (OpenAI's default); both decode greedily, as Self-RAG does "
+        "(its verdicts are read from greedy decodes): any other value is refused with 400"
     )
+    top_p: StrictFloat | None = Field(default=None, ge=0, le=1, description="1 only (greedy decoding samples no "
+                                      "nucleus): any other value is refused with 400")
+    presence_penalty: StrictFloat | None = Field(default=None, ge=-2, le=2, description="0 only: a non-zero penalty "
+                                                 "is refused with 400")
+    frequency_penalty: StrictFloat | None = Field(default=None, ge=-2, le=2, description="0 only: a non-zero penalty "
+                                                  "is refused with 400")
+    logit_bias: dict[str, StrictInt] | None = Field(default=None, description="not supported: a non-empty map is "
+                                                    "refused with 400")
+    seed: StrictInt | None = Field(default=None, description="accepted: decoding is greedy, so no draw depends on it")
     stop: str | list[str] | None = Field(
         default=None, description="not supported (a Self-RAG answer ends at its own [Utility:k] token): a non-empty "
         "value is refused with 400"
     )
-    logprobs: bool | None = Field(default=None, description="not supported: true is refused with 400 (the reflection "
-                                  "tokens' probabilities are in selfrag.trace)")
-    top_logprobs: int | None = Field(default=None, description="not supported: refused with 400")
+    logprobs: StrictBool | None = Field(default=None, description="not supported: true is refused with 400 (the "
+                                        "reflection tokens' probabilities are in selfrag.trace)")
+    top_logprobs: StrictInt | None = Field(default=None, description="not supported: refused with 400")
     tools: list[dict[str, Any]] | None = Field(default=None, description="accepted; the model never calls a tool")
     tool_choice: str | dict[str, Any] | None = Field(
         default=None, description="'auto' or 'none'; 'required' or a named function is refused with 400"
@@ -73,11 +86,11 @@ class ChatCompletionRequest(_Lenient):
     mode: Literal["adaptive", "always", "never"] | None = Field(
         default=None, description="Self-RAG: adaptive (the model decides), always or never retrieve"
     )
-    top_k: int | None = Field(default=None, ge=1, description="Self-RAG: passages retrieved and decoded")
-    threshold: float | None = Field(
+    top_k: StrictInt | None = Field(default=None, ge=1, description="Self-RAG: passages retrieved and decoded")
+    threshold: StrictFloat | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: adaptive mode retrieves when p_retrieve exceeds this"
     )
-    relevance_threshold: float | None = Field(
+    relevance_threshold: StrictFloat | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: a passage is judged [Relevant] when its relevance score is at "
         "least this"
     )
@@ -88,10 +101,10 @@ class ChatCompletionRequest(_Lenient):
         default=None, description="Self-RAG: when every retrieved passage is judged [Irrelevant], treat it as "
         "unsupported (re-retrieve, then on_unsupported) or answer without passages (flagged)"
     )
-    support_bound: float | None = Field(
+    support_bound: StrictFloat | None = Field(
         default=None, ge=0, le=1, description="Self-RAG: a support score below this counts as unsupported"
     )
-    use_calibration: bool | None = Field(
+    use_calibration: StrictBool | None = Field(
         default=None, description="Self-RAG: false takes the built-in threshold, relevance_threshold and "
         "support_bound (0.2, 0.5, 0.0) where neither the request nor the server sets them, instead of the "
         "model's calibrated values"
@@ -102,6 +115,9 @@ class Citation(BaseModel):
     passage_id: str
     title: str
     text: str = Field(description="the passage text")
+    relevance: str | None = Field(default=None, description="the model's relevance verdict on the passage: "
+                                  "'[Irrelevant]' marks a flagged answer whose text came from a passage the model "
+                                  "rejected (null: no verdict recorded)")
     sentences: list[str] = Field(description="the answer text generated from (and supported by) this passage")
 
 
@@ -154,9 +170,10 @@ class SelfragExtension(BaseModel):
     citations: list[Citation]
     retrieved: bool
     abstained: bool
-    abstain_reason: str | None = None
     low_confidence: bool
-    low_confidence_reason: str | None = None
+    reasons: list[str] = Field(description="every reason the answer is abstained or low-confidence, each prefixed "
+                               "with what it caused ('flagged: ...', 'truncated: ...', 'abstained: ...'); empty "
+                               "when it is neither")
     trace: list[TraceEntryJson] = Field(description="every decision with its probabilities and reason, one object per "
                                         "kind (step) with its own fields: docs/runtime.md, 'The trace'")
     engine_calls: int

@@ -62,7 +62,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         return run
 
     for name, target in [("serve", "selfrag.inference.server.run.run"), ("eval", "selfrag.evaluation.run.run"),
-                         ("calibrate", "selfrag.evaluation.calibrate.run"), ("rl", "selfrag.app.rl.run"),
+                         ("calibrate", "selfrag.evaluation.calibrate.run"), ("rl", "selfrag.rl.run.run"),
                          ("train", "selfrag.training.run.run"), ("quickstart", "selfrag.app.quickstart.run")]:
         monkeypatch.setattr(target, stage(name))
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from selfrag.app.cli import main
-from selfrag.app.rl_config import RLConfig
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.inference.config import InferenceConfig
+from selfrag.rl.config import RLConfig
 from selfrag.training.config import TrainConfig
 
 COMMANDS = {
@@ -103,7 +103,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
     monkeypatch.setattr("selfrag.data_gen.run.run", reached)
     monkeypatch.setattr("selfrag.training.run.run", reached)
-    monkeypatch.setattr("selfrag.app.rl.run", reached)
+    monkeypatch.setattr("selfrag.rl.run.run", reached)
     monkeypatch.setattr("selfrag.inference.ask.ask", reached)
 
 

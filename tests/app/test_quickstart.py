@@ -68,6 +68,10 @@ def test_quickstart_end_to_end_and_rerun(
     records = (out / "eval" / "records" / "single_pass.jsonl").read_text()
     stages = json.loads((out / "stages.json").read_text())
     assert all(stages[name]["finished"] for name in ("train", "calibrate", "eval"))
+    # the elapsed time of each stage, printed at the end and kept in report.json
+    assert list(report["stage_seconds"]) == ["model", "data", "train", "calibrate", "eval"]
+    assert all(seconds >= 0 for seconds in report["stage_seconds"].values())
+    assert "time per stage: model " in capsys.readouterr().out
 
     # the same settings again: nothing is recomputed
     run(_config(tiny_base_dir, out, max_steps=2))

@@ -62,10 +62,10 @@ def test_validate_messages_carry_the_prefix() -> None:
 
 
 def test_at_least_one_names_each_count_below_one_where_the_configs_use_it() -> None:
-    from selfrag.app.rl_config import RLTrainingOptions, RolloutConfig
     from selfrag.evaluation.config import EvalConfig
     from selfrag.inference.engines.options import EngineOptions
     from selfrag.inference.retrievers.index import IndexConfig
+    from selfrag.rl.config import RLTrainingOptions, RolloutConfig
 
     assert at_least_one(RolloutConfig(depth=0, top_k=-2), ("top_k", "depth", "max_segments"), "rollout.") == [
         "rollout.top_k must be at least 1, got -2", "rollout.depth must be at least 1, got 0"]

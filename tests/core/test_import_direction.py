@@ -24,12 +24,13 @@ PACKAGES = {
     "training": "selfrag.training",
     "inference": "selfrag.inference",
     "evaluation": "selfrag.evaluation",
+    "rl": "selfrag.rl",
 }
 STAGES = tuple(name for name in PACKAGES.values() if name != "selfrag")
 OUTSIDE = ("benchmarks", "studies", "scripts", "tests")
 #: the runtime's algorithm: talks to engines through the protocol, never to a model library
 ALGORITHM = ("runtime.py", "rounds.py", "work.py", "finish.py", "branches.py", "prompted.py", "longform.py", "beams.py",
-             "policy.py", "scoring.py", "closedset.py", "answer.py", "trace.py", "events.py")
+             "policy.py", "scoring.py", "closedset.py", "answer.py", "trace.py", "events.py", "segments.py")
 MODEL_LIBRARIES = ("torch", "transformers", "vllm")
 
 
@@ -104,6 +105,10 @@ def test_the_checker_catches_a_stage_importing_the_application_layer() -> None:
     assert _allowed("selfrag.inference.engines.base", rules["data_gen"], "selfrag.data_gen")
     assert _allowed("selfrag.config", rules["training"], "selfrag.training")
     assert not _allowed("selfrag.inference.engines", rules["selfrag"], "selfrag")
+    assert not _allowed("selfrag.rl.rollout", rules["inference"], "selfrag.inference")  # only app imports rl
+    assert not _allowed("selfrag.rl.run", rules["evaluation"], "selfrag.evaluation")
+    assert not _allowed("selfrag.app.cli", rules["rl"], "selfrag.rl")
+    assert _allowed("selfrag.rl.run", rules["app"], "selfrag.app")
 
 
 def test_core_imports_no_stage() -> None:

@@ -378,7 +378,8 @@ def test_answer_to_json_has_exactly_the_contract_keys(reflection_tokenizer, toke
     data = scenario.rag(mode="always").answer("q?").to_json()
     assert set(data) == {"answer", "citations", "segments", "retrieved", "abstained", "low_confidence", "reasons",
                          "trace"}
-    segment = {"text": "Paris is the capital.", "passage_id": PARIS.id, "support": rf.FULLY_SUPPORTED}
+    segment = {"text": "Paris is the capital.", "passage_id": PARIS.id, "support": rf.FULLY_SUPPORTED,
+               "relevance": rf.RELEVANT}
     assert data["segments"] == [segment]
     assert data["reasons"] == []
     assert data["citations"] == [{"passage_id": PARIS.id, "title": PARIS.title, "text": PARIS.text}]

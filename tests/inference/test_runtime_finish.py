@@ -31,7 +31,7 @@ def test_an_answer_cut_by_max_tokens_before_its_verdict_is_flagged_with_finish_r
     assert answer.to_json()["trace"][-1]["step"] == "length" and answer.to_json()["trace"][-1]["chosen"] == "flag"
     body = completion(answer, "m", 3)
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["selfrag"]["low_confidence"] and "max_tokens=6" in body["selfrag"]["low_confidence_reason"]
+    assert body["selfrag"]["low_confidence"] and "max_tokens=6" in body["selfrag"]["reasons"][0]
     final = ChunkWriter("m").event(_final(scenario, max_tokens=6))
     assert final["choices"][0]["finish_reason"] == "length"
     # with room for the verdict, the same answer is accepted as before
@@ -66,7 +66,7 @@ def test_a_malformed_answer_without_retrieval_is_flagged_and_keeps_its_word_boun
     assert answer.low_confidence and not answer.abstained
     assert answer.reasons == ("flagged: the answer is malformed (segment 1 has a support token without evidence; "
                               "segment 2 has no retrieve token)",)
-    assert completion(answer, "m", 3)["selfrag"]["low_confidence_reason"].startswith("the answer is malformed")
+    assert completion(answer, "m", 3)["selfrag"]["reasons"] == list(answer.reasons)
     # a well-formed answer without retrieval is not flagged
     plain = decision(reflection_tokenizer, token_ids, 0.1, 0.9, rf.NO_RETRIEVAL, text="Madrid.")
     answer = Scenario(reflection_tokenizer, token_ids, plain).rag().answer("What is the capital of Spain?")

@@ -53,12 +53,17 @@ def test_irrelevant_but_fully_supported_best_is_unsupported(build, action) -> No
     answer = rag.answer(Q)
     support = step(answer, "support")[-1]
     assert support["chosen"] == action and rf.IRRELEVANT in support["reason"]
-    assert answer.citations == ()  # never cited to the passage the model itself rejected
     if action == "flag":
+        # the text came from the passage the model rejected: it is cited (issue 56: it used to ship uncited), its
+        # segment carries the [Irrelevant] verdict and the reason says so
         assert answer.low_confidence and answer.answer == "Paris." and rf.IRRELEVANT in answer.reasons[0]
-        assert answer.segments[0].passage is None
+        assert answer.citations == (PARIS,)
+        assert answer.segments[0].passage == PARIS and answer.segments[0].relevance == rf.IRRELEVANT
+        from selfrag.inference.ask import format_answer
+
+        assert f"[1] {PARIS.id} ({PARIS.title})   (the model judged it {rf.IRRELEVANT})" in format_answer(answer)
     else:
-        assert answer.abstained and answer.answer == rag.config.abstain_text
+        assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
 
 
 def test_no_retrieval_answer_cut_by_a_mid_answer_retrieval_is_flagged(build) -> None:  # type: ignore[no-untyped-def]
@@ -176,7 +181,8 @@ ALONE = [(rf.NO_RETRIEVAL, {rf.NO_RETRIEVAL: 0.9}), "Paris alone.", U5]  # promp
 def test_all_irrelevant_with_flag_never_abstains_behind_a_flag_step(build) -> None:  # type: ignore[no-untyped-def]
     """on_unsupported=flag, every passage [Irrelevant]: pruning stops the branches after their verdict, so no candidate
     has text. The answer used to abstain (low_confidence false) while the trace's last step said "flag"; now the trace
-    says abstain and why. Where a branch has text, that one is flagged and shipped (uncited)."""
+    says abstain and why. Where a branch has text, that one is flagged and shipped, citing the passage it came from
+    with the model's [Irrelevant] verdict."""
     low = {rf.RELEVANT: 0.05, rf.IRRELEVANT: 0.95}  # below pruning's relevance_bound 0.1
     table = {PARIS: seg("Lyon.", relevance=low), LYON: seg("Nice.", relevance=low)}
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0)
@@ -190,7 +196,8 @@ def test_all_irrelevant_with_flag_never_abstains_behind_a_flag_step(build) -> No
     rag, _, _ = build(table, passages=[PARIS, LYON], on_unsupported="flag", max_rounds=0, pruning=OFF)
     flagged = rag.answer(Q)
     assert flagged.to_json()["trace"][-1]["chosen"] == "flag" and flagged.low_confidence and not flagged.abstained
-    assert flagged.answer == "Lyon." and flagged.citations == ()
+    assert flagged.answer == "Lyon." and flagged.citations == (PARIS,)
+    assert flagged.segments[0].relevance == rf.IRRELEVANT
 
 
 def test_flag_ships_the_best_candidate_that_has_text(build) -> None:  # type: ignore[no-untyped-def]
@@ -325,24 +332,27 @@ def test_trace_and_answer_agree(build, verdicts, action, rounds, partial, prunin
     assert last["chosen"] != "answer_without_retrieval"
     assert last["passage_id"] == chosen.passage.id
     supported, _ = policy.judge(chosen, rag.config)
+    cut = not supported and finish.cut_before_support(chosen)  # max_tokens ended it before its verdict: flagged
     if action == "flag" and last["chosen"] == "abstain":  # nothing to flag: no candidate has text to ship
         assert "no candidate wrote answer text" in last["why"]
         assert not any(policy.shipped_segments(c, rag.config)[0] for c in answer.candidates)
     else:
-        assert last["chosen"] == ("accept" if supported else action)
-    cut = not supported and finish.cut_before_support(chosen)  # max_tokens ended it before its verdict: flagged
+        # the support step records what ships: a cut answer is flagged there, not abstained and flagged later
+        assert last["chosen"] == ("accept" if supported else "flag" if cut else action)
     assert bool(step(answer, "length")) is cut
-    if (last["chosen"] == "abstain" and not cut) or not answer.segments:
+    # the trace is a contract: a step that abstains means the answer abstained
+    if any(entry["chosen"] == "abstain" for entry in answer.to_json()["trace"]):
+        assert answer.abstained
+    if last["chosen"] == "abstain" or not answer.segments:
         assert answer.abstained and answer.answer == rag.config.abstain_text and answer.citations == ()
         return
     assert not answer.abstained
     assert answer.low_confidence is (not supported or chosen.truncated is not None) or bool(step(answer, "partial"))
     assert answer.low_confidence is bool(answer.reasons)
     cited = {p.id for p in answer.citations}
-    if chosen.score.relevance_token == rf.IRRELEVANT:
-        assert cited == set()
-    else:
-        assert cited <= {chosen.passage.id}
+    # a flagged answer cites the passage its text came from, even one the model judged irrelevant, and says so
+    assert cited <= {chosen.passage.id}
+    assert all(segment.relevance == chosen.score.relevance_token for segment in answer.segments if segment.passage)
     for segment in answer.segments:
         if segment.support == rf.PARTIALLY_SUPPORTED:
             assert partial != "drop"

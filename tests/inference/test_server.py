@@ -28,6 +28,7 @@ from server_harness import (
     wait_until,
 )
 
+from selfrag import reflection as rf
 from selfrag.inference.config import InferenceConfig
 
 
@@ -82,7 +83,7 @@ def test_plain_answer_with_citations_consistent_with_trace(server: LiveServer) -
     extension = completion.model_extra["selfrag"]
     assert extension["retrieved"] is True and extension["abstained"] is False and extension["low_confidence"] is False
     assert extension["citations"] == [{"passage_id": PARIS.id, "title": PARIS.title, "text": PARIS.text,
-                                       "sentences": [CAPITAL_ANSWER]}]
+                                       "relevance": rf.RELEVANT, "sentences": [CAPITAL_ANSWER]}]
     steps = {step["step"]: step for step in extension["trace"]}
     assert steps["decide"]["chosen"] == "retrieve" and steps["decide"]["probabilities"]["p_retrieve"] == \
         pytest.approx(0.9)
@@ -123,7 +124,7 @@ def test_abstained_answer(server: LiveServer) -> None:
     assert extension["citations"] == []
     support = [step for step in extension["trace"] if step["step"] == "support"][-1]  # the final verdict
     assert support["chosen"] == "abstain" and support["verdict"] == "[No support / Contradictory]"
-    assert extension["abstain_reason"] == support["reason"]
+    assert extension["reasons"] == [f"abstained: {support['reason']}"]
     chunks = stream(server, MAYOR)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == InferenceConfig().abstain_text
     assert chunks[-2].model_extra["selfrag"]["abstained"] is True
@@ -135,7 +136,7 @@ def test_flagged_answer_when_the_request_asks_to_flag(server: LiveServer) -> Non
     assert completion.choices[0].message.content == MAYOR_ANSWER
     assert extension["low_confidence"] is True and extension["abstained"] is False
     support = [step for step in extension["trace"] if step["step"] == "support"][-1]  # the final verdict
-    assert support["chosen"] == "flag" and extension["low_confidence_reason"] == support["reason"]
+    assert support["chosen"] == "flag" and extension["reasons"] == [f"flagged: {support['reason']}"]
     assert len(extension["citations"]) == 1 and extension["citations"][0]["sentences"] == [MAYOR_ANSWER]
     final = stream(server, MAYOR, on_unsupported="flag")[-2].model_extra["selfrag"]
     assert final["type"] == "final" and final["low_confidence"] is True
@@ -163,9 +164,11 @@ def test_request_fields_map_to_runtime_settings(server: LiveServer, shared_engin
     assert extension["low_confidence"] and extension["citations"] == [] and alone.choices[0].message.content
     ask(server, ARITHMETIC, max_tokens=3)
     assert shared_engine.calls[-1][0].max_tokens == 3
-    # Fields this server does not use are ignored, as OpenAI-compatible servers do.
+    # Fields this server does not use are ignored, as OpenAI-compatible servers do; sampling settings at the values
+    # greedy decoding honours are answered (others are refused: test_server_requests.py).
     response = post(server, {"model": MODEL, "messages": [{"role": "user", "content": CAPITAL}],
-                             "presence_penalty": 0.5, "user": "u1", "seed": 3, "no_such_field": {"a": 1}})
+                             "presence_penalty": 0, "temperature": 1, "top_p": 1, "user": "u1", "seed": 3,
+                             "no_such_field": {"a": 1}})
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == CAPITAL_ANSWER
 
@@ -468,7 +471,7 @@ def test_openapi_schema_is_served(server: LiveServer) -> None:
     assert {"model", "messages", "stream", "max_tokens", "mode", "top_k", "threshold", "relevance_threshold",
             "on_unsupported"} <= request_fields
     extension = set(components["SelfragExtension"]["properties"])
-    assert {"citations", "retrieved", "abstained", "low_confidence", "low_confidence_reason", "trace"} <= extension
+    assert {"citations", "retrieved", "abstained", "low_confidence", "reasons", "trace"} <= extension
     assert "securitySchemes" not in schema["components"]  # no key configured: the schema claims none
 
 

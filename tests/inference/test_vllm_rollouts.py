@@ -30,12 +30,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 from parity_models import make_reserved_adapter, make_reserved_base, make_reserved_trained  # noqa: E402
 
-from selfrag.app.rl import VLLMRollouts, load_policy, run  # noqa: E402
-from selfrag.app.rl_config import RLConfig  # noqa: E402
-from selfrag.app.rl_rollout import PolicyEngine, Rollouts  # noqa: E402
 from selfrag.config import load_config  # noqa: E402
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES  # noqa: E402
 from selfrag.inference.retrievers import build_bm25  # noqa: E402
+from selfrag.rl.config import RLConfig  # noqa: E402
+from selfrag.rl.policy import load_policy  # noqa: E402
+from selfrag.rl.rollout import Rollouts, policy_engine  # noqa: E402
+from selfrag.rl.run import run  # noqa: E402
+from selfrag.rl.vllm_rollouts import VLLMRollouts  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
@@ -83,7 +85,7 @@ def test_vllm_rollouts_follow_the_policys_live_lora(adapter: Path, tmp_path: Pat
     def both(step: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
         engine = served.serve(policy.model, step, seed=0)
         from_vllm = Rollouts(engine, retriever, greedy).run(QUESTIONS)
-        hf = PolicyEngine(policy.model, policy.tokenizer, policy.token_ids, policy.meta.prompt_template)
+        hf = policy_engine(policy.model, policy.tokenizer, policy.token_ids, policy.meta.prompt_template)
         from_hf = Rollouts(hf, retriever, greedy).run(QUESTIONS)
         assert [r.env_mask for r in from_vllm] == [r.env_mask for r in from_hf]
         return [r.completion_ids for r in from_vllm], [r.completion_ids for r in from_hf]

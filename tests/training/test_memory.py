@@ -115,3 +115,23 @@ def test_gpu_check_reads_the_judgement_reports_aurocs() -> None:
     gpu_check = load_gpu_check()
     assert gpu_check.aurocs(report, "relevance") == {"easy": 0.991, "hard": 0.812}
     assert gpu_check.aurocs(report, "support") == {} and gpu_check.aurocs(report, "utility") == {}
+
+
+def test_the_step_timer_estimates_the_rest_from_the_second_step(caplog: pytest.LogCaptureFixture) -> None:
+    """After the warm-up step, one line says what a step costs here and how long the steps left take."""
+    import logging
+    from types import SimpleNamespace
+
+    from selfrag.training.resources import StepTimer
+
+    timer = StepTimer()
+    state = SimpleNamespace(num_input_tokens_seen=0, global_step=1, max_steps=101)
+    timer.on_train_begin(None, state, None)
+    with caplog.at_level(logging.INFO, logger="selfrag.training.resources"):
+        timer.on_step_end(None, state, None)
+        assert not caplog.records  # the first step is a warm-up: no estimate from it
+        timer.marks[-1] = (timer.marks[-1][0] - 3.0, 0)  # the second step took 3 s
+        state.global_step = 2
+        timer.on_step_end(None, state, None)
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert "s a step on this machine; the 99 steps left take about 5 min" in line

@@ -227,7 +227,8 @@ function renderCitations() {
   for (const citation of (run.final && run.final.citations) || []) sentences.set(citation.passage_id, citation.sentences);
   box.replaceChildren(...[...run.citations.values()].map((citation, index) => {
     const card = el("div", { class: "card", id: `cite-${index + 1}`, "data-passage": citation.passage_id },
-      el("h3", { textContent: `[${index + 1}] ${citation.title || citation.passage_id}` }),
+      el("h3", { textContent: `[${index + 1}] ${citation.title || citation.passage_id}${
+        citation.relevance === "[Irrelevant]" ? " (the model judged it [Irrelevant])" : ""}` }),
       el("div", { class: "text", textContent: citation.text }));
     const supported = sentences.get(citation.passage_id) || [];
     if (supported.length) {
@@ -245,13 +246,15 @@ function renderFlags() {
   const final = run.final;
   if (!final) { box.replaceChildren(); return; }
   const flags = [el("span", { class: "flag info", textContent: final.retrieved ? "retrieved" : "no retrieval" })];
+  // every reason, without the "abstained: " / "flagged: " each starts with (the flag says it)
+  const reasons = (final.reasons || []).map((reason) => reason.replace(/^(abstained|flagged): /, "")).join("; ");
   if (final.abstained) {
     flags.push(el("span", { class: "flag abstained", id: "abstained",
-      textContent: `abstained${final.abstain_reason ? `: ${final.abstain_reason}` : ""}` }));
+      textContent: `abstained${reasons ? `: ${reasons}` : ""}` }));
   }
   if (final.low_confidence) {
     flags.push(el("span", { class: "flag low", id: "low-confidence",
-      textContent: `low confidence${final.low_confidence_reason ? `: ${final.low_confidence_reason}` : ""}` }));
+      textContent: `low confidence${reasons ? `: ${reasons}` : ""}` }));
   }
   if (!final.abstained && !final.low_confidence) flags.push(el("span", { class: "flag ok", textContent: "confident" }));
   flags.push(el("span", { class: "flag info",

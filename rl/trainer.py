@@ -1,7 +1,7 @@
-"""TRL's ``GRPOTrainer`` with two changes for ``selfrag rl``: the question order is a function of the epoch, and the
-log-probs come from the model's own head where PEFT adapts it.
+"""The GRPO trainer of ``selfrag rl``: TRL's ``GRPOTrainer`` with two changes: the question order is a function of the
+epoch, and the log-probs come from the model's own head where PEFT adapts it.
 
-    trainer = SelfRAGGRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), rollout_func=...)
+    trainer = grpo_trainer(config, policy, questions, retriever, reward, output_dir / "checkpoints")
 
 TRL 1.16 scores tokens with a fused head that multiplies the backbone's output by ``lm_head.weight`` itself. Where PEFT
 adapts the head (strategy ``add``: the trainable reflection rows, ``TrainableTokensWrapper``; strategy ``reserved``:
@@ -13,25 +13,34 @@ TRL 1.16's ``RepeatSampler`` draws every epoch's shuffle from one generator seed
 checkpoint starts that generator again and meets the questions in the first epoch's order, not the order the killed
 run would have met them in. Here each epoch's order is drawn from ``seed + epoch`` (the Trainer calls ``set_epoch``
 before each epoch, a resumed one included), so a resumed run trains on what the killed one would have
-(``tests/app/test_rl_train.py``). Everything else (rollouts through ``rollout_func``, the ``env_mask`` on the loss)
+(``tests/rl/test_rl_train.py``). Everything else (rollouts through ``rollout_func``, the ``env_mask`` on the loss)
 is TRL's own.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Dataset
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import FusedCausalLMOutput, RepeatSampler
 
+from selfrag.corpus import Query
+from selfrag.retrieval import Retriever
 from selfrag.training.sft_trainer import save_checkpoint
 
-from .rl import TIMINGS
+from .config import RLConfig
+from .history import TIMINGS
+from .policy import Policy
+from .reward import Reward
+from .rollout_function import RolloutFunction
 
 
 class EpochSampler(RepeatSampler):
@@ -132,3 +141,28 @@ class SelfRAGGRPOTrainer(GRPOTrainer):
             batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
             seed=sampler.seed,
         )
+
+
+def grpo_trainer(config: RLConfig, policy: Policy, questions: Sequence[Query], retriever: Retriever, reward: Reward,
+                 checkpoints: Path, engine: str = "hf") -> Any:
+    """TRL's GRPOTrainer (:class:`SelfRAGGRPOTrainer`) with the runtime's rollouts, one reward function per term and
+    its weight."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.x: pinned by tests
+    training = config.training
+    options: dict[str, Any] = {"bf16": False, "gradient_checkpointing": False, "report_to": "none",
+                               "save_strategy": "steps", "logging_first_step": True,
+                               "dataloader_pin_memory": False, **config.trl}
+    arguments = GRPOConfig(
+        output_dir=str(checkpoints), learning_rate=training.learning_rate, max_steps=training.max_steps,
+        per_device_train_batch_size=training.questions_per_step * training.generations,
+        num_generations=training.generations, beta=training.beta, seed=training.seed,
+        logging_steps=training.logging_steps, save_steps=training.save_steps, reward_weights=reward.weights,
+        temperature=config.rollout.temperature, **options,
+    )
+    data = Dataset.from_list([{"prompt": q.question, "answers": list(q.answers), "answerable": q.answerable}
+                              for q in questions])
+    return SelfRAGGRPOTrainer(
+        model=policy.model, reward_funcs=reward.functions(), args=arguments, train_dataset=data,
+        processing_class=policy.tokenizer,
+        rollout_func=RolloutFunction(policy, retriever, config.rollout, training.seed, engine),
+    )

@@ -4,7 +4,7 @@
 
 Every field is documented; ``trl`` keys pass through to ``trl.GRPOConfig`` and are checked against its real fields
 when the config loads, so a typo fails before a model loads. The reward's terms and their weights are
-:class:`RewardConfig` (see :mod:`selfrag.app.rl_reward`).
+:class:`RewardConfig` (see :mod:`selfrag.rl.reward`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ TRL_OWNED: dict[str, str] = {
 
 @dataclasses.dataclass
 class RolloutConfig:
-    """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.app.rl_rollout`)."""
+    """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.rl.rollout`)."""
 
     mode: Literal["adaptive", "always"] = help_field(
         "adaptive: the model decides when to retrieve; always: every rollout starts with [Retrieval] and every "
@@ -52,8 +52,8 @@ class RolloutConfig:
     merge_lora: bool = help_field(
         "fold the LoRA into the base weights while the rollouts decode (PEFT's merge_adapter, as TRL does before it "
         "syncs vLLM), and put the base weights back exactly after, from a copy taken once: the decode runs a plain "
-        "model, 2.2x faster on the 8B shape on an H200 (benchmarks/rollout_profile.py), at the memory of a second "
-        "copy of the adapted weights (14 GB on the 8B shape). A quantised (QLoRA) base is never merged", True)
+        "model without the LoRA wrappers' extra kernels (benchmarks/rollout_profile.py measures it), at the memory of "
+        "a second copy of the adapted weights (14 GB on the 8B shape). A quantised (QLoRA) base is never merged", True)
     engine: Literal["hf", "vllm", "auto"] = help_field(
         "what decodes the rollouts: hf (the policy itself, in the trainer's process); vllm (vLLM colocated: the "
         "starting adapter's base loaded once, the policy's LoRA saved and served as a new LoRARequest each step; "

@@ -1,4 +1,4 @@
-"""The GRPO reward of ``selfrag rl``: one function per term, each weighted by :class:`~.rl_config.RewardConfig`.
+"""The GRPO reward of ``selfrag rl``: one function per term, each weighted by :class:`~.config.RewardConfig`.
 
     reward = Reward(RewardConfig(), OverlapJudge())
     reward.terms([rollout], answers=[("Paris",)], answerable=[True])   # {"correct": [1.0], "abstain": [0.0], ...}
@@ -16,7 +16,7 @@ shipped (or the abstain sentence) is an abstention. The terms, each in [-1, 1] b
 * ``format``: -1 when the rollout breaks the grammar (the runtime's parser reports a problem);
 * ``retrieval``: -1 per passage retrieved (a cost per round).
 
-Gaming does not pay (``tests/app/test_rl_reward.py``): on a mix of answerable and unanswerable questions, always
+Gaming does not pay (``tests/rl/test_rl_reward.py``): on a mix of answerable and unanswerable questions, always
 abstaining and always answering from a cited passage both score below the policy that answers where it can.
 """
 
@@ -30,8 +30,8 @@ from selfrag.evaluation.claims import Claim, Judge, NLIJudge, OverlapJudge
 from selfrag.evaluation.metrics import match, token_f1
 from selfrag.evaluation.modes import is_abstention
 
-from .rl_config import RewardConfig
-from .rl_rollout import Rollout, RolloutSegment
+from .config import RewardConfig
+from .rollout import Rollout, RolloutSegment
 
 TERMS = ("correct", "abstain", "support", "format", "retrieval")
 

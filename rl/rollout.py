@@ -1,21 +1,25 @@
 """GRPO rollouts: the policy decodes as the runtime's long form does, and the retriever writes its passages in.
 
-    rollouts = Rollouts(PolicyEngine(model, tokenizer, token_ids, "auto"), retriever, RolloutConfig())
+    rollouts = Rollouts(policy_engine(model, tokenizer, token_ids, "auto"), retriever, RolloutConfig())
     (rollout,) = rollouts.run(["Who wrote Hamlet?"])
     rollout.completion_ids, rollout.env_mask, rollout.trajectory.well_formed
 
-One rollout is one answer decoded segment by segment, as ``form=long`` decodes with one beam and one passage a
-step (:mod:`selfrag.inference.longform`: the same requests, stop ids and constraints): every decode stops at the next
+One rollout is one answer decoded segment by segment through serving's own segment loop
+(:func:`selfrag.inference.segments.segment_loop`, the loop ``form=long`` runs; :class:`Rollouts` is its caller, as
+:class:`~selfrag.inference.longform.LongForm` is serving's) with one beam and one passage a step: the same requests,
+stop ids, constraints and decision rule (:func:`~selfrag.inference.segments.decide`). Every decode stops at the next
 decision (a retrieve token, ``<paragraph>``, a utility token); where the model wrote ``[Retrieval]`` (or
 ``<paragraph>``) the question plus the text so far is searched and the best passage not yet in context goes in as
 ``[Retrieval]<paragraph>…</paragraph>`` (``selfrag.prompting.passage_ids``, as the runtime inserts it); the model
 then writes its relevance token, the sentence, its support token and its next decision, and may retrieve again up to
 ``depth`` times. A utility token ends the answer.
 
-The differences from serving, on purpose: decisions are the model's **sampled** tokens (the runtime reads the same
-distribution with thresholds: RL needs the choices the policy made), and a rollout that breaks the grammar is kept
-as it is (the reward's format term sees it) where the runtime would repair it. ``tests/app/test_rl_rollout.py`` replays
-a rollout's tokens through :class:`~selfrag.inference.runtime.SelfRAG` and gets the same text, segments and citations.
+The differences from serving, on purpose: decisions are the model's **sampled** tokens
+(:class:`~selfrag.inference.segments.SampledDecider`; the runtime reads the same distribution with thresholds,
+:class:`~selfrag.inference.segments.ThresholdDecider`: RL needs the choices the policy made), and a rollout that
+breaks the grammar is kept as it is (the reward's format term sees it) where the runtime would repair it.
+``tests/rl/test_rl_rollout.py`` answers each rollout's question with :class:`~selfrag.inference.runtime.SelfRAG` on
+the same sampled ids and gets the same text, segments and citations.
 
 ``env_mask`` is 1 where the policy sampled the id and 0 where the environment wrote it (each passage with its
 ``<paragraph>`` markup, and a decision the depth limit replaced): TRL's GRPO takes it as its tool mask, so the loss
@@ -26,20 +30,21 @@ never trains the retrieved text (Search-R1's retrieved-token masking). The text 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from selfrag import reflection as rf
-from selfrag.inference.engines.base import Engine, Generation, GenerationRequest, concat_generations
+from selfrag.inference.engines.base import Engine, Generation, concat_generations
 from selfrag.inference.engines.hf import HFEngine
 from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.rounds import new_passages
+from selfrag.inference.segments import SampledDecider, SegmentGrammar, decide, segment_loop
 from selfrag.prompting import encode_prompt, passage_ids
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.retrieval import Retriever
 from selfrag.trajectory import Passage, Trajectory, lex_ids, parse_trajectory
 
-from .rl_config import RolloutConfig
+from .config import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class Rollout:
 class _State:
     """A rollout being decoded (the long form's beam, with the mask beside its ids)."""
 
+    index: int  # its place in the batch: each step decodes the live rollouts in this order
     question: str
     prompt: tuple[int, ...]
     ids: list[int] = field(default_factory=list)
@@ -90,18 +96,14 @@ class _State:
         self.mask += [int(sampled)] * len(ids)
 
 
-class PolicyEngine(HFEngine):
-    """The hf engine's decode loop on the model being trained (in memory). It keeps no prompt KV between calls: the
-    weights change after every step."""
-
-    def __init__(
-        self, model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0
-    ) -> None:
-        options = EngineOptions(device=str(next(model.parameters()).device), seed=seed)  # batch_size: the default
-        training = model.training
-        self._setup(tokenizer, model, token_ids, prompt_template, "hf:policy", options, 0)
-        model.train(training)  # _setup puts the model in eval mode; the rollouts set the mode themselves
-        self.calibration = None
+def policy_engine(
+    model: Any, tokenizer: Any, token_ids: ReflectionIds, prompt_template: str, seed: int = 0
+) -> HFEngine:
+    """The hf engine's decode loop on the model being trained (in memory, :meth:`HFEngine.from_model` with
+    ``trained=True``): no prompt KV kept between calls (the weights change after every step), the model's mode and
+    head left as they are (the rollouts set the mode themselves)."""
+    options = EngineOptions(device=str(next(model.parameters()).device), seed=seed)  # batch_size: the default
+    return HFEngine.from_model(model, tokenizer, token_ids, prompt_template, options, name="policy", trained=True)
 
 
 class Rollouts:
@@ -110,48 +112,51 @@ class Rollouts:
     def __init__(self, engine: Engine, retriever: Retriever, config: RolloutConfig) -> None:
         self.engine, self.retriever, self.config = engine, retriever, config
         self.ids = engine.token_ids
-        self.retrieval_id = self.ids.id(rf.RETRIEVAL)
-        self.no_retrieval_id = self.ids.id(rf.NO_RETRIEVAL)
-        self.stop_ids = (*self.ids.ids(Group.RETRIEVE), self.ids.id(rf.PARAGRAPH_OPEN), *self.ids.ids(Group.UTILITY))
-        self.after_no_retrieval_banned = tuple(i for i in self.ids.all_ids if i not in self.stop_ids)
+        # one segment's request, reading and decision rule are serving's long form's (inference/segments.py); the
+        # decisions are the policy's sampled tokens (RL trains on the choices it made)
+        self.grammar = SegmentGrammar(self.ids, config.segment_tokens)
+        self.decider = SampledDecider()
 
     def run(self, questions: Sequence[str]) -> list[Rollout]:
-        states = [_State(q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
-                  for q in questions]
-        if self.config.mode == "always":  # the environment's choice, not the policy's: masked
-            for state in states:
-                state.add([self.retrieval_id], False)
+        states = [_State(index, q, tuple(encode_prompt(self.engine.tokenizer, q, self.engine.prompt_template)))
+                  for index, q in enumerate(questions)]
+        for state in states:  # mode always: [Retrieval], the environment's choice, not the policy's: masked
+            state.add(self.grammar.start(self.config.mode), False)
         model = getattr(self.engine, "model", None)
         training = bool(getattr(model, "training", False))
         if model is not None:
             model.eval()  # no dropout while sampling
         try:
-            while any(state.done is None for state in states):
-                self._step([state for state in states if state.done is None])
+            for _ in segment_loop(self, states):  # serving's long form's loop, this object its caller
+                pass
         finally:
             if model is not None:
                 model.train(training)
         return [self._rollout(state) for state in states]
 
-    # -- one step: fetch evidence where asked, then decode one segment for every live rollout -------------------
+    # -- the segment loop's caller (inference/segments.py): one step decodes the writing rollouts' next segment in
+    # -- one engine call, then puts a passage in where the policy asked and decodes those in two more -----------------
 
-    def _step(self, live: list[_State]) -> None:
-        with_passage = [state for state in live
-                        if state.ids and state.ids[-1] == self.retrieval_id and self._retrieve(state)]
-        fetched = {id(state) for state in with_passage}
-        live = [state for state in live if state.done is None]
-        plain = [state for state in live if id(state) not in fetched]
-        generations = dict(zip(map(id, plain), self._decode(plain), strict=True))
-        if with_passage:  # the relevance token first, then the rest (the long form's pruning step, no pruning)
-            first = self._decode(with_passage, max_tokens=1)
-            going = [(s, g) for s, g in zip(with_passage, first, strict=True) if g.finish_reason == "length"]
-            rest = self._decode([s for s, _ in going], prefixes=[g.token_ids for _, g in going])
-            for state, generation in zip(with_passage, first, strict=True):
-                generations[id(state)] = generation
-            for (state, generation), more in zip(going, rest, strict=True):
-                generations[id(state)] = concat_generations(generation, more)
-        for state in live:
-            self._extend(state, generations[id(state)])
+    def written(self, state: _State, generation: Generation) -> _State:
+        self._extend(state, generation)
+        return state
+
+    def evidence(self, asking: list[_State]) -> list[_State]:
+        """The best new passage after each ``[Retrieval]`` (none left: the rollout ends), then the relevance token
+        (the long form's pruning step, without pruning) and the rest of the segment, each in one engine call."""
+        with_passage = [state for state in asking if self._retrieve(state)]
+        first = self.decode(with_passage, max_tokens=1)
+        going = [(s, g) for s, g in zip(with_passage, first, strict=True) if g.finish_reason == "length"]
+        rest = dict(zip(map(id, (s for s, _ in going)),
+                        self.decode([s for s, _ in going], prefixes=[g.token_ids for _, g in going]), strict=True))
+        for state, generation in zip(with_passage, first, strict=True):
+            more = rest.get(id(state))
+            self._extend(state, generation if more is None else concat_generations(generation, more))
+        return asking
+
+    def keep(self, states: list[_State]) -> list[_State]:
+        """Every rollout, in its batch order."""
+        return sorted(states, key=lambda state: state.index)
 
     def _retrieve(self, state: _State) -> bool:
         """Put the best passage not yet in context after the ``[Retrieval]``; False (the rollout ends) when none."""
@@ -170,55 +175,44 @@ class Rollouts:
         state.current = passage
         return True
 
-    def _decode(self, states: list[_State], max_tokens: int | None = None,
+    def decode(self, states: list[_State], max_tokens: int | None = None,
                 prefixes: Sequence[Sequence[int]] | None = None) -> list[Generation]:
         if not states:
             return []
-        requests = []
-        for index, state in enumerate(states):
-            prompt = state.prompt + tuple(state.ids) + tuple(prefixes[index] if prefixes else ())
-            request = GenerationRequest(prompt_ids=prompt, max_tokens=max_tokens or self.config.segment_tokens,
-                                        stop_token_ids=self.stop_ids, temperature=self.config.temperature,
-                                        score_token_ids=self.ids.all_ids)
-            if prompt[-1] == self.no_retrieval_id:  # text first after [No Retrieval], as the runtime asks
-                request = replace(request, banned_token_ids=self.after_no_retrieval_banned, min_tokens=1)
-            requests.append(request)
+        requests = [self.grammar.request(state.prompt + tuple(state.ids) + tuple(prefixes[index] if prefixes else ()),
+                                         max_tokens, temperature=self.config.temperature)
+                    for index, state in enumerate(states)]
         return self.engine.generate(requests)
 
     def _extend(self, state: _State, generation: Generation) -> None:
         """Append one decoded segment; then the decision its last id asks for (the long form's ``_after``)."""
-        generated = list(generation.token_ids)
-        stop = generated[-1] if generated and generation.finish_reason == "stop" else None
-        body = generated[:-1] if stop is not None or generation.finish_reason == "eos" else generated
-        state.add(body, True)
+        read = self.grammar.read(generation, self._decode_text)
+        state.add(read.body, True)
         state.steps += 1
-        pieces = lex_ids(body, self.ids, self._decode_text)
-        text = "".join(content for content, is_token in pieces if not is_token).strip()
-        if text:
-            state.texts.append(text)
+        if read.text:
+            state.texts.append(read.text)
         if state.current is not None and self.ids.last_of(state.ids, Group.RETRIEVE) == rf.NO_RETRIEVAL:
             state.current = None
-        if generation.finish_reason == "eos":
-            state.done = "eos"
-        elif stop is None:
-            state.done = "length"
-        elif self.ids.token(stop) in rf.UTILITY_TOKENS:
-            state.add([stop], True)
-            state.done = "utility"
+        if read.end == "utility" and read.stop is not None:
+            state.add([read.stop], True)
+        if read.end is not None:
+            state.done = read.end
         else:
-            state.add(*self._decision(state, stop))
+            assert read.stop is not None  # a decision: the decode stopped at a retrieve token or <paragraph>
+            state.add(*self._decision(state, read.stop, generation))
         limit = self.config.max_segments
         if state.done is None and (len(state.texts) >= limit or state.steps >= 2 * limit + 1):
             state.done = "max_segments"
 
-    def _decision(self, state: _State, stop: int) -> tuple[list[int], bool]:
+    def _decision(self, state: _State, stop: int, generation: Generation) -> tuple[list[int], bool]:
         """The decision after a segment: what the model sampled, except ``<paragraph>`` (asks for evidence: the
         environment writes ``[Retrieval]``), ``[Continue to Use Evidence]`` without a passage, and ``[Retrieval]``
-        past ``depth`` in adaptive mode (``[No Retrieval]``), as the runtime's long form decides."""
+        past ``depth`` in adaptive mode (``[No Retrieval]``): the runtime's long form's rule
+        (:func:`selfrag.inference.segments.decide`) with the sampled token as the decider."""
         token = self.ids.token(stop)
-        asks = token in (rf.RETRIEVAL, rf.PARAGRAPH_OPEN)
-        wants = asks and (len(state.passages) < self.config.depth or self.config.mode == "always")
-        chosen = rf.retrieve_after_segment(token, wants, state.current is not None)
+        wants, _ = self.decider.wants(token, generation)
+        chosen = decide(token, wants, mode=self.config.mode, retrievals=len(state.passages), depth=self.config.depth,
+                        holds_passage=state.current is not None)
         return [self.ids.id(chosen)], chosen == token
 
     def _decode_text(self, run: list[int]) -> str:

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
-from selfrag.app.rl import RolloutFunction, grpo_trainer, load_policy, read_questions, run
-from selfrag.app.rl_config import RewardConfig, RLConfig
-from selfrag.app.rl_reward import Reward
 from selfrag.config import load_config
 from selfrag.evaluation.claims import OverlapJudge
 from selfrag.retrieval import BM25Retriever
+from selfrag.rl.config import RewardConfig, RLConfig
+from selfrag.rl.policy import load_policy
+from selfrag.rl.reward import Reward
+from selfrag.rl.rollout_function import RolloutFunction
+from selfrag.rl.run import read_questions, run
+from selfrag.rl.trainer import grpo_trainer
 from selfrag.runs import RunMismatchError
 from selfrag.trajectory import Passage
 
@@ -180,6 +183,20 @@ def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Pa
     assert {p: p.read_bytes() for p in result.output_dir.rglob("*") if p.is_file()} == files
 
 
+def test_the_start_models_calibration_is_kept_marked_and_the_summary_says_to_calibrate(
+        rl_files: dict[str, Path], tmp_path: Path) -> None:
+    from selfrag.artifacts import load_meta, write_calibration
+
+    start = tmp_path / "calibrated"  # a merged model: load_policy wraps it in a new LoRA and a new selfrag.json
+    shutil.copytree(rl_files["model"], start)
+    calibration = {"threshold": 0.3, "relevance_threshold": 0.4, "support_bound": 0.1, "measured": {}}
+    write_calibration(start, calibration)
+    result = run(_config({**rl_files, "model": start}, "training.max_steps=1"))
+    meta = load_meta(result.output_dir)
+    assert meta is not None and meta.calibration == {**calibration, "measured_on": str(start)}
+    assert f"selfrag calibrate model={result.output_dir}" in result.summary().splitlines()[-1]
+
+
 def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
     from selfrag.errors import ConfigError
 
@@ -192,8 +209,8 @@ def test_config_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
 
 
 def test_rollout_engine_mistakes_are_one_line_each(rl_files: dict[str, Path]) -> None:
-    from selfrag.app.rl import rollout_engine
     from selfrag.errors import ConfigError, InputError
+    from selfrag.rl.policy import rollout_engine
 
     with pytest.raises(ConfigError) as caught:
         _config(rl_files, "rollout.engine=vlm", "rollout.engine_options={max_lora_rank: 0, batch_size: 4}")
@@ -242,7 +259,7 @@ def test_an_adapter_from_selfrag_train_goes_on_training_its_lora_and_rows(
     policy = load_policy(config)
     before = {name: value.detach().clone() for name, value in policy.model.named_parameters() if value.requires_grad}
     assert any("trainable_tokens" in name for name in before) and any("lora_" in name for name in before)
-    from selfrag.app.rl_trainer import head_is_adapted
+    from selfrag.rl.trainer import head_is_adapted
 
     assert head_is_adapted(policy.model.get_base_model())  # TRL's fused head would miss the rows (and fail)
     trainer = grpo_trainer(config, policy, read_questions(config), BM25Retriever(PASSAGES), TargetReward(),
@@ -281,7 +298,7 @@ def test_the_model_head_gives_trls_fused_log_probs(rl_files: dict[str, Path]) ->
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
-    from selfrag.app.rl_trainer import head_is_adapted, use_model_head
+    from selfrag.rl.trainer import head_is_adapted, use_model_head
 
     policy = load_policy(_config(rl_files))  # a merged model with a new LoRA: the head is a plain Linear
     base = policy.model.get_base_model()
@@ -343,7 +360,7 @@ def test_merged_rollouts_decode_as_the_policy_and_give_its_weights_back(rl_files
 
     import torch
 
-    from selfrag.app.rl import MergedLora
+    from selfrag.rl.merge import MergedLora
 
     config = _config(rl_files, "rollout.mode=always", "rollout.segment_tokens=8", "rollout.max_segments=2")
     policy = load_policy(config)

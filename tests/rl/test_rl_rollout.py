@@ -1,4 +1,4 @@
-"""GRPO rollouts (selfrag.app.rl_rollout): the same sampled tokens make the same answer in the runtime, and the
+"""GRPO rollouts (selfrag.rl.rollout): the same sampled tokens make the same answer in the runtime, and the
 environment's tokens (passages, their markup) are the ones masked."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections import Counter
 import pytest
 
 from selfrag import reflection as rf
-from selfrag.app.rl_config import RolloutConfig
-from selfrag.app.rl_rollout import PolicyEngine, Rollouts
 from selfrag.inference.config import InferenceConfig, LongFormConfig, PruningConfig
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.inference.engines.fake import Script, ScriptedEngine
 from selfrag.inference.runtime import SelfRAG
 from selfrag.retrieval import BM25Retriever
+from selfrag.rl.config import RolloutConfig
+from selfrag.rl.rollout import Rollouts, policy_engine
 from selfrag.trajectory import Passage, lex_ids
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", text) for i, text in enumerate([
@@ -116,7 +116,7 @@ def test_policy_rollouts_on_a_real_model_parse_with_the_runtimes_parser(merged_m
     from selfrag.loading import load_model
 
     loaded = load_model(merged_model_dir(3))
-    engine = PolicyEngine(loaded.model.train(), loaded.tokenizer, loaded.meta.token_ids, "auto", seed=1)
+    engine = policy_engine(loaded.model.train(), loaded.tokenizer, loaded.meta.token_ids, "auto", seed=1)
     config = RolloutConfig(mode="always", segment_tokens=6, max_segments=2, temperature=1.0)
     rollouts = Rollouts(engine, BM25Retriever(PASSAGES), config).run(QUESTIONS[:3])
     assert loaded.model.training  # the rollout puts the model back in the mode it found it in
@@ -124,6 +124,6 @@ def test_policy_rollouts_on_a_real_model_parse_with_the_runtimes_parser(merged_m
         assert rollout.retrievals >= 1 and rollout.env_mask[0] == 0  # mode=always: the environment's [Retrieval]
         assert len(rollout.env_mask) == len(rollout.completion_ids)
         assert not rollout.trajectory.well_formed  # random weights break the grammar: the parser says so
-    again = Rollouts(PolicyEngine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, "auto", seed=1),
+    again = Rollouts(policy_engine(loaded.model, loaded.tokenizer, loaded.meta.token_ids, "auto", seed=1),
                      BM25Retriever(PASSAGES), config).run(QUESTIONS[:3])
     assert [r.completion_ids for r in again] == [r.completion_ids for r in rollouts]  # seeded sampling

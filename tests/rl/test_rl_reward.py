@@ -1,4 +1,4 @@
-"""The GRPO reward (selfrag.app.rl_reward): each term on hand-made rollouts, and gaming does not pay."""
+"""The GRPO reward (selfrag.rl.reward): each term on hand-made rollouts, and gaming does not pay."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from statistics import mean
 
 import pytest
 
-from selfrag.app.rl_config import RewardConfig
-from selfrag.app.rl_reward import TERMS, Reward
-from selfrag.app.rl_rollout import Rollout, segments_of
 from selfrag.evaluation.claims import OverlapJudge
+from selfrag.rl.config import RewardConfig
+from selfrag.rl.reward import TERMS, Reward
+from selfrag.rl.rollout import Rollout, segments_of
 from selfrag.trajectory import Passage, parse_trajectory
 
 FRANCE = Passage("p1", "France", "Paris is the capital of France.")
