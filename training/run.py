@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,7 +43,7 @@ from selfrag.training.evaluate import reflection_accuracy
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
-from selfrag.training.packing import PackedCollator, isolates_packed, use_padding_free
+from selfrag.training.packing import PackedCollator, isolates_packed, packed_attention, use_padding_free
 from selfrag.training.plan import plan_run
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
@@ -205,9 +205,11 @@ def run(config: TrainConfig) -> TrainResult:
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
     reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(checkpoints), input_side_detached(
-            model, detached, bool(arguments.gradient_checkpointing)):
+            model, detached, bool(arguments.gradient_checkpointing)), packed_attention(model, collator is not None):
         trainer.train(resume_from_checkpoint=resume)
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
+    if plan is not None:
+        resources["memory_plan"] = asdict(plan)  # what the steps ran with (gpu_check's estimate reads it)
     logger.info("training steps: %s; peak memory: %s", resources["throughput"], resources["peak_memory"])
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
 

@@ -13,7 +13,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from selfrag import reflection as rf
 from selfrag.training.dataset import encode_record
 from selfrag.training.loss import AnswerStart, loss_weight_table, masked_loss, relevance_rank
-from selfrag.training.packing import PackedCollator, padding_share, use_padding_free
+from selfrag.training.packing import PACKED_SDPA, PackedCollator, packed_attention, padding_share, use_padding_free
 
 TOLERANCE = 1e-5
 
@@ -40,17 +40,25 @@ def assert_same(padded: tuple[float, dict[str, torch.Tensor]], packed: tuple[flo
         assert worst <= TOLERANCE, f"{name}: |d gradient| {worst}"
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "packed_sdpa"])
 def test_packed_batch_has_the_padded_batchs_loss_and_gradients(prepared, attention: str) -> None:  # type: ignore[no-untyped-def]
+    """sdpa / eager: transformers' block-diagonal mask from the restarting position ids; packed_sdpa: each record
+    attended alone (what selfrag train uses for an sdpa or eager model)."""
     model, tokenizer, token_ids, _ = prepared
-    model.config._attn_implementation = attention
+    model.config._attn_implementation = "sdpa" if attention == "packed_sdpa" else attention
     batch = examples(tokenizer, token_ids)
     padded = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id or 0)(batch)
     assert int((padded["attention_mask"] == 0).sum()) > 0  # the padded batch does hold pads
     packed = PackedCollator()(batch)
     assert packed["input_ids"].shape == (1, sum(len(example["input_ids"]) for example in batch))
     assert "attention_mask" not in packed
-    assert_same(loss_and_gradients(model, padded), loss_and_gradients(model, packed))
+    expected = loss_and_gradients(model, padded)
+    with packed_attention(model, attention == "packed_sdpa"):
+        if attention == "packed_sdpa":
+            assert model.config._attn_implementation == PACKED_SDPA
+            assert_same(expected, loss_and_gradients(model, padded))  # padded batches keep their padding mask
+        assert_same(expected, loss_and_gradients(model, packed))
+    assert model.config._attn_implementation == ("sdpa" if attention == "packed_sdpa" else attention)
 
 
 def test_weighted_loss_answer_start_and_ranking_term_are_unchanged_by_packing(prepared) -> None:  # type: ignore[no-untyped-def]
@@ -65,12 +73,13 @@ def test_weighted_loss_answer_start_and_ranking_term_are_unchanged_by_packing(pr
                 loss_and_gradients(model, PackedCollator()(batch), **settings))
 
 
-def test_records_do_not_see_each_other_when_packed(prepared) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("own_attention", [False, True])
+def test_records_do_not_see_each_other_when_packed(prepared, own_attention: bool) -> None:  # type: ignore[no-untyped-def]
     """The second record's logits are the same whatever record is packed before it."""
     model, tokenizer, token_ids, _ = prepared
     first, other, second = examples(tokenizer, token_ids)[:3]
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), packed_attention(model, own_attention):
         alone = model(**{k: v for k, v in PackedCollator()([second]).items() if k != "labels"}).logits[0]
         after_first = model(**{k: v for k, v in PackedCollator()([first, second]).items() if k != "labels"}).logits[0]
         after_other = model(**{k: v for k, v in PackedCollator()([other, second]).items() if k != "labels"}).logits[0]
@@ -84,6 +93,7 @@ def test_collator_restarts_positions_and_masks_each_records_first_label() -> Non
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
     assert batch["labels"].tolist() == [[-100, 6, 7, -100, 9]]
     assert batch["use_cache"] is False
+    assert batch["cu_seq_lens_q"].tolist() == [0, 3, 5] and batch["max_length_q"] == 3
 
 
 def test_auto_packs_only_batches_of_several_records_on_an_isolating_attention(prepared) -> None:  # type: ignore[no-untyped-def]
