@@ -115,6 +115,7 @@ def main() -> None:
     sides = {"padded": [padder([examples[i] for i in batch]) for batch in batches],
              "packed": [PackedCollator()([examples[i] for i in batch]) for batch in batches]}
     tokens = sum(lengths[i] for batch in batches for i in batch)
+    print(f"timed: the first {len(batches)} batches, pad share {padding_share(lengths, batches):.1%}", flush=True)
     loss_settings = (loss_weight_table(config.training.loss_weights, meta.token_ids, len(tokenizer)),
                      answer_start(config.training.loss_weights, meta.token_ids),
                      relevance_rank(config.training.relevance_rank, meta.token_ids))
