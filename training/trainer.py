@@ -78,8 +78,9 @@ def save_adapter(trainer: Any, model: Any, output_dir: Path, kind: str = "adapte
 
 
 
-def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
-    """``trl.SFTConfig`` keyword arguments: the recipe's settings, then the ``trl`` pass-through."""
+def sft_options(config: TrainConfig, checkpoints: Path, plan: Any = None) -> dict[str, Any]:
+    """``trl.SFTConfig`` keyword arguments: the recipe's settings, then the ``trl`` pass-through, then the micro-batch
+    and checkpointing of ``plan`` (a :class:`~selfrag.training.plan.BatchPlan`, ``training.memory_plan``)."""
     training = config.training
     options: dict[str, Any] = {
         "output_dir": str(checkpoints),
@@ -111,6 +112,9 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
     if config.lora.layers is not None:  # an untied base's input rows get no gradient then: DDP must not wait for it
         options["ddp_find_unused_parameters"] = True
     options.update(config.trl)
+    if plan is not None:
+        options.update(per_device_train_batch_size=plan.micro_batch, gradient_accumulation_steps=plan.accumulation,
+                       gradient_checkpointing=plan.checkpointing)
     if (options.get("bf16") or options.get("fp16")) and not torch.cuda.is_available():
         # transformers refuses mixed precision without a GPU unless told it trains on the CPU
         options.setdefault("use_cpu", True)
@@ -126,13 +130,13 @@ def sft_options(config: TrainConfig, checkpoints: Path) -> dict[str, Any]:
 
 
 
-def sft_arguments(config: TrainConfig, checkpoints: Path) -> Any:
+def sft_arguments(config: TrainConfig, checkpoints: Path, plan: Any = None) -> Any:
     """The ``trl.SFTConfig`` of a run; settings transformers refuses (its own checks of the ``trl`` pass-through
     and of what it meets on this machine) become one :class:`ConfigError` line, not a traceback."""
     from trl import SFTConfig
 
     try:
-        return SFTConfig(**sft_options(config, checkpoints))
+        return SFTConfig(**sft_options(config, checkpoints, plan))
     except ValueError as error:
         raise ConfigError([f"trl: transformers refused these settings: {error}"]) from None
 

@@ -82,3 +82,27 @@ def test_peak_rss_of_a_1b_shape_meets_the_cpu_estimate(gpu_check, tmp_path: Path
     # the estimate of the same run (fp32 weights, 4-layer 1B shape, the records' longest length)
     assert row["estimate_gb"] > 2.5  # fp32 weights of a 4-layer 1B shape alone are 1.88 GB
     assert abs(row["estimate_ratio"] - 1) <= RSS_TOLERANCE, row
+
+
+@pytest.mark.slow
+def test_the_issue_53_stages_rehearse_on_the_cpu(gpu_check, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Training before/after (padded vs padding-free; memory_plan is ignored without a GPU) and the serving stage on
+    the HF stand-in (vLLM is not installed here): what the first call of a lent GPU runs, scaled to a toy."""
+    code = gpu_check.main(["--random-init", "--device", "cpu", "--shape", "1b", "--scale", *TOY, "--steps", "2",
+                           "--strategies", "reserved", "--train-variants", "recipe", "packed-plan",
+                           "--train-override", "training.batch_size=2", "training.gradient_accumulation_steps=1",
+                           "training.max_length=512", "--questions", "2", "--stages", "vllm",
+                           "--output", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert code == 0, report
+    assert [(row["variant"], row["padding_free"]) for row in report["train"]] == [("recipe", False),
+                                                                                 ("packed-plan", True)]
+    assert all(row["throughput"]["tokens_per_second"] > 0 and len(row["losses"]) == 2 for row in report["train"])
+    serving = report["vllm"]
+    assert serving["engine"] == "hf"
+    assert [(row["mode"], row["batch"]) for row in serving["rows"]] == [
+        ("plain RAG", 1), ("plain RAG", 32), ("single-pass", 1), ("single-pass", 32)]
+    assert all(row["questions_per_second"] > 0 for row in serving["rows"])
+    assert serving["decode"]["single-pass"]["tokens"] > 0 and serving["single_pass_p50_over_plain_batch_1"] > 0
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "| reserved | packed-plan |" in table and "serving on the hf engine" in table

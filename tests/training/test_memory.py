@@ -86,7 +86,12 @@ def test_gpu_check_dry_run_checks_configs_and_writes_json(tmp_path: Path, capsys
     assert report["configs"]["configs/train/llama-3.1-8b-instruct-qlora.yaml"] == "ok"
     assert report["memory"]["model"] == "meta-llama/Llama-3.2-1B-Instruct"
     assert report["memory"]["chosen"]["setup"]["batch_size"] == 2 and report["versions"]["torch"]
-    assert "GB per GPU" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "GB per GPU" in printed
+    # training.memory_plan for the 8B recipe (4 x 4 examples of 2048 tokens): an H200 holds micro-batch 8 unchecked
+    assert report["memory_plans"]["139.8 GB"].startswith("memory plan: micro-batch 8 x 2 accumulation, gradient "
+                                                         "checkpointing off")
+    assert "8B recipe on a 80.0 GB card: memory plan:" in printed
     # configs/models/llama-3.1-8b on the meta device, through the one loader: the published 8.03B exactly, and the
     # recipe's LoraConfig applied by PEFT: r=16 on every linear layer (41,943,040) plus, for reserved, LoRA on
     # embed_tokens and the untied lm_head (2 x 16 x (128,256 + 4,096)), for add the 15 trainable rows of each
