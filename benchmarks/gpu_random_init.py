@@ -482,7 +482,7 @@ def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     if "vllm" in args.stages:
         from gpu_vllm import serving_stage
 
-        report["vllm"] = serving_stage(shape, folder / "train-reserved", args.device, args.questions)
+        report["vllm"] = serving_stage(shape, folder / "train-reserved", args.device, args.questions, log=log)
     if "parity" in args.stages:
         report["parity"] = parity_stage(args.device)
     report["seconds"] = round(time.monotonic() - started, 1)

@@ -98,10 +98,9 @@ def timed_batches(run: Callable[[Sequence[Any]], Any], examples: Sequence[Any], 
 
 
 def serving_stage(shape: Path, adapter: Path, device: str, questions: int, top_k: int = 5,
-                  max_tokens: int = 32) -> dict[str, Any]:
-    """The stage of the module docstring: one row per (mode, batch), the decode rate of each engine."""
-    from gpu_random_init import log
-
+                  max_tokens: int = 32, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The stage of the module docstring: one row per (mode, batch), the decode rate of each engine (``log``: where
+    progress lines go, gpu_random_init's log when it runs the stage)."""
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.evaluation.data import Example
