@@ -255,7 +255,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     if judges["learned"] is False:
         print(f"WARNING: this run's model does not tell relevant from irrelevant passages (relevance AUROC "
               f"{judges['auroc']:.2f} on {judges['items']} held-out passages; {RELEVANCE_LEARNED} or more when it has "
-              f"learned). The recipe does not learn it in every run ({length} here; docs/study/judgement.md): "
+              f"learned). The recipe does not learn it in every run ({length} here; results/judgement.md): "
               f"try another seed (train.training.seed=1) or a longer run ({longer}).")
     if well_formed["share"] is not None and well_formed["share"] < config.min_well_formed:
         raise SelfragError(

@@ -1,7 +1,7 @@
 """Where ``selfrag rl``'s rollout decode spends its time on a GPU: the runtime's rollouts (``Rollouts.run``) of a
 random-init shape, as the GRPO step decodes them, timed in variants on the same model and questions.
 
-    python benchmarks/rollout_profile.py --shape 8b                 # on a GPU (carry .whl; see docs/gpu-call.md)
+    python benchmarks/rollout_profile.py --shape 8b                 # on a GPU (carry .whl; see results/gpu.md)
     python benchmarks/rollout_profile.py --shape 1b --device cpu --scale num_hidden_layers=2 hidden_size=128 \\
         intermediate_size=256 num_attention_heads=4 num_key_value_heads=2 head_dim=32 --rollouts 4 --tokens 8
 

@@ -7,7 +7,7 @@
 Each run is ``tests/training/test_judgement_training.py``'s ``learned`` fixture (the 2-layer tiny model, 256
 synthetic flag/river records, 160 steps) with ``training.seed`` set; ~30-60 s each on 2 cores. Prints, per seed,
 the IsREL accuracy and relevance AUROC on the 120 held-out records, and the accuracy on each class. Results:
-docs/judgement-test.md.
+results/judgement-test.md.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ def learned(tiny_base_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # t
     # makes this learn from any seed. Without it the recipe sat on a knife edge: training seeds 0-2 gave IsREL
     # accuracy 0.50 / 0.98 / 1.00, and seed 0 itself learned (0.99) or collapsed to one verdict (0.50) by the CPU's
     # kernels alone (AVX2 or AVX-512, ATEN_CPU_CAPABILITY) -- green in CI on one machine, red on the next.
-    # With it, seeds 0-7 all score 1.00 (positives' s_rel >= 0.96, negatives' <= 0.07); see docs/judgement-test.md.
+    # With it, seeds 0-7 all score 1.00 (positives' s_rel >= 0.96, negatives' <= 0.07); see results/judgement-test.md.
     config = load_config(
         TrainConfig, None, [],
         model=str(tiny_base_dir), records=str(train), output_dir=str(folder / "out"), eval_records=str(test),
