@@ -6,7 +6,7 @@ epoch, and the log-probs come from the model's own head where PEFT adapts it.
 TRL 1.16 scores tokens with a fused head that multiplies the backbone's output by ``lm_head.weight`` itself. Where PEFT
 adapts the head (strategy ``add``: the trainable reflection rows, ``TrainableTokensWrapper``; strategy ``reserved``:
 LoRA on ``lm_head``), that weight misses the adapter, and the wrapper has no ``bias`` (the fused head fails on it, as
-it does in SFT: DESIGN.md). There the log-probs are read from the model's own logits instead
+it does in SFT: training/sft_trainer.py). There the log-probs are read from the model's own logits instead
 (:func:`use_model_head`): correct, at the memory of one batch's full logits.
 
 TRL 1.16's ``RepeatSampler`` draws every epoch's shuffle from one generator seeded once, so a run resumed from a
