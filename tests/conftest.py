@@ -2,13 +2,22 @@
 with the 15 reflection tokens and a saved tiny merged model that holds them.
 
 Nothing here downloads; the tokenizer is trained in a second on tests/assets/tiny_corpus.txt.
+
+Under pytest-xdist (``bash scripts/test.sh`` runs ``-n auto --dist loadfile``: each module on one worker, its module
+fixtures built once) each worker runs torch and BLAS on one thread, so N workers on N cores do not oversubscribe.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of N workers on N cores: one thread each (set before torch loads)
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ASSETS = Path(__file__).parent / "assets"
 
