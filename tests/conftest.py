@@ -21,6 +21,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one of N workers on N cores: one th
 
 ASSETS = Path(__file__).parent / "assets"
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the modules that hold slow tests first, then the rest by their number of tests, so that
+    no worker starts a minutes-long module while the other has nothing left (scripts/test.sh passes
+    --no-loadscope-reorder so the workers take the modules in this order)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
+        return not any(test.get_closest_marker("slow") for test in tests), -len(tests)
+
+    items[:] = [item for tests in sorted(modules.values(), key=weight) for item in tests]
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
