@@ -2,15 +2,40 @@
 with the 15 reflection tokens and a saved tiny merged model that holds them.
 
 Nothing here downloads; the tokenizer is trained in a second on tests/assets/tiny_corpus.txt.
+
+Under pytest-xdist (``bash scripts/test.sh`` runs ``-n auto --dist loadfile``: each module on one worker, its module
+fixtures built once) each worker runs torch and BLAS on one thread, so N workers on N cores do not oversubscribe.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of N workers on N cores: one thread each (set before torch loads)
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 ASSETS = Path(__file__).parent / "assets"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the modules that hold slow tests first, then the rest by their number of tests, so that
+    no worker starts a minutes-long module while the other has nothing left (scripts/test.sh passes
+    --no-loadscope-reorder so the workers take the modules in this order)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
+        return not any(test.get_closest_marker("slow") for test in tests), -len(tests)
+
+    items[:] = [item for tests in sorted(modules.values(), key=weight) for item in tests]
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +23,13 @@ def own_teacher_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def tiny_data(tmp_path: Path) -> tuple[Path, Path]:
     """(corpus.jsonl, queries.jsonl) of the hand-made data."""
     return write_jsonl(tmp_path / "corpus.jsonl", PASSAGES), write_jsonl(tmp_path / "queries.jsonl", QUERIES)
+
+
+@pytest.fixture(scope="module")
+def ray_turn() -> Iterator[None]:
+    """Held while a module starts and uses a local Ray cluster: a Ray head binds fixed default ports (GCS 6379, the
+    client server, the dashboard agent), so two clusters at once -- two xdist workers, or two pytest runs on one
+    machine -- would collide; the second waits for the first."""
+    with open(Path(tempfile.gettempdir()) / "selfrag-tests-ray-cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -25,7 +25,7 @@ def test_only_the_named_key_is_forwarded_and_only_when_set(monkeypatch: pytest.M
     assert forwarded_environment(KEY) == {KEY: "sk-test"}
 
 
-def test_workers_on_nodes_without_the_key_call_the_teacher_with_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_workers_on_nodes_without_the_key_call_the_teacher_with_it(tmp_path: Path, monkeypatch, ray_turn) -> None:  # type: ignore[no-untyped-def]
     from ray.cluster_utils import Cluster
 
     assert not ray.is_initialized(), "another test left Ray initialized"

@@ -26,7 +26,7 @@ MANY = [dict(q, id=f"{q['id']}-{n}", question=f"{q['question']} (variant {n})") 
 
 
 @pytest.fixture(scope="module")
-def cluster():  # type: ignore[no-untyped-def]
+def cluster(ray_turn):  # type: ignore[no-untyped-def]
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

@@ -76,15 +76,19 @@ class TargetReward(Reward):
 
 
 def test_grpo_learns_a_learnable_reward(rl_files: dict[str, Path]) -> None:
-    config = _config(rl_files, "training.learning_rate=0.1", "training.max_steps=16", "training.save_steps=100")
+    # Adam at 0.05 held constant, 8 rollouts a question: over 18 seeds (model x sampling, AVX2 and default fp32
+    # kernels) the last four steps averaged 0.71-0.99 from 0.43-0.58; at 0.1 decaying with 4 rollouts the reward
+    # rose and fell back on AVX2 (0.46 -> 0.63 -> 0.46) where AVX-512 kernels reached 0.8
+    config = _config(rl_files, "training.learning_rate=0.05", "trl.lr_scheduler_type=constant",
+                     "training.generations=8", "training.max_steps=24", "training.save_steps=100")
     policy = load_policy(config)
     retriever = BM25Retriever(PASSAGES)
     trainer = grpo_trainer(config, policy, read_questions(config), retriever, TargetReward(),
                            rl_files["out"] / "checkpoints")
     trainer.train()
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
-    assert len(rewards) == 16
-    assert mean(rewards[-4:]) > mean(rewards[:4]) + 0.1, rewards
+    assert len(rewards) == 24
+    assert mean(rewards[-4:]) > max(mean(rewards[:4]) + 0.1, 0.6), rewards  # the prior is about half
 
 
 def test_passage_tokens_get_no_gradient(rl_files: dict[str, Path]) -> None:
