@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+from .candidate import CandidateScore as CandidateScore  # trace entries hold it; callers import it from here
+
 #: A JSON value as ``to_dict`` writes it.
 Json = Any
 
@@ -58,28 +60,6 @@ class _Entry:
 
 
 # -- what entries hold ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CandidateScore:
-    """The critique of one continuation: each component (None when missing), tokens and the total."""
-
-    relevance: float | None
-    support: float | None
-    utility: float | None
-    total: float
-    relevance_token: str | None  # the token the model generated for each group (None: not generated)
-    support_token: str | None
-    utility_token: str | None
-    missing: tuple[str, ...]  # components whose score could not be read
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "score": self.total,
-            "components": {"relevance": self.relevance, "support": self.support, "utility": self.utility},
-            "tokens": {"relevance": self.relevance_token, "support": self.support_token, "utility": self.utility_token},
-            "missing": list(self.missing),
-        }
 
 
 @dataclass(frozen=True, slots=True)
