@@ -90,9 +90,9 @@ def packed_mask(*args: Any, **kwargs: Any) -> Any:
 def packed_attention(model: Any, on: bool) -> Iterator[None]:
     """``model`` attends with :func:`packed_sdpa` for the duration where it runs SDPA or eager attention (flash
     attention reads the records' bounds itself)."""
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     original = getattr(config, "_attn_implementation", None)
-    if not on or original not in ("sdpa", "eager"):
+    if not on or config is None or original not in ("sdpa", "eager"):
         yield
         return
     from transformers import AttentionInterface
