@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,13 +43,16 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "studies"))
+
+from rl_study import cpu_name, gold, paired_interval, selfrag  # noqa: E402  (the studies import each other as scripts)
+
 SETS = REPO / "studies" / "transfer"
 DEMO_CORPUS = REPO / "data_gen" / "demo" / "corpus.jsonl"
 TRAIN_RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
 RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
 DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
 EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap"]
-RESAMPLES = 2000
 #: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
 #: quickstart's records (the recipe's 320 would drop half of them)
 RAG_LENGTH = 640
@@ -60,17 +61,8 @@ ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-
 FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", "single-pass SFT+RL": "sft+rl"}
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
-def selfrag(*args: str) -> None:
-    command = [str(Path(sys.executable).with_name("selfrag")), *args]
-    print("+", " ".join(command), flush=True)
-    subprocess.run(command, check=True)
 
 
 def question_sets(seed_dir: Path, names: list[str]) -> dict[str, tuple[Path, list[str]]]:
@@ -142,18 +134,8 @@ def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
     return {row["question"]: row for row in rows}
 
 
-def gold(row: dict[str, Any]) -> float:
-    from selfrag.evaluation.metrics import match
-
-    return float(row["answerable"] and not row["abstained"] and match(row["answer"], row["gold_answers"]))
 
 
-def paired_interval(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of mean(b - a) over the same (seed, question) pairs."""
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
-    differences = (b[picks] - a[picks]).mean(axis=1)
-    return float(np.percentile(differences, 2.5)), float(np.percentile(differences, 97.5))
 
 
 def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[str, Any]] | None]:
