@@ -126,9 +126,9 @@ class UpperHalf:
 
 def test_selfrag_rl_learns_through_vllm_rollouts(linear_adapter: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from selfrag.app import rl
+    from selfrag.rl import run as rl_run
 
-    monkeypatch.setattr(rl, "Reward", UpperHalf)
+    monkeypatch.setattr(rl_run, "Reward", UpperHalf)
     output = tmp_path / "rl"
     config = _config(linear_adapter, output, "limit=8", f"training.max_steps={STEPS}", "training.questions_per_step=2",
                      "training.generations=4", "training.save_steps=100", "training.learning_rate=0.02",
