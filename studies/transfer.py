@@ -94,10 +94,11 @@ def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
 
 
 def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool,
-             rag_steps: int | None = None) -> None:
+             rag_steps: int | None = None, data_recipe: Path | None = None) -> None:
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
-    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget)
+    recipe = [f"data_recipe={data_recipe.resolve()}"] if data_recipe else []
+    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget, *recipe)
     sft = seed_dir / "model"
     rag_budget = rag_steps or steps
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
@@ -213,6 +214,8 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
     parser.add_argument("--dev-calibrated", action="store_true",
                         help="also judge the SFT model calibrated on the dev sets")
+    parser.add_argument("--data-recipe", type=Path,
+                        help="the labelling recipe of both models' records (default: the quickstart's)")
     parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
     args = parser.parse_args()
     if not args.table:
@@ -222,7 +225,8 @@ def main() -> None:
         if unknown:
             parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
         for seed in (int(s) for s in args.seeds.split(",")):
-            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps)
+            run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps,
+                     args.data_recipe)
     text = table(args.out)
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
