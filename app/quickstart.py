@@ -1,7 +1,7 @@
 """The quickstart: demo data -> the CPU training recipe -> calibration -> ``selfrag eval`` of three modes.
 
-    selfrag quickstart                                  # ~15 min on 2 CPU cores, set-up included
-    selfrag quickstart prompted=true                    # + prompted-critic Self-RAG, the baseline (~7 min more)
+    selfrag quickstart                                  # data, LoRA, answers, the table (on CPU)
+    selfrag quickstart prompted=true                    # + prompted-critic Self-RAG, the baseline
     selfrag quickstart max_steps=4 test_questions=6     # a smoke run in a few minutes (CI)
     selfrag quickstart max_steps=600                    # retrains, recalibrates and re-evaluates; keeps the data
 
@@ -66,7 +66,7 @@ class QuickstartConfig:
     show: int = help_field("answers printed with every mode's answer and the decisions", 3)
     prompted: bool = help_field(
         "also answer with prompted-critic Self-RAG (the base model asked one critic question per decision: the "
-        "calls single-pass saves); about 7 more minutes on 2 cores, which is why it is off by default", False,
+        "calls single-pass saves: ~24 engine calls a question, which is why it is off by default)", False,
     )
     min_well_formed: float = help_field(
         "exit with an error if fewer of the model's outputs than this parse as well-formed trajectories (0 = off); "
@@ -217,7 +217,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     _banner(5, f"selfrag eval: {len(test)} held-out questions, {len(eval_config.modes)} modes "
                f"({', '.join(eval_config.modes)}), the same base model")
     if "prompted" not in eval_config.modes:
-        print("(prompted-critic Self-RAG, a critic call per decision, is left out: about 7 min more; prompted=true)")
+        print("(prompted-critic Self-RAG, a critic call per decision, is left out: ~24 engine calls a question; prompted=true)")
     # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
     # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
     stages.check("eval", eval_config, {"data": split_dir / "test.jsonl", "labels": split_dir / "test-labels.jsonl"},

@@ -122,8 +122,8 @@ class EvalConfig:
         None,
     )
     modes: list[str] = help_field(
-        f"modes to compare, any of {list(MODES)}; prompted (the prompted-critic baseline, ~18 s a question on 2 CPU "
-        "cores: ~24 engine calls) runs only when listed; ft_rag (the fine-tuned RAG baseline) needs ft_rag_model",
+        f"modes to compare, any of {list(MODES)}; prompted (the prompted-critic baseline, ~24 engine calls a "
+        "question) runs only when listed; ft_rag (the fine-tuned RAG baseline) needs ft_rag_model",
         default_factory=lambda: list(DEFAULT_MODES)
     )
     ft_rag_model: str | None = help_field(

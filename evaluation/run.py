@@ -194,7 +194,7 @@ def estimate(config: EvalConfig, examples: int) -> str:
     line = (f"estimate: {examples} questions x {len(config.modes)} modes, up to ~{_duration(total)} on 2 CPU cores "
             f"with a 135M model ({parts}); a GPU is much faster")
     if "prompted" not in config.modes:
-        line += "; add prompted to modes for the prompted-critic baseline (~18 s a question on 2 CPU cores)"
+        line += "; add prompted to modes for the prompted-critic baseline (~24 engine calls a question)"
     return line
 
 

@@ -70,8 +70,8 @@ def import_bm25s() -> Any:
     """``bm25s``, imported with JAX hidden from it.
 
     ``bm25s.selection`` imports ``jax.lax`` when JAX is installed and runs a top-k at import: that starts JAX's GPU
-    backend, which preallocates 75% of the card for the life of the process (measured on an H200: 105 GiB held by
-    ``gpu_check``'s data step, under every later training of the run). selfrag ranks with NumPy's top-k
+    backend, which preallocates 75% of the card for the life of the process (held under every later training of
+    the run). selfrag ranks with NumPy's top-k
     (``backend_selection="numpy"``), so the import never needs JAX; a JAX imported before stays untouched.
     """
     if "bm25s" in sys.modules:  # imported before (by the caller, or a benchmark): its logger was quietened then,

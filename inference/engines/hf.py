@@ -95,8 +95,8 @@ class HFEngine:
         self.batch_size = options.batch_size
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.pad_id = _pad_id(self.tokenizer, self.eos_ids)
-        # sampling draws on the model's device: a (batch, 128k) multinomial on the CPU took 60 ms a decode step on an
-        # H200's host, 45% of selfrag rl's 8B rollout time (benchmarks/rollout_profile.py)
+        # sampling draws on the model's device: a (batch, 128k) multinomial on the host CPU is a large share of a GPU
+        # rollout's decode step (benchmarks/rollout_profile.py measures it)
         self._generator = torch.Generator(device=options.device).manual_seed(options.seed)
         self.prefixes = PrefixCache(int(prefix_cache_mb * 2**20))
         self._cache_keyword = cache_keyword(self.model)
