@@ -119,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("action", choices=("start", "stop", "status"), help="start it in the background, stop it, or ask")
     pg.add_argument("directory", type=Path, help="the server's folder (created; keeps its data between starts)")
     pg.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (default: the one it used last, else a free one)")
-    quickstart = commands.add_parser("quickstart", help="run everything on the demo data on CPU (prints an estimate once training starts)")
+    quickstart = commands.add_parser(
+        "quickstart", help="run everything on the demo data on CPU (prints an estimate once training starts)")
     _add_config_arguments(quickstart)
     return parser
 

@@ -217,7 +217,8 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     _banner(5, f"selfrag eval: {len(test)} held-out questions, {len(eval_config.modes)} modes "
                f"({', '.join(eval_config.modes)}), the same base model")
     if "prompted" not in eval_config.modes:
-        print("(prompted-critic Self-RAG, a critic call per decision, is left out: ~24 engine calls a question; prompted=true)")
+        print("(prompted-critic Self-RAG, a critic call per decision, ~24 engine calls a question, is left out; "
+              "prompted=true)")
     # No outputs to clear: `selfrag eval` keeps each mode's answers by the mode's own fingerprint, so a retrained
     # or recalibrated model re-answers single-pass only and the base-model modes (prompted: minutes) are kept.
     stages.check("eval", eval_config, {"data": split_dir / "test.jsonl", "labels": split_dir / "test-labels.jsonl"},
