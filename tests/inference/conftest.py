@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,3 +14,12 @@ def engine(reflection_tokenizer: Any, token_ids: Any) -> Any:
     from server_harness import ScriptedBackendEngine  # imported here: the other inference tests need no server
 
     return ScriptedBackendEngine(reflection_tokenizer, token_ids)
+
+
+@pytest.fixture
+def live(engine: Any) -> Iterator[Any]:
+    """A server on this test's ``engine``, stopped after it (the gate opened first, should the test have closed it)."""
+    from server_harness import serving
+
+    with serving(engine) as server:
+        yield server

@@ -7,11 +7,12 @@ uvicorn on a loopback socket in a thread, so the official ``openai`` client talk
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import uvicorn
@@ -159,6 +160,18 @@ class LiveServer:
 def start_server(engine: ScriptedBackendEngine, api_key: str | None = None, **overrides: Any) -> LiveServer:
     backend = Backend(engine, FixedRetriever(), MODEL)
     return LiveServer(create_app(serve_config(**overrides), backend, api_key=api_key)).start()
+
+
+@contextlib.contextmanager
+def serving(engine: ScriptedBackendEngine, api_key: str | None = None, **overrides: Any) -> Iterator[LiveServer]:
+    """:func:`start_server` for the ``with`` block; on the way out the engine's gate opens (a test may have closed
+    it: a held call would keep the server from stopping) and the server stops."""
+    live = start_server(engine, api_key, **overrides)
+    try:
+        yield live
+    finally:
+        engine.gate.set()
+        live.stop()
 
 
 def wait_until(condition: Any, timeout: float = 10.0) -> None:

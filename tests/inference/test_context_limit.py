@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from runtime_scripts import FixedRetriever
-from server_harness import MODEL, ScriptedBackendEngine, start_server
+from server_harness import MODEL, ScriptedBackendEngine, serving
 
 from selfrag.errors import InputError
 from selfrag.inference.config import InferenceConfig
@@ -57,8 +57,7 @@ def test_runtime_refuses_an_overlong_or_empty_question_before_decoding(
 
 def test_server_answers_400_context_length_exceeded(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     engine = limited_engine(reflection_tokenizer, token_ids, 60)
-    live = start_server(engine)
-    try:
+    with serving(engine) as live:
         body = {"model": MODEL, "messages": [{"role": "user", "content": "why " * 50}], "max_tokens": 20}
         response = httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=30)
         assert response.status_code == 400
@@ -66,5 +65,3 @@ def test_server_answers_400_context_length_exceeded(reflection_tokenizer, token_
         assert error["param"] == "messages" and error["code"] == "context_length_exceeded"
         assert error["message"].startswith("the last user message is ") and "context of 60 tokens" in error["message"]
         assert engine.calls == []
-    finally:
-        live.stop()

@@ -24,6 +24,7 @@ from server_harness import (
     PARIS,
     LiveServer,
     ScriptedBackendEngine,
+    serving,
     start_server,
     wait_until,
 )
@@ -40,9 +41,8 @@ def shared_engine(reflection_tokenizer, token_ids) -> ScriptedBackendEngine:  # 
 @pytest.fixture(scope="module")
 def server(shared_engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
     """One server for the tests that neither gate the engine nor change the server's settings."""
-    live = start_server(shared_engine)
-    yield live
-    live.stop()
+    with serving(shared_engine) as live:
+        yield live
 
 
 def client(live: LiveServer, key: str = "unused") -> openai.OpenAI:
@@ -248,8 +248,7 @@ def test_openai_client_raises_on_errors(server: LiveServer) -> None:
 
 
 def test_api_key_required_when_set(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, api_key="s3cret-key")
-    try:
+    with serving(engine, api_key="s3cret-key") as live:
         with pytest.raises(openai.AuthenticationError):
             client(live, key="wrong").chat.completions.create(model=MODEL, messages=_user())  # type: ignore[arg-type]
         response = httpx.post(f"{live.url}/v1/chat/completions", json={"model": MODEL, "messages": _user()})
@@ -262,8 +261,6 @@ def test_api_key_required_when_set(engine: ScriptedBackendEngine) -> None:
         schema = httpx.get(f"{live.url}/openapi.json").json()
         assert "HTTPBearer" in schema["components"]["securitySchemes"]
         assert schema["paths"]["/v1/chat/completions"]["post"]["security"] == [{"HTTPBearer": []}]
-    finally:
-        live.stop()
 
 
 def _in_thread(function: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:
@@ -281,8 +278,7 @@ def _in_thread(function: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_429_when_the_queue_is_full(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, max_queue=1, max_batch=1, batch_wait_ms=0)
-    try:
+    with serving(engine, max_queue=1, max_batch=1, batch_wait_ms=0) as live:
         engine.gate.clear()
         first, first_result = _in_thread(ask, live, CAPITAL)
         assert engine.entered.wait(10)  # the first request is in the engine
@@ -296,14 +292,10 @@ def test_429_when_the_queue_is_full(engine: ScriptedBackendEngine) -> None:
         assert first_result[0].choices[0].message.content == CAPITAL_ANSWER
         assert second_result[0].choices[0].message.content == ARITHMETIC_ANSWER
         assert 'selfrag_rejected_total{reason="queue_full"} 1.0' in httpx.get(f"{live.url}/metrics").text
-    finally:
-        engine.gate.set()
-        live.stop()
 
 
 def test_concurrent_requests_share_engine_calls(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, max_batch=8, batch_wait_ms=50)
-    try:
+    with serving(engine, max_batch=8, batch_wait_ms=50) as live:
         engine.gate.clear()
         blocker, _ = _in_thread(ask, live, ARITHMETIC)
         assert engine.entered.wait(10)
@@ -318,14 +310,10 @@ def test_concurrent_requests_share_engine_calls(engine: ScriptedBackendEngine) -
         # One engine call for the blocker, then ONE call deciding all four queued questions together.
         assert engine.batch_sizes() == [1, 4]
         assert "selfrag_batch_size_count 2.0" in httpx.get(f"{live.url}/metrics").text
-    finally:
-        engine.gate.set()
-        live.stop()
 
 
 def test_timeout_gives_504(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, timeout_s=0.3)
-    try:
+    with serving(engine, timeout_s=0.3) as live:
         engine.gate.clear()
         response = post(live, {"model": MODEL, "messages": _user()})
         assert response.status_code == 504 and response.json()["error"]["code"] == "timeout"
@@ -333,14 +321,10 @@ def test_timeout_gives_504(engine: ScriptedBackendEngine) -> None:
         assert streamed.status_code == 200
         data = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
         assert json.loads(data[-2])["error"]["code"] == "timeout" and data[-1] == "[DONE]"
-    finally:
-        engine.gate.set()
-        live.stop()
 
 
 def test_client_that_disconnects_mid_stream_frees_its_slot(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, max_queue=1, max_batch=1, batch_wait_ms=0)
-    try:
+    with serving(engine, max_queue=1, max_batch=1, batch_wait_ms=0) as live:
         engine.gate.clear()
         first, first_result = _in_thread(ask, live, CAPITAL)
         assert engine.entered.wait(10)
@@ -360,9 +344,6 @@ def test_client_that_disconnects_mid_stream_frees_its_slot(engine: ScriptedBacke
         decoded = [engine.tokenizer.decode(list(r.prompt_ids)) for batch in engine.calls for r in batch]
         assert not any(MAYOR in prompt for prompt in decoded)
         assert 'selfrag_rejected_total{reason="disconnected"} 1.0' in httpx.get(f"{live.url}/metrics").text
-    finally:
-        engine.gate.set()
-        live.stop()
 
 
 def test_graceful_shutdown_finishes_in_flight_requests(engine: ScriptedBackendEngine) -> None:
@@ -431,11 +412,8 @@ def test_failed_load_reports_failed(engine: ScriptedBackendEngine) -> None:
 
 
 def test_models_and_metrics(engine: ScriptedBackendEngine) -> None:
-    server = start_server(engine)
-    try:
+    with serving(engine) as server:
         _check_models_and_metrics(server)
-    finally:
-        server.stop()
 
 
 def _check_models_and_metrics(server: LiveServer) -> None:
@@ -515,8 +493,7 @@ def test_calibration_fills_only_unset_settings_and_a_request_may_ask_for_the_bui
 def test_the_folder_name_and_a_configured_served_name_are_both_served(engine: ScriptedBackendEngine) -> None:
     """The model directory's name is always served (the README's model="model" is the quickstart's folder), a
     configured served_model_name too; a 404 names every served id."""
-    live = start_server(engine, served_model_name="smol")  # the harness's backend is the folder MODEL
-    try:
+    with serving(engine, served_model_name="smol") as live:  # the harness's backend is the folder MODEL
         listed = [card.id for card in client(live).models.list().data]
         assert listed == ["smol", MODEL]
         for name in ("smol", MODEL):
@@ -526,5 +503,3 @@ def test_the_folder_name_and_a_configured_served_name_are_both_served(engine: Sc
         missing = post(live, {"model": "model", "messages": _user()})
         message = missing.json()["error"]["message"]
         assert missing.status_code == 404 and f"'smol' or '{MODEL}'" in message and "served_model_name" in message
-    finally:
-        live.stop()

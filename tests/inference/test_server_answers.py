@@ -9,11 +9,9 @@ came with ``citations: []``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
-import pytest
 from server_harness import (
     CAPITAL,
     CAPITAL_ANSWER,
@@ -22,18 +20,11 @@ from server_harness import (
     LiveServer,
     ScriptedBackendEngine,
     _continuation,
-    start_server,
+    serving,
 )
 
 from selfrag import reflection as rf
 from selfrag.inference.engines import GenerationRequest, Script
-
-
-@pytest.fixture
-def live(engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
-    server = start_server(engine)
-    yield server
-    server.stop()
 
 
 class IrrelevantParis(ScriptedBackendEngine):
@@ -96,11 +87,8 @@ def test_every_reason_is_listed(live: LiveServer) -> None:
 
 def test_a_flagged_answer_from_an_irrelevant_passage_cites_it_and_says_so(reflection_tokenizer: Any,
                                                                             token_ids: Any) -> None:
-    live = start_server(IrrelevantParis(reflection_tokenizer, token_ids))
-    try:
+    with serving(IrrelevantParis(reflection_tokenizer, token_ids)) as live:
         _check_irrelevant_citation(live)
-    finally:
-        live.stop()
 
 
 def _check_irrelevant_citation(live: LiveServer) -> None:

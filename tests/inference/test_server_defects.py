@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -20,19 +19,11 @@ from server_harness import (
     PARIS,
     LiveServer,
     ScriptedBackendEngine,
-    start_server,
+    serving,
     wait_until,
 )
 
 from selfrag.prompting import encode_prompt, passage_ids
-
-
-@pytest.fixture
-def live(engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
-    server = start_server(engine)
-    yield server
-    engine.gate.set()
-    server.stop()
 
 
 def _post(live: LiveServer, content: bytes | dict[str, Any], **headers: str) -> httpx.Response:
@@ -80,8 +71,7 @@ def test_a_lone_surrogate_is_400_naming_the_field(live: LiveServer, engine: Scri
 
 def test_invalid_json_is_401_without_the_key_and_400_pointing_at_the_byte_with_it(engine: ScriptedBackendEngine
                                                                                   ) -> None:
-    live = start_server(engine, api_key="k3y")
-    try:
+    with serving(engine, api_key="k3y") as live:
         broken = '{"model": "é", "messages": [}'.encode()
         for headers in ({}, {"authorization": "Bearer wrong"}):
             response = _post(live, broken, **headers)
@@ -95,8 +85,6 @@ def test_invalid_json_is_401_without_the_key_and_400_pointing_at_the_byte_with_i
         # "é" is two bytes: the character index (28) and the byte offset (29) differ
         assert broken.index(b"}") == 29
         assert "at byte 29 (line 1, column 29)" in error["message"], error["message"]
-    finally:
-        live.stop()
 
 
 def test_invalid_json_on_a_later_line_names_the_line(live: LiveServer) -> None:
@@ -141,8 +129,7 @@ def test_their_harmless_values_are_still_answered(live: LiveServer, extra: dict[
 
 
 def test_429_says_when_to_retry(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, max_queue=1, max_batch=1, batch_wait_ms=0)
-    try:
+    with serving(engine, max_queue=1, max_batch=1, batch_wait_ms=0) as live:
         engine.gate.clear()
         threads = [threading.Thread(target=_post, args=(live, _body(question)), daemon=True)
                    for question in (CAPITAL, ARITHMETIC)]
@@ -156,9 +143,6 @@ def test_429_says_when_to_retry(engine: ScriptedBackendEngine) -> None:
         engine.gate.set()
         for thread in threads:
             thread.join(10)
-    finally:
-        engine.gate.set()
-        live.stop()
 
 
 def test_413_and_the_schema_are_counted_under_their_routes(live: LiveServer) -> None:
@@ -191,8 +175,7 @@ def test_a_question_that_fits_but_not_with_its_passages_is_refused_up_front(
     prompt = len(encode_prompt(reflection_tokenizer, question, engine.prompt_template))
     passage = len(passage_ids(reflection_tokenizer, token_ids, PARIS))  # the three passages: Paris is the longest
     engine.max_context = prompt + 16 + passage - 1  # type: ignore[attr-defined]  # one token short
-    live = start_server(engine)
-    try:
+    with serving(engine) as live:
         response = _post(live, _body(question, max_tokens=16, stream=stream))
         assert response.status_code == 400, response.text
         error = response.json()["error"]
@@ -205,8 +188,6 @@ def test_a_question_that_fits_but_not_with_its_passages_is_refused_up_front(
         assert engine.calls == []  # refused before any decode
         assert _post(live, _body(question, max_tokens=15)).status_code == 200  # one token less fits
         assert _post(live, _body(question, max_tokens=16, mode="never")).status_code == 200  # no passage
-    finally:
-        live.stop()
 
 
 # -- bodies that are not one JSON object, non-finite numbers, a text part without text (issue 44) -------------
@@ -234,14 +215,11 @@ def test_a_body_that_is_not_one_json_object_is_400_invalid_json(live: LiveServer
 
 
 def test_a_body_fastapi_cannot_parse_is_401_without_the_key(engine: ScriptedBackendEngine) -> None:
-    live = start_server(engine, api_key="k3y")
-    try:
+    with serving(engine, api_key="k3y") as live:
         for content in (b"\xff\xfe{", b"[" * 20000):
             response = _post(live, content)
             assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
         assert _post(live, b"\xff", authorization="Bearer k3y").json()["error"]["code"] == "invalid_json"
-    finally:
-        live.stop()
 
 
 @pytest.mark.parametrize(("field", "value"), [("threshold", "NaN"), ("support_bound", "Infinity"),

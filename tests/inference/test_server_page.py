@@ -19,7 +19,7 @@ from server_harness import (
     MAYOR_ANSWER,
     LiveServer,
     ScriptedBackendEngine,
-    start_server,
+    serving,
 )
 
 from selfrag import reflection as rf
@@ -36,9 +36,8 @@ def engine(reflection_tokenizer: Any, token_ids: Any) -> ScriptedBackendEngine:
 
 @pytest.fixture(scope="module")
 def server(engine: ScriptedBackendEngine) -> Iterator[LiveServer]:
-    live = start_server(engine, api_key=KEY)
-    yield live
-    live.stop()
+    with serving(engine, api_key=KEY) as live:
+        yield live
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +126,7 @@ def test_the_inspector_streams_an_answer_and_lays_out_its_decisions(driver: Any,
 
 def test_a_re_retrieval_round_and_an_abstention_with_its_reason(driver: Any, engine: ScriptedBackendEngine) -> None:
     rounds = InferenceConfig(max_rounds=1, pruning=PruningConfig(enabled=False))
-    server = start_server(engine, api_key=KEY, inference=rounds)
-    try:
+    with serving(engine, api_key=KEY, inference=rounds) as server:
         _page(driver, server)
         _ask(driver, MAYOR)
         wait_for(driver, lambda d: _state(d) == "done")
@@ -139,8 +137,6 @@ def test_a_re_retrieval_round_and_an_abstention_with_its_reason(driver: Any, eng
         assert [block.get_attribute("data-round") for block in blocks] == ["0", "1"]
         assert "re-retrieve" in blocks[0].text  # round 1's support verdict sent the runtime back to retrieval
         assert "Round 2" in blocks[1].text and "No passage:" in blocks[1].text
-    finally:
-        server.stop()
 
 
 def test_the_icon_is_served_and_the_page_files_count_under_their_route(server: LiveServer) -> None:
@@ -158,8 +154,7 @@ def test_the_icon_is_served_and_the_page_files_count_under_their_route(server: L
 
 
 def test_a_re_retrieval_round_shows_its_own_query(driver: Any, engine: ScriptedBackendEngine) -> None:
-    server = start_server(engine, api_key=KEY, inference=InferenceConfig(max_rounds=1))
-    try:
+    with serving(engine, api_key=KEY, inference=InferenceConfig(max_rounds=1)) as server:
         _page(driver, server)
         driver.find_element("id", "top-k").send_keys("1")  # round 2 then finds a passage not tried yet
         _ask(driver, MAYOR)
@@ -179,14 +174,11 @@ def test_a_re_retrieval_round_shows_its_own_query(driver: Any, engine: ScriptedB
         laid_out = driver.execute_script("return [...rounds(arguments[0]).values()]"
                                          ".map((r) => [r.segment, r.number, r.query, [...r.passages.keys()]])", trace)
         assert laid_out == [[0, 0, "q", ["a"]], [0, 1, "q one", ["b"]], [1, 0, "q one two", ["c"]]]
-    finally:
-        server.stop()
 
 
 def test_a_relevant_passage_without_a_support_verdict_says_why(driver: Any, engine: ScriptedBackendEngine) -> None:
     # Lyon's relevance 0.3 is [Relevant] at 0.25, and more than the margin (0.5) behind Paris's 0.95: pruned
-    server = start_server(engine, api_key=KEY, inference=InferenceConfig(max_rounds=0, relevance_threshold=0.25))
-    try:
+    with serving(engine, api_key=KEY, inference=InferenceConfig(max_rounds=0, relevance_threshold=0.25)) as server:
         _page(driver, server)
         _ask(driver, CAPITAL)
         wait_for(driver, lambda d: _state(d) == "done")
@@ -196,8 +188,6 @@ def test_a_relevant_passage_without_a_support_verdict_says_why(driver: Any, engi
         assert why.startswith("not scored: stopped after its relevance token") and "behind the best" in why, why
         paris = driver.find_element("css selector", "#rounds tr[data-passage='p-paris']")
         assert rf.FULLY_SUPPORTED in paris.text and not paris.find_elements("css selector", ".why")
-    finally:
-        server.stop()
 
 
 def test_server_errors_are_messages_not_a_blank_page(driver: Any, server: LiveServer) -> None:
@@ -211,15 +201,11 @@ def test_server_errors_are_messages_not_a_blank_page(driver: Any, server: LiveSe
 
 
 def test_an_error_in_the_middle_of_the_stream_is_a_message(driver: Any, engine: ScriptedBackendEngine) -> None:
-    server = start_server(engine, api_key=KEY, timeout_s=0.5)
-    engine.gate.clear()  # the model never answers: the server sends its timeout error inside the stream
-    try:
+    with serving(engine, api_key=KEY, timeout_s=0.5) as server:
+        engine.gate.clear()  # the model never answers: the server sends its timeout error inside the stream
         _page(driver, server)
         _ask(driver, CAPITAL)
         wait_for(driver, lambda d: _state(d) == "failed")
         text = driver.find_element("id", "message").text
         assert text.startswith("The server reported an error: no answer within timeout_s=0.5"), text
         assert driver.find_element("id", "status").text == "failed"
-    finally:
-        engine.gate.set()
-        server.stop()

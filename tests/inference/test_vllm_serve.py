@@ -5,12 +5,9 @@ Runs in .venv-vllm with the parity test's merged ``add`` model (see test_vllm_pa
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
+import importlib.util
 import sys
-import time
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,43 +20,20 @@ from test_vllm_parity import _assert_parity, _requests, add_merged, base, workdi
 from selfrag.inference.engines.hf import HFEngine  # noqa: E402
 from selfrag.inference.engines.openai import OpenAIEngine  # noqa: E402
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]  # noqa: F811
-    port = _free_port()
-    log = tmp_path_factory.mktemp("serve") / "vllm-serve.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(add_merged),
-               "--served-model-name", "selfrag-parity", "--host", "127.0.0.1", "--port", str(port),
-               "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--max-logprobs", "20"]
-    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1"}
-    with log.open("w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
-    try:
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(2)
-        else:
-            pytest.fail(f"vllm serve did not become healthy in 900 s:\n{log.read_text()[-3000:]}")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+def server(add_merged: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+    """`vllm serve` of the merged model, started as benchmarks/engine_tier.py starts the load test's engine tier
+    (this venv's Python, --max-model-len 1024); its /v1 URL."""
+    spec = importlib.util.spec_from_file_location("engine_tier", ROOT / "benchmarks" / "engine_tier.py")
+    assert spec is not None and spec.loader is not None
+    engine_tier = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine_tier)
+    with engine_tier.VllmServe(sys.executable, add_merged, tmp_path_factory.mktemp("serve"), max_model_len=1024,
+                               served_model="selfrag-parity") as tier:
+        yield tier.base_url
 
 
 def test_openai_engine_against_vllm_serve(server: str, add_merged: Path) -> None:  # noqa: F811
