@@ -42,10 +42,15 @@ TRL_OWNED: dict[str, str] = {
 class RolloutConfig:
     """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.rl.rollout`)."""
 
+    #: keys that were rollout settings once: what to write instead
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "top_k": "each [Retrieval] puts in one passage, the retriever's best not yet in context, whatever top_k said "
+                 "(it never chose another; it was not passages per question as in eval); delete rollout.top_k",
+    }
+
     mode: Literal["adaptive", "always"] = help_field(
         "adaptive: the model decides when to retrieve; always: every rollout starts with [Retrieval] and every "
         "[Retrieval] is followed (the runtime's mode: always)", "adaptive")
-    top_k: int = help_field("passages searched a retrieval step; the best one not yet in context goes in", 1)
     depth: int = help_field("most retrieval rounds in one rollout (after that a [Retrieval] becomes [No Retrieval])", 2)
     max_segments: int = help_field("most sentences in one rollout", 3)
     segment_tokens: int = help_field("most new tokens per segment decode", 48)
@@ -73,7 +78,7 @@ class RolloutConfig:
         return resolve_options("vllm", None, {**self.VLLM_DEFAULTS, **self.engine_options})
 
     def validate(self) -> list[str]:
-        problems = at_least_one(self, ("top_k", "depth", "max_segments", "segment_tokens"))
+        problems = at_least_one(self, ("depth", "max_segments", "segment_tokens"))
         try:
             self.vllm_options()
         except ConfigError as error:

@@ -215,3 +215,15 @@ def test_rl_spells_its_claim_judge_as_eval_does(
     assert call(argv) == 0
     judge = nothing_runs["rl"].reward.judge
     assert (judge.kind, judge.model, judge.threshold) == ("nli", "runs/nli", 0.7)
+
+
+def test_rl_refuses_a_rollout_top_k_that_never_chose_anything(
+    nothing_runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollout puts one passage in a retrieval, the best not yet in context; top_k never changed which, and read
+    like eval's passages per question: refused in one line saying so."""
+    assert call(["rl", *_required("rl", tmp_path), "retriever.index=runs/index", "rollout.top_k=3"]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("selfrag rl: error: rollout.top_k was removed: each [Retrieval] puts in one passage"), line
+    assert line.endswith("delete rollout.top_k"), line
+    assert not nothing_runs
