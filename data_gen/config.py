@@ -187,6 +187,13 @@ class RayConfig:
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
+    #: the teacher's keys a run recorded before they were spelled as engine_options: resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
+        "teacher.backend": "teacher.engine", "teacher.max_concurrency": "teacher.concurrency",
+        "teacher.timeout_s": "teacher.timeout", "teacher.backoff_s": "teacher.backoff",
+        "teacher.engine_args": "teacher.vllm_args",
+    }
+
     output: str = help_field(
         "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "
         "config.yaml go here. A rerun into the same directory resumes; give each shard its own directory. "

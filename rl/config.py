@@ -177,6 +177,11 @@ class RLConfig:
     """``selfrag rl``: GRPO on a trained Self-RAG model, rollouts with retrieval in the loop."""
 
     REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS  # the spelling of other commands' past, refused alike
+    #: settings a run recorded before they were renamed (the judge's flat keys) or removed: resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
+        "reward.judge": "reward.judge.kind", "reward.judge_model": "reward.judge.model",
+        "reward.judge_threshold": "reward.judge.threshold", "rollout.top_k": None,
+    }
 
     model: str = help_field(
         "The policy to start from: an adapter from `selfrag train` (its LoRA goes on training) or a merged model with "
