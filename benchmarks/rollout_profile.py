@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     token_ids = prepare_tokens(model, tokenizer, "reserved")
     retriever = build_bm25(DEMO_CORPUS)
     questions = [q.question for q in load_queries(DEMO_QUERIES) if q.meta.get("split") == "train"][: args.rollouts]
-    config = RolloutConfig(mode="adaptive", top_k=1, depth=3, max_segments=4, segment_tokens=args.tokens)
+    config = RolloutConfig(mode="adaptive", depth=3, max_segments=4, segment_tokens=args.tokens)
     report: dict[str, Any] = {"shape": args.shape, "device": args.device, "rollouts": len(questions),
                               "segment_tokens": args.tokens}
     if args.device == "cuda":

@@ -45,14 +45,14 @@ def call_key(model: str, messages: Any, params: Mapping[str, Any]) -> str:
 CACHE_ENV = "SELFRAG_TEACHER_CACHE"
 
 
-def default_cache_path(backend: str, model: str) -> Path:
-    """``$SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite`` (else under the user's selfrag cache dir)."""
+def default_cache_path(engine: str, model: str) -> Path:
+    """``$SELFRAG_TEACHER_CACHE/<engine>--<model>--<hash>.sqlite`` (else under the user's selfrag cache dir)."""
     from selfrag.models import cache_dir
 
     root = Path(os.environ.get(CACHE_ENV) or cache_dir() / "teacher")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_.")[:80] or "model"
-    digest = text_key(f"{backend}\0{model}", 8)
-    return root / f"{backend}--{slug}--{digest}.sqlite"
+    digest = text_key(f"{engine}\0{model}", 8)
+    return root / f"{engine}--{slug}--{digest}.sqlite"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from selfrag.config import help_field
 from selfrag.data_gen.gold import ABSTAIN_TEXT
@@ -14,27 +14,44 @@ from selfrag.inference.retrievers.spec import RetrieverConfig
 
 @dataclass
 class TeacherConfig:
-    """The teacher model that labels (``labeler=llm``): which engine, which model, how hard to push it."""
+    """The teacher model that labels (``labeler=llm``): which engine, which model, how hard to push it.
 
-    backend: Literal["openai", "vllm", "transformers"] = help_field(
+    The engine settings are spelled as the runtime's (``engine=``, ``engine_options.*``: concurrency, timeout,
+    backoff, vllm_args, dtype, device), with the teacher's own defaults; the old spellings are refused naming these.
+    """
+
+    #: the keys' spellings before they matched the runtime's engine options: what to write instead
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "backend": "write teacher.engine=openai|vllm|hf (every command's engine= spelling)",
+        "max_concurrency": "write teacher.concurrency=N (engine_options.concurrency's spelling)",
+        "timeout_s": "write teacher.timeout=SECONDS (engine_options.timeout's spelling)",
+        "backoff_s": "write teacher.backoff=SECONDS (engine_options.backoff's spelling)",
+        "engine_args": "write teacher.vllm_args={...} for vllm.LLM's arguments (engine_options.vllm_args' spelling), "
+                       "or teacher.dtype / teacher.device for engine=hf",
+    }
+    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
+        "engine": {"transformers": "write teacher.engine=hf (every command's engine= spelling of transformers)"},
+    }
+
+    engine: Literal["openai", "vllm", "hf"] = help_field(
         "'openai': any OpenAI-compatible chat server (OpenAI, `vllm serve`, llama.cpp server) over HTTP; "
-        "'vllm': vLLM offline batches in this process (GPU); 'transformers': a local model, batched (CPU/GPU).",
+        "'vllm': vLLM offline batches in this process (GPU); 'hf': a local transformers model, batched (CPU/GPU).",
         default="openai",
     )
     model: str = help_field(
-        "Model name sent to the server (openai), or the model to load (vllm, transformers: a directory, hub id "
+        "Model name sent to the server (openai), or the model to load (vllm, hf: a directory, hub id "
         "or built-in alias). Part of every cache key.",
         default="",
     )
-    base_url: str = help_field("Server URL up to /v1 (openai backend).", default="http://127.0.0.1:8000/v1")
+    base_url: str = help_field("Server URL up to /v1 (openai engine).", default="http://127.0.0.1:8000/v1")
     api_key_env: str | None = help_field(
         "NAME of the environment variable holding the API key (e.g. OPENAI_API_KEY); the key itself is never "
         "written to a config, log or cache. null: send no key (a local server).",
         default=None,
     )
-    max_concurrency: int = help_field("HTTP calls in flight at once (openai backend).", default=16)
-    batch_size: int = help_field("Calls per batch for the local engines (vllm, transformers).", default=16)
-    timeout_s: float = help_field("Per-call timeout in seconds (openai backend); a timeout is retried.", default=60.0)
+    concurrency: int = help_field("HTTP calls in flight at once (openai engine).", default=16)
+    batch_size: int = help_field("Calls per batch for the local engines (vllm, hf).", default=16)
+    timeout: float = help_field("Per-call timeout in seconds (openai engine); a timeout is retried.", default=60.0)
     max_retries: int = help_field(
         "Retries of a call after a timeout, connection error, 429 or 5xx (exponential back-off with jitter; "
         "Retry-After honoured); then the query is listed as dropped and retried by the next run.",
@@ -47,13 +64,13 @@ class TeacherConfig:
         "resumes. null: never stop early (each call still gives up after max_retries).",
         default=8,
     )
-    backoff_s: float = help_field("First back-off ceiling in seconds; doubles per retry.", default=1.0)
+    backoff: float = help_field("First back-off ceiling in seconds; doubles per retry.", default=1.0)
     backoff_max_s: float = help_field("Largest back-off in seconds.", default=60.0)
     temperature: float = help_field("Sampling temperature; 0 is greedy (reproducible).", default=0.0)
     seed: int = help_field("Seed sent with every call (servers that honour it sample reproducibly).", default=0)
     cache: Path | None = help_field(
         "SQLite file caching every call to this teacher (a killed or repeated run pays no call twice). null: one "
-        "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<backend>--<model>--<hash>.sqlite (default "
+        "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<engine>--<model>--<hash>.sqlite (default "
         "folder: ~/.cache/selfrag/teacher), so a new output directory or restart=true reuses every answer; an "
         "output directory that already holds a teacher-cache.sqlite (an older run) keeps using it. executor=ray: one "
         "actor on the driver's node opens it for every worker (the nodes need no shared filesystem).",
@@ -67,20 +84,25 @@ class TeacherConfig:
         "Extra JSON fields sent with every HTTP call (e.g. {top_p: 1.0}); they are not part of the cache key.",
         default_factory=dict,
     )
-    engine_args: dict[str, Any] = help_field(
-        "Keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}) or for transformers' "
-        "from_pretrained (e.g. {dtype: bfloat16}).",
+    vllm_args: dict[str, Any] = help_field(
+        "engine=vllm: keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}).",
         default_factory=dict,
     )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = help_field(
+        "engine=hf: weights dtype; auto = float32 on cpu, bfloat16 on cuda.", default="auto"
+    )
+    device: str = help_field("engine=hf: torch device (cpu, cuda, cuda:1, mps).", default="cpu")
 
     def validate(self) -> list[str]:
         problems = []
-        if self.max_concurrency < 1:
-            problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}; e.g. 16")
+        if self.concurrency < 1:
+            problems.append(f"concurrency must be >= 1, got {self.concurrency}; e.g. 16")
         if self.batch_size < 1:
             problems.append(f"batch_size must be >= 1, got {self.batch_size}; e.g. 16")
-        if self.timeout_s <= 0:
-            problems.append(f"timeout_s must be > 0, got {self.timeout_s}; e.g. 60")
+        if self.timeout <= 0:
+            problems.append(f"timeout must be > 0, got {self.timeout}; e.g. 60")
+        if self.backoff < 0:
+            problems.append(f"backoff must be >= 0 seconds, got {self.backoff}; e.g. 1")
         if self.max_retries < 0:
             problems.append(f"max_retries must be >= 0, got {self.max_retries}; 0 means no retry")
         if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
@@ -164,6 +186,13 @@ class RayConfig:
 @dataclass
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
+
+    #: the teacher's keys a run recorded before they were spelled as engine_options: resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
+        "teacher.backend": "teacher.engine", "teacher.max_concurrency": "teacher.concurrency",
+        "teacher.timeout_s": "teacher.timeout", "teacher.backoff_s": "teacher.backoff",
+        "teacher.engine_args": "teacher.vllm_args",
+    }
 
     output: str = help_field(
         "Output directory: records.jsonl, heldout.jsonl, critic.jsonl, critic-heldout.jsonl, stats.json and "

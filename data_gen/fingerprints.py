@@ -21,7 +21,7 @@ from typing import Literal
 from selfrag.config import to_dict
 from selfrag.corpus import Query
 from selfrag.data_gen.config import GenerateConfig
-from selfrag.runs import check_rerun, content_digest, run_fingerprint, setting_defaults
+from selfrag.runs import check_rerun, content_digest, run_fingerprint, setting_defaults, setting_renames
 from selfrag.trajectory import Passage
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -56,6 +56,7 @@ def check_output(
     fingerprint = run_fingerprint("generate", to_dict(config), keep=keep, digests=digests, root=output)
     return check_rerun(
         output, fingerprint, config.restart, file=FINGERPRINT_FILE, what="output", owned=True, clear=clear,
-        defaults=setting_defaults(GenerateConfig), bookkeeping=(CONFIG_FILE, *bookkeeping), partial=partial,
+        defaults=setting_defaults(GenerateConfig), renamed=setting_renames(GenerateConfig),
+        bookkeeping=(CONFIG_FILE, *bookkeeping), partial=partial,
         fix=fix or "use a new output directory, set the old values to resume, or pass restart=true to start over",
     )

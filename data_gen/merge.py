@@ -33,7 +33,7 @@ CACHE_FILE = "teacher-cache.sqlite"
 RUN_FILE = "run.json"
 # Settings that may differ between shards of one data set.
 PER_SHARD = ("shard", "output", "limit", "restart", "teacher")
-TEACHER_CONTENT = ("backend", "model", "temperature", "seed")
+TEACHER_CONTENT = ("engine", "model", "temperature", "seed")
 
 
 @dataclass

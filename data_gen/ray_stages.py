@@ -194,7 +194,7 @@ class Worker:
                     self.retriever.by_query[query.question] = tuple(query.ctxs)
         teacher, config = self.assembler.teacher, self.config
         fresh, hits = teacher.fresh_calls, teacher.cache_hits
-        slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
+        slots = asyncio.Semaphore(2 * max(config.teacher.concurrency, config.teacher.batch_size))
 
         async def one(row: dict[str, Any]) -> None:
             async with slots:

@@ -65,7 +65,7 @@ CONTENT_SETTINGS = (
     "question_count",
     "chunk_words",
     "chunk_overlap",
-    "teacher.backend",
+    "teacher.engine",
     "teacher.model",
     "teacher.temperature",
     "teacher.seed",
@@ -80,7 +80,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     started = time.monotonic()
     output = Path(config.output)
     key_env = config.teacher.api_key_env
-    if config.teacher.backend == "openai" and key_env and not os.environ.get(key_env):
+    if config.teacher.engine == "openai" and key_env and not os.environ.get(key_env):
         raise ConfigError(
             [
                 f"teacher.api_key_env: environment variable {key_env} is empty; export it with the API key, "
@@ -213,7 +213,7 @@ def teacher_cache_path(config: GenerateConfig, output: Path) -> Path:
         return Path(config.teacher.cache)
     if (output / CACHE_FILE).is_file():
         return output / CACHE_FILE
-    return default_cache_path(config.teacher.backend, config.teacher.model)
+    return default_cache_path(config.teacher.engine, config.teacher.model)
 
 
 async def _label_all(
@@ -227,7 +227,7 @@ async def _label_all(
 ) -> None:
     # Twice as many questions in flight as teacher slots keeps every slot busy (a question's calls are
     # mostly in sequence: each decision depends on the one before).
-    slots = asyncio.Semaphore(2 * max(config.teacher.max_concurrency, config.teacher.batch_size))
+    slots = asyncio.Semaphore(2 * max(config.teacher.concurrency, config.teacher.batch_size))
 
     async def one(query: Query, seed_id: str | None) -> None:
         async with slots:

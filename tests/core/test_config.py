@@ -67,8 +67,9 @@ def test_at_least_one_names_each_count_below_one_where_the_configs_use_it() -> N
     from selfrag.inference.retrievers.index import IndexConfig
     from selfrag.rl.config import RLTrainingOptions, RolloutConfig
 
-    assert at_least_one(RolloutConfig(depth=0, top_k=-2), ("top_k", "depth", "max_segments"), "rollout.") == [
-        "rollout.top_k must be at least 1, got -2", "rollout.depth must be at least 1, got 0"]
+    assert at_least_one(RolloutConfig(depth=0, segment_tokens=-2), ("segment_tokens", "depth", "max_segments"),
+                        "rollout.") == [
+        "rollout.segment_tokens must be at least 1, got -2", "rollout.depth must be at least 1, got 0"]
     assert RolloutConfig(max_segments=0).validate() == ["max_segments must be at least 1, got 0"]
     assert RLTrainingOptions(save_steps=0).validate() == ["save_steps must be at least 1, got 0"]
     assert EngineOptions(batch_size=0, concurrency=0).validate("engine_options.") == [

@@ -20,6 +20,8 @@ from selfrag.runs import (
     file_digest,
     fingerprint_digest,
     run_fingerprint,
+    setting_defaults,
+    setting_renames,
 )
 
 
@@ -151,6 +153,27 @@ def test_a_setting_the_older_run_did_not_record_counts_as_its_default() -> None:
     assert differences(old, {**new, "settings": {"distractors": 2, "erased_negatives": 1}}, {"erased_negatives": 0}) \
         == ["erased_negatives=1 (was 0)"]
     assert differences(old, new) == ["erased_negatives=0 (was unset)"]
+
+
+def test_a_setting_the_older_run_recorded_under_a_renamed_key_is_read_as_spelled_now() -> None:
+    old = run_fingerprint("rl", {"reward": {"judge": "nli", "judge_model": "m"}, "rollout": {"top_k": 3}})
+    new = run_fingerprint("rl", {"reward": {"judge": {"kind": "nli", "model": "m", "threshold": 0.5}}})
+    renamed = {"reward.judge": "reward.judge.kind", "reward.judge_model": "reward.judge.model", "rollout.top_k": None}
+    assert differences(old, new, {"reward.judge.threshold": 0.5}, renamed) == []
+    assert differences(old, new, {"reward.judge.threshold": 0.7}, renamed) == ["reward.judge.threshold=0.5 (was 0.7)"]
+    assert "rollout.top_k=unset (was 3)" in differences(old, new, {"reward.judge.threshold": 0.5})
+
+
+@pytest.mark.parametrize("stage", ["rl", "generate"])
+def test_each_renamed_setting_names_a_setting_of_its_config(stage: str) -> None:
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.rl.config import RLConfig
+
+    cls = {"rl": RLConfig, "generate": GenerateConfig}[stage]
+    defaults = setting_defaults(cls)
+    renamed = setting_renames(cls)
+    assert renamed and all(key not in defaults for key in renamed)
+    assert all(now is None or now in defaults for now in renamed.values())
 
 
 def test_the_owner_file_is_not_work_and_survives_a_restart(tmp_path: Path) -> None:

@@ -91,9 +91,9 @@ def test_server_killed_mid_run_stops_early_keeps_finished_and_resumes(data: tupl
         killer = threading.Thread(target=kill_when_some_are_done, daemon=True)
         killer.start()
         started = time.monotonic()
-        # refused at once, or (on a machine busy enough that the refusal comes after teacher.timeout_s) timed out
+        # refused at once, or (on a machine busy enough that the refusal comes after teacher.timeout) timed out
         with pytest.raises(ConfigError, match=r"unreachable: connection (error \(Connect|timeout after)"):
-            generate(url, data, tmp_path / "out", "teacher.max_concurrency=2", "teacher.backoff_s=0.5")
+            generate(url, data, tmp_path / "out", "teacher.concurrency=2", "teacher.backoff=0.5")
         assert time.monotonic() - started < 20
     finally:
         server.kill()

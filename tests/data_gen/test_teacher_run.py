@@ -51,8 +51,8 @@ def overrides(url: str, data: tuple[Path, Path], output: Path, *extra: str) -> l
         "labeler=llm",
         "teacher.model=scripted-teacher",
         f"teacher.base_url={url}",
-        "teacher.timeout_s=0.3",
-        "teacher.backoff_s=0.01",
+        "teacher.timeout=0.3",
+        "teacher.backoff=0.01",
         "split=all",
         f"corpus={data[0]}",
         f"queries={data[1]}",
@@ -123,7 +123,7 @@ def test_rerun_answers_from_the_cache_and_writes_the_same_bytes(data: tuple[Path
 def test_other_settings_refused_unless_restart(data: tuple[Path, Path], tmp_path: Path) -> None:
     with TeacherServer() as server:
         generate(server.url, data, tmp_path / "out")
-        generate(server.url, data, tmp_path / "out", "teacher.max_concurrency=2")  # speed settings may change
+        generate(server.url, data, tmp_path / "out", "teacher.concurrency=2")  # speed settings may change
         with pytest.raises(ConfigError) as error:
             generate(server.url, data, tmp_path / "out", "top_k=2", "teacher.model=other")
         message = str(error.value)
@@ -220,7 +220,7 @@ def _cached_keys(cache: Path) -> set[str]:
 
 def _command(url: str, data: tuple[Path, Path], output: Path) -> list[str]:
     # a cache of the killed runs' own (the reference run's shared cache would answer every call)
-    extra = ["teacher.max_concurrency=2", f"teacher.cache={output / 'teacher-cache.sqlite'}"]
+    extra = ["teacher.concurrency=2", f"teacher.cache={output / 'teacher-cache.sqlite'}"]
     return [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(url, data, output, *extra)]
 
 
@@ -229,7 +229,7 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Pat
     data[1].write_text("".join(json.dumps(row) + "\n" for row in many))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with TeacherServer(latency=0.02) as server:
-        generate(server.url, data, tmp_path / "whole", "teacher.max_concurrency=2")  # the uninterrupted reference
+        generate(server.url, data, tmp_path / "whole", "teacher.concurrency=2")  # the uninterrupted reference
         total = len(server.usable_answered())
         server.answered.clear()
         out = tmp_path / "killed"
@@ -248,7 +248,7 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Pat
         final = subprocess.run(_command(server.url, data, out), env=env, capture_output=True, text=True)
         assert final.returncode == 0, final.stderr
         assert not set(server.answered_keys()[start:]) & cached_before
-        # Only calls in flight at a kill (at most max_concurrency=2 each) may be answered twice in all (besides the
+        # Only calls in flight at a kill (at most concurrency=2 each) may be answered twice in all (besides the
         # unusable replies, never cached: a rerun asks them again).
         assert len(server.usable_answered()) <= total + 3 * 2
     for name in OUTPUT_FILES:
@@ -258,14 +258,14 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Pat
 
 
 @pytest.mark.slow
-def test_transformers_teacher_labels_with_the_real_small_model(data: tuple[Path, Path], tmp_path: Path) -> None:
+def test_hf_teacher_labels_with_the_real_small_model(data: tuple[Path, Path], tmp_path: Path) -> None:
     """SmolLM2-135M as a (weak) local teacher: batched chat calls; its labels are parsed or dropped, never crash."""
     config = load_config(
         GenerateConfig,
         None,
         [
             "labeler=llm",
-            "teacher.backend=transformers",
+            "teacher.engine=hf",
             "teacher.model=smollm2-135m-instruct",
             "teacher.batch_size=8",
             "label_retries=0",

@@ -30,7 +30,7 @@ REQUEST = ChatRequest((("user", "hello"),), max_tokens=8)
 
 
 def teacher_config(url: str, **extra: object) -> TeacherConfig:
-    return from_dict(TeacherConfig, {"model": "m", "base_url": url, "backoff_s": 0.5, "timeout_s": 0.3, **extra})
+    return from_dict(TeacherConfig, {"model": "m", "base_url": url, "backoff": 0.5, "timeout": 0.3, **extra})
 
 
 class Script:
@@ -98,7 +98,7 @@ def test_timeouts_are_retried() -> None:
     sleeps: list[float] = []
     with TeacherServer() as server:
         script = Script(server, [(-1, {}, {})])  # status -1: answer only after the client's timeout
-        reply = run_chat(teacher_config(server.url, max_retries=3, timeout_s=0.2), sleeps)
+        reply = run_chat(teacher_config(server.url, max_retries=3, timeout=0.2), sleeps)
     assert reply.text == "ok" and script.calls == 2 and len(sleeps) == 1
 
 

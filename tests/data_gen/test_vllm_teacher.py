@@ -82,7 +82,7 @@ def test_vllm_teacher_labels_batches_and_resumes_from_the_cache(
         f"output={output}",
     ]
     config = load_config(GenerateConfig, RECIPE, overrides)
-    assert config.teacher.backend == "vllm"
+    assert config.teacher.engine == "vllm"
 
     # --- First run: every question labelled, or dropped with a counted reason --------------------------------
     first = run(config)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from statistics import mean
 
 import pytest
 
-from selfrag.evaluation.claims import OverlapJudge
+from selfrag.config import from_dict
+from selfrag.errors import ConfigError
+from selfrag.evaluation.claims import NLIJudge, OverlapJudge
 from selfrag.rl.config import RewardConfig
-from selfrag.rl.reward import TERMS, Reward
+from selfrag.rl.reward import TERMS, Reward, build_judge
 from selfrag.rl.rollout import Rollout, segments_of
 from selfrag.trajectory import Passage, parse_trajectory
 
@@ -62,7 +65,7 @@ def always_guess(question: str, answerable: bool, passage: Passage) -> Rollout:
 
 
 def score(policy, config: RewardConfig) -> float:  # type: ignore[no-untyped-def]
-    reward = Reward(config, OverlapJudge(config.judge_threshold))
+    reward = Reward(config, OverlapJudge(config.judge.threshold))
     rollouts = [policy(question, answerable, passage) for question, _, answerable, passage in ITEMS]
     return mean(reward.total(rollouts, [answers for _, answers, _, _ in ITEMS], [a for _, _, a, _ in ITEMS]))
 
@@ -120,4 +123,43 @@ def test_the_trl_functions_are_named_after_the_terms_and_read_the_rollout_column
 
 def test_weights_are_validated() -> None:
     assert RewardConfig(support=-1).validate() == ["support must be a weight >= 0, got -1; 0 drops the term"]
-    assert RewardConfig(judge="nli").validate()[0].startswith("judge=nli needs judge_model")
+    with pytest.raises(ConfigError, match=r"^reward\.judge\.kind=nli needs judge\.model"):
+        from_dict(Sections, {"reward": {"judge": {"kind": "nli"}}})
+
+
+@dataclasses.dataclass
+class Sections:
+    """The reward as ``selfrag rl`` nests it, so messages carry the ``reward.`` prefix."""
+
+    reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"judge": "nli"}, "reward.judge=nli is refused: the judge is a section, as in selfrag eval (kind, model, "
+                       "threshold); write reward.judge.kind=nli"),
+    ({"judge": "overlap"}, "reward.judge=overlap is refused: the judge is a section, as in selfrag eval (kind, model, "
+                           "threshold); write reward.judge.kind=overlap"),
+    ({"judge_model": "nli-dir"}, "reward.judge_model was removed: write reward.judge.model=DIR"),
+    ({"judge_threshold": 0.7}, "reward.judge_threshold was removed: write reward.judge.threshold="),
+    ({"judge": {"kind": "critic"}}, "reward.judge.kind=critic is refused: the critic is the policy itself"),
+    ({"judge": {"kind": "none"}}, "reward.judge.kind=none is refused: the support term needs a judge"),
+    ({"judge": {"kind": "overlp"}}, "reward.judge.kind must be one of ['overlap', 'nli'], got 'overlp'"),
+])
+def test_the_judges_old_flat_spelling_and_evals_other_kinds_are_refused_in_one_line(
+    data: dict[str, object], line: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        from_dict(Sections, {"reward": data})
+    [problem] = error.value.problems
+    assert problem.startswith(line), problem
+
+
+def test_the_judge_section_reaches_the_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = from_dict(Sections, {"reward": {"judge": {"threshold": 0.8}}}).reward
+    judge = build_judge(config)
+    assert isinstance(judge, OverlapJudge) and judge.threshold == 0.8
+    loaded: list[tuple[str, float]] = []
+    monkeypatch.setattr(NLIJudge, "load", classmethod(lambda cls, name, threshold: loaded.append((name, threshold))))
+    config = from_dict(Sections, {"reward": {"judge": {"kind": "nli", "model": "nli-dir", "threshold": 0.7}}}).reward
+    build_judge(config)
+    assert loaded == [("nli-dir", 0.7)]

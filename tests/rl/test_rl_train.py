@@ -21,7 +21,7 @@ from selfrag.rl.reward import Reward
 from selfrag.rl.rollout_function import RolloutFunction
 from selfrag.rl.run import read_questions, run
 from selfrag.rl.trainer import grpo_trainer
-from selfrag.runs import RunMismatchError
+from selfrag.runs import RUN_FILE, RunMismatchError
 from selfrag.trajectory import Passage
 
 PASSAGES = [Passage("p0", "France", "Paris is the capital of France."),
@@ -158,6 +158,15 @@ def test_a_killed_run_resumes_into_the_same_run(rl_files: dict[str, Path], tmp_p
 
     with pytest.raises(RunMismatchError, match="training.max_steps"):
         run(_config(rl_files, "training.max_steps=5", "training.save_steps=2", "training.learning_rate=0.02"))
+
+    # a run recorded before the judge was a section and rollout.top_k was removed: the same run, spelled as now
+    recorded = json.loads((rl_files["out"] / RUN_FILE).read_text(encoding="utf-8"))
+    settings = recorded["settings"]
+    for old, now in [("judge", "kind"), ("judge_model", "model"), ("judge_threshold", "threshold")]:
+        settings[f"reward.{old}"] = settings.pop(f"reward.judge.{now}")
+    settings["rollout.top_k"] = 1
+    (rl_files["out"] / RUN_FILE).write_text(json.dumps(recorded), encoding="utf-8")
+    assert run(_config(rl_files, *steps)).already_trained
 
 
 def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Path]) -> None:
