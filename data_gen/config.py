@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import help_field
+from selfrag.config import at_least_one, help_field, retry_problems
 from selfrag.data_gen.gold import ABSTAIN_TEXT
 from selfrag.fsutil import is_url
 from selfrag.inference.retrievers.spec import RetrieverConfig
@@ -94,17 +94,7 @@ class TeacherConfig:
     device: str = help_field("engine=hf: torch device (cpu, cuda, cuda:1, mps).", default="cpu")
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.concurrency < 1:
-            problems.append(f"concurrency must be >= 1, got {self.concurrency}; e.g. 16")
-        if self.batch_size < 1:
-            problems.append(f"batch_size must be >= 1, got {self.batch_size}; e.g. 16")
-        if self.timeout <= 0:
-            problems.append(f"timeout must be > 0, got {self.timeout}; e.g. 60")
-        if self.backoff < 0:
-            problems.append(f"backoff must be >= 0 seconds, got {self.backoff}; e.g. 1")
-        if self.max_retries < 0:
-            problems.append(f"max_retries must be >= 0, got {self.max_retries}; 0 means no retry")
+        problems = at_least_one(self, ("concurrency", "batch_size")) + retry_problems(self)
         if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
             problems.append(
                 f"stop_after_connection_failures must be >= 1 or null, got {self.stop_after_connection_failures}; "

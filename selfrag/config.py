@@ -49,6 +49,18 @@ def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[st
             if getattr(config, name) < 1]
 
 
+def retry_problems(config: Any, prefix: str = "") -> list[str]:
+    """A remote engine's retry settings (``timeout``, ``max_retries``, ``backoff``), each named with the fix."""
+    problems = []
+    if config.timeout <= 0:
+        problems.append(f"{prefix}timeout must be > 0 seconds, got {config.timeout}; e.g. 60")
+    if config.max_retries < 0:
+        problems.append(f"{prefix}max_retries must be >= 0, got {config.max_retries}; 0 means no retry")
+    if config.backoff < 0:
+        problems.append(f"{prefix}backoff must be >= 0 seconds, got {config.backoff}; e.g. 1")
+    return problems
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from types import ModuleType
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import at_least_one, from_dict, nested_problems
+from selfrag.config import at_least_one, from_dict, nested_problems, retry_problems
 from selfrag.errors import ConfigError
 from selfrag.extras import install_line, require
 
@@ -107,12 +107,7 @@ class EngineOptions:
             )
         if self.max_model_len < 0:
             problems.append(f"{prefix}max_model_len must be >= 0 (0 = the model's limit), got {self.max_model_len}")
-        if self.timeout <= 0:
-            problems.append(f"{prefix}timeout must be > 0 seconds, got {self.timeout}")
-        if self.max_retries < 0:
-            problems.append(f"{prefix}max_retries must be >= 0, got {self.max_retries}")
-        if self.backoff < 0:
-            problems.append(f"{prefix}backoff must be >= 0 seconds, got {self.backoff}")
+        problems += retry_problems(self, prefix)
         if not 1 <= self.top_logprobs <= 20:
             problems.append(f"{prefix}top_logprobs must be in [1, 20] (servers cap it), got {self.top_logprobs}")
         if not self.base_url.startswith(("http://", "https://")):
