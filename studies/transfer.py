@@ -14,6 +14,10 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
 3. with ``--dev-calibrated``, a copy of the SFT model calibrated on the dev sets instead of the quickstart's 12 SQuAD
    questions (``selfrag calibrate`` on every nq-open and retrievalqa question, whose ``gold_passage_ids`` are the
    passages holding the answer): a choice made on dev, so its dev figures are in-sample and only test judges it;
+   and the same model with ``inference.on_unsupported=flag`` (the arm "flagging"), which is what ``calibrate``
+   advises when even ``support_bound=0`` abstains on more answerable dev questions than its target: the answer is
+   kept and flagged ``low_confidence`` instead of replaced by the abstain sentence (the paper's runtime never
+   abstains);
 4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
 5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
@@ -56,9 +60,12 @@ EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap
 #: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
 #: quickstart's records (the recipe's 320 would drop half of them)
 RAG_LENGTH = 640
-ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", "single-pass SFT+RL")
+FLAGGING = "single-pass SFT, dev-calibrated, flagging"
+ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", FLAGGING,
+        "single-pass SFT+RL")
 #: each single-pass arm's eval folder under seed-s/eval/<set>/
-FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", "single-pass SFT+RL": "sft+rl"}
+FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", FLAGGING: "sft-devcal-flag",
+           "single-pass SFT+RL": "sft+rl"}
 
 
 
@@ -104,9 +111,11 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
             f"output_dir={seed_dir / 'ft-rag'}", "form=rag", f"training.seed={seed}",
             f"training.max_length={RAG_LENGTH}", *([f"training.max_steps={rag_budget}"] if rag_budget else []))
-    models = {"single-pass SFT": sft}
+    models: dict[str, tuple[Path, list[str]]] = {"single-pass SFT": (sft, [])}
     if devcal:
-        models["single-pass SFT, dev-calibrated"] = dev_calibrated(out, seed_dir, sft)
+        calibrated = dev_calibrated(out, seed_dir, sft)
+        models["single-pass SFT, dev-calibrated"] = (calibrated, [])
+        models[FLAGGING] = (calibrated, ["inference.on_unsupported=flag"])
     if rl_steps:
         rl = seed_dir / "rl"
         selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
@@ -115,15 +124,15 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
             selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
                     f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}", "top_k=3",
                     "max_tokens=96")
-        models["single-pass SFT+RL"] = rl
+        models["single-pass SFT+RL"] = (rl, [])
     for name, (questions, extra) in question_sets(seed_dir, names).items():
         common = [f"data={questions}", *extra, *EVAL_SETTINGS]
         plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # the same questions
         selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
         selfrag("eval", *common, f"model={sft}", f"ft_rag_model={seed_dir / 'ft-rag'}", "modes=[ft_rag]",
                 f"output_dir={seed_dir / 'eval' / name / 'ft-rag'}")
-        for arm, model in models.items():
-            selfrag("eval", *common, f"model={model}", "modes=[single_pass]",
+        for arm, (model, settings) in models.items():
+            selfrag("eval", *common, f"model={model}", "modes=[single_pass]", *settings,
                     f"output_dir={seed_dir / 'eval' / name / FOLDERS[arm]}")
 
 
