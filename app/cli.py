@@ -20,8 +20,8 @@ Each command only parses its arguments and calls the stage's ``run(config)``. A 
 missing file, a malformed line, an unknown key or model, a package of an extra not installed) prints one line
 per problem, no traceback, exit code 2; ``--help-config`` works on every command without its other arguments.
 
-``selfrag ask``: a word that starts like ``name=`` (``mode=always``, ``top_k=5``) is an override, in any
-position; the other word is the question (exactly one: quote it). A question that itself starts like
+``selfrag ask``: a word that starts like ``name=`` (``inference.mode=always``, ``inference.top_k=5``) is an override,
+in any position; the other word is the question (exactly one: quote it). A question that itself starts like
 ``name=...`` is given with ``-q/--question``.
 """
 
@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser("ask", help="answer questions, showing the reflection decisions")
     ask.add_argument(
         "words", nargs="*", metavar="QUESTION|key=value",
-        help="the question (quoted), and settings: model=DIR retriever.index=DIR (or retriever.corpus=FILE) top_k=5",
+        help="the question (quoted), and settings: model=DIR retriever.index=DIR (or retriever.corpus=FILE) "
+             "inference.top_k=5",
     )
     ask.add_argument("-q", "--question", help="the question; use this when the question itself contains '='")
     ask.add_argument("--questions", help="a file of questions, one per line or JSONL {question}; - reads stdin")
@@ -200,7 +201,7 @@ _RETRIEVER_OPTIONS = {
     "--chunk-words": "retriever.chunk_words=N",
     "--chunk-overlap": "retriever.chunk_overlap=N",
 }
-_RUNNING = {"--model": "model=DIR", **_RETRIEVER_OPTIONS, "--engine": "engine=hf|vllm|openai"}
+_RUNNING = {"--model": "model=DIR", **_RETRIEVER_OPTIONS, "--engine": "inference.engine=hf|vllm|openai"}
 #: command -> option that once named a setting -> the key=value to write instead (the one CLI style; refused, exit 2)
 GONE_OPTIONS: dict[str, dict[str, str]] = {
     "ask": _RUNNING,
@@ -264,7 +265,7 @@ def _generate(args: argparse.Namespace) -> int:
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run
 
-    check_recipe_pairs(args.config, args.overrides, "queries", corpus_key="corpus")
+    check_recipe_pairs(args.config, args.overrides, "queries", corpus_key="passages")
 
     result = run(_config(GenerateConfig, args))
     print(result.summary())

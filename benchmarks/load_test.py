@@ -12,13 +12,13 @@ one replica against two behind nginx, each replica decoding in-process (hf) or a
 (deploy/render_nginx.py's config, run as the current user from a temp folder); ``--threads`` torch threads are
 split between the replicas, so both settings use the same cores. ``--compare concurrent-batches`` (needs
 ``--engine-tier vllm``): one replica at ``concurrent_batches=1`` (one batch in the engine at a time, the baseline),
-then one replica at ``--concurrent-batches`` (unset: the server's default for engine=openai, 4).
+then one replica at ``--concurrent-batches`` (unset: the server's default for inference.engine=openai, 4).
 ``--concurrent-batches N`` otherwise sets it on every replica of the other comparisons (unset: the server's default
 for the engine). ``--engine-tier vllm``: one ``vllm serve
 --model MODEL`` (``--vllm-python``, by default .venv-vllm's, made by scripts/setup_vllm.sh; MODEL must be a full
 model, e.g. ``selfrag export --merge``'s) is started first on a free 127.0.0.1 port, every replica runs
-``engine=openai`` against it (so one and two replicas share the same engine tier, started once for the whole run),
-and it is stopped at the end; its memory (with its engine-core child) is reported apart. Each setting starts the
+``inference.engine=openai`` against it (so one and two replicas share the same engine tier, started once for the whole
+run), and it is stopped at the end; its memory (with its engine-core child) is reported apart. Each setting starts the
 real ``selfrag serve`` command(s) in subprocesses on free 127.0.0.1 ports, waits for ``/health``, runs ``--clients``
 asyncio clients that each stream chat completions back to back (demo questions) for ``--seconds``, then cancels what
 is still in flight and stops the servers (SIGTERM). Reports completed requests, throughput, p50/p95 latency to the
@@ -51,6 +51,7 @@ from engine_tier import VllmServe, free_port
 
 from selfrag.corpus import load_queries
 from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+from selfrag.inference.config import InferenceConfig
 from selfrag.inference.server.config import ServeConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +79,8 @@ def rss_mib(pid: int) -> float:
 def batches_at_once(concurrent_batches: int | None, tier: VllmServe | None) -> int:
     """What a replica runs with: ``concurrent_batches``, or the server's default for its engine."""
     engine = "openai" if tier is not None else "hf"
-    return ServeConfig(model="", engine=engine, concurrent_batches=concurrent_batches).batches_at_once()
+    return ServeConfig(model="", inference=InferenceConfig(engine=engine),
+                       concurrent_batches=concurrent_batches).batches_at_once()
 
 
 def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: int | None = None,
@@ -93,11 +95,11 @@ def start_server(args: argparse.Namespace, max_batch: int, port: int, threads: i
     if concurrent_batches is not None:
         command.append(f"concurrent_batches={concurrent_batches}")
     if tier is None:
-        command.append(f"engine_options.batch_size={args.engine_batch}")
+        command.append(f"inference.engine_options.batch_size={args.engine_batch}")
     else:  # every replica keeps up to --clients requests in flight to the shared engine tier
-        command += ["engine=openai", f"engine_options.base_url={tier.base_url}",
-                    f"engine_options.served_model={tier.served_model}",
-                    f"engine_options.concurrency={args.clients}", "engine_options.timeout=600"]
+        command += ["inference.engine=openai", f"inference.engine_options.base_url={tier.base_url}",
+                    f"inference.engine_options.served_model={tier.served_model}",
+                    f"inference.engine_options.concurrency={args.clients}", "inference.engine_options.timeout=600"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "SELFRAG_API_KEY": ""}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)

@@ -53,9 +53,9 @@ def eval_config(model: str, task: str, data_dir: Path, output: Path, limit: int 
     return load_config(
         EvalConfig, None, [],
         data=str(data_dir / spec.file), format=task, model=model, output_dir=str(output / slug(model) / task),
-        modes=["single_pass"], top_k=spec.top_k, max_tokens=spec.max_tokens, limit=limit, plots=False, show=0,
-        judge={"kind": "none"},
-        inference={"mode": "adaptive", "threshold": PAPER_THRESHOLD},
+        modes=["single_pass"], limit=limit, plots=False, show=0, judge={"kind": "none"},
+        inference={"mode": "adaptive", "threshold": PAPER_THRESHOLD, "top_k": spec.top_k,
+                   "max_tokens": spec.max_tokens},
     )
 
 

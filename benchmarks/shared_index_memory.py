@@ -6,7 +6,7 @@ The corpus is the demo corpus plus N synthetic passages (80 words each, drawn wi
 distribution over 50,000 made-up words, so BM25's vocabulary and postings grow as real text's do). Two shards
 (``shard=0/2`` and ``1/2``, 300 demo questions each, labeler=gold) run at the same time, three ways:
 
-* before: ``corpus=FILE`` -- each worker builds BM25 over the whole corpus;
+* before: ``passages=FILE`` -- each worker builds BM25 over the whole corpus;
 * after, index: ``retriever.index=DIR`` -- built once by ``selfrag index``, opened (memory-mapped) by each;
 * after, pgvector: ``retriever.url=postgresql://...`` mode=lexical -- one table in a PostgreSQL server (the
   throwaway one from pgserver), searched by both; its vectors are synthetic (lexical mode does not read them).
@@ -53,7 +53,7 @@ def workers(label: str, work: Path, corpus: Path, extra: list[str]) -> list[tupl
         shutil.rmtree(output, ignore_errors=True)
         command = [
             "/usr/bin/time", "-f", "%M %e", "-o", str(work / f"{label}-{shard}.time"), *SELFRAG, "generate",
-            f"corpus={corpus}", f"queries={REPO / 'data_gen' / 'demo' / 'queries.jsonl'}", f"output={output}",
+            f"passages={corpus}", f"queries={REPO / 'data_gen' / 'demo' / 'queries.jsonl'}", f"output={output}",
             f"shard={shard}/2", "split=train", "limit=300", "distractors=1", *extra,
         ]
         processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
@@ -95,7 +95,7 @@ def main() -> None:
     corpus = args.work / "corpus.jsonl"
     write_corpus(corpus, args.passages)
     size = corpus.stat().st_size / 2**20
-    rows = [("before: corpus= (BM25 built in each worker)", workers("before", args.work, corpus, []))]
+    rows = [("before: passages= (BM25 built in each worker)", workers("before", args.work, corpus, []))]
 
     started = time.monotonic()
     subprocess.run([*SELFRAG, "index", f"corpus={corpus}", f"output={args.work / 'index'}"], check=True,

@@ -105,7 +105,7 @@ def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *
             f"teacher.concurrency={concurrency}",
             f"teacher.cache={output}.sqlite",  # its own, empty: the per-teacher default would answer the 2nd run
             "split=all",
-            f"corpus={data[0]}",
+            f"passages={data[0]}",
             f"queries={data[1]}",
             f"output={output}",
             *extra,

@@ -178,10 +178,16 @@ class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
     #: the teacher's keys a run recorded before they were spelled as engine_options: resumed as spelled now
+    #: and the data set's passages (an input, by content) before they were called passages
     RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
         "teacher.backend": "teacher.engine", "teacher.max_concurrency": "teacher.concurrency",
         "teacher.timeout_s": "teacher.timeout", "teacher.backoff_s": "teacher.backoff",
-        "teacher.engine_args": "teacher.vllm_args",
+        "teacher.engine_args": "teacher.vllm_args", "corpus": "passages",
+    }
+    #: the data set's passages were ``corpus=`` once, beside the retriever section's corpus (what is searched)
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "corpus": "write passages=FILE (the data set's passages: gold passages by id, or those the teacher writes "
+                  "questions from); a corpus only to search is retriever.corpus=FILE",
     }
 
     output: str = help_field(
@@ -196,16 +202,16 @@ class GenerateConfig:
         "killed run loses at most this much of its journal (those questions replay from the teacher cache).",
         default=10.0,
     )
-    corpus: Path | None = help_field(
-        "Corpus: JSONL lines {id, title, text}, DPR's psgs_w100.tsv (id, text, title), or a folder of .txt/.md/.pdf "
-        "files. Needed by labeler=gold (gold passages by id) and to write questions (queries=null); labeler=llm "
-        "with queries and a retriever section needs none. Without a retriever section, BM25 over it is built "
-        "in memory (small corpora).",
+    passages: Path | None = help_field(
+        "The data set's passages: JSONL lines {id, title, text}, DPR's psgs_w100.tsv (id, text, title), or a folder "
+        "of .txt/.md/.pdf files. Needed by labeler=gold (its queries name their gold passages by id) and to write "
+        "questions (queries=null: the teacher writes them from sampled passages); labeler=llm with queries and a "
+        "retriever section needs none. Without a retriever section, BM25 over them is built in memory (small sets).",
         default=None,
     )
     retriever: RetrieverConfig = help_field(
         "Where searches go: retriever.index=DIR (built once by selfrag index) or retriever.url=postgresql://... "
-        "(pgvector, one table shared by every shard and worker). Unset: BM25 over corpus, built by each run.",
+        "(pgvector, one table shared by every shard and worker). Unset: BM25 over passages, built by each run.",
         default_factory=RetrieverConfig,
     )
     queries: Path | None = help_field(
@@ -215,9 +221,9 @@ class GenerateConfig:
         default=None,
     )
     more_corpora: list[Path] = help_field(
-        "Further corpora (the same formats as corpus), joined to it (labeler=gold): the gold passages of further "
-        "sources' questions (more_queries), e.g. the shipped slices data_gen/slices/*/corpus.jsonl. Passage ids "
-        "must be unique across all of them.",
+        "Further passage files (the same formats as passages), joined to them (labeler=gold): the gold passages of "
+        "further sources' questions (more_queries), e.g. the shipped slices data_gen/slices/*/corpus.jsonl. Passage "
+        "ids must be unique across all of them.",
         default_factory=list,
     )
     more_queries: list[Path] = help_field(
@@ -366,13 +372,13 @@ class GenerateConfig:
             problems.append(
                 "queries is required with labeler=gold; set queries=FILE, or labeler=llm to let the teacher write them"
             )
-        if self.corpus is None and (self.labeler == "gold" or self.queries is None):
+        if self.passages is None and (self.labeler == "gold" or self.queries is None):
             problems.append(
-                "corpus is required with labeler=gold (gold passages by id) and to write questions (queries=null); "
-                "set corpus=FILE"
+                "passages is required with labeler=gold (gold passages by id) and to write questions (queries=null); "
+                "set passages=FILE"
             )
-        if self.retriever.corpus is not None and self.corpus is not None:
-            problems.append("retriever.corpus: set corpus= once (BM25 over it is built when no prebuilt "
+        if self.retriever.corpus is not None and self.passages is not None:
+            problems.append("retriever.corpus: the passages are searched (BM25 over them is built when no prebuilt "
                             "retriever.index / retriever.url is given); drop retriever.corpus")
         if self.labeler == "llm":
             problems += self._gold_only_settings()

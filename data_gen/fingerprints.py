@@ -1,8 +1,8 @@
 """What a generate run's output was made from, by content, on the shared rerun mechanism (:mod:`selfrag.runs`).
 
-    check_output(config, output, CONTENT_SETTINGS, {"corpus": passages_digest(passages)}, clear=start_over)
+    check_output(config, output, CONTENT_SETTINGS, {"passages": passages_digest(passages)}, clear=start_over)
 
-A path names a file, not what is in it: a corpus or query file edited in place (same path, new lines) must not
+A path names a file, not what is in it: a passages or query file edited in place (same path, new lines) must not
 resume as if nothing happened, and the same content under another path (an output folder or its inputs moved
 elsewhere) is the same run. ``fingerprint.json`` in the output holds the content settings and the SHA-256 of each
 input (and ``selfrag.sentences.SPLITTER``: labels split into other sentences are other
@@ -27,11 +27,11 @@ from selfrag.trajectory import Passage
 FINGERPRINT_FILE = "fingerprint.json"
 CONFIG_FILE = "config.yaml"
 #: Inputs compared by their content digest: their path settings are not part of the fingerprint.
-INPUT_SETTINGS = ("corpus", "queries")
+INPUT_SETTINGS = ("passages", "queries")
 
 
 def passages_digest(passages: Sequence[Passage]) -> str:
-    """The corpus as read (a file, or a folder's chunks): ids, titles and texts in order."""
+    """The passages as read (a file, or a folder's chunks): ids, titles and texts in order."""
     return content_digest([passage.to_json() for passage in passages])
 
 

@@ -46,7 +46,7 @@ CONFIG_FILE = "config.yaml"
 BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
-    "corpus", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
+    "passages", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
     "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed", "retriever",
     "answer_form",
 )
@@ -93,8 +93,8 @@ def _counts(counts: Mapping[str, int] | None) -> str:
 
 def run_gold(config: GenerateConfig) -> GenerateResult:
     """Label ``config.queries`` from their annotations into ``config.output`` (already claimed by run())."""
-    if config.queries is None or config.corpus is None:  # validate() says so too; keeps the type checker informed
-        raise ConfigError(["queries and corpus are required with labeler=gold"])
+    if config.queries is None or config.passages is None:  # validate() says so too; keeps the type checker informed
+        raise ConfigError(["queries and passages are required with labeler=gold"])
     missing_inputs(config)
     random.seed(config.seed)
     output = Path(config.output)
@@ -106,16 +106,16 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     early = {"queries": file_digest(config.queries)} if Path(config.queries).is_file() else {}
     check_output(config, output, CONTENT_SETTINGS, early, start_over, partial=True)
 
-    # --- Open the prebuilt retriever (its errors before any slow work), load corpus and queries -------
+    # --- Open the prebuilt retriever (its errors before any slow work), load passages and queries -----
     prebuilt = open_retriever(config.retriever)
-    passages = load_corpus(config.corpus)
+    passages = load_corpus(config.passages)
     # the splitter too: answers' and erased passages' sentences split another way are other records
-    digests = {"corpus": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
+    digests = {"passages": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
     for number, extra_corpus in enumerate(config.more_corpora):  # keys only when set: older runs' inputs stay
         more = load_corpus(extra_corpus)
         digests[f"more_corpora[{number}]"] = passages_digest(more)
         passages += more
-    passages_by_id = joined_passages(passages, [config.corpus, *config.more_corpora])
+    passages_by_id = joined_passages(passages, [config.passages, *config.more_corpora])
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     for number, extra in enumerate(config.more_queries):
@@ -136,9 +136,9 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     templated = sum(before.output != after.output for before, after in zip(answered, selected, strict=True))
     check_support_labels(selected, str(config.queries))
     labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
-    corpora = ", ".join(str(path) for path in (config.corpus, *config.more_corpora))
+    corpora = ", ".join(str(path) for path in (config.passages, *config.more_corpora))
     check_gold_ids(selected, labeler.gold_ids_used, passages_by_id, [Path(config.queries), *config.more_queries],
-                   f"corpus {corpora}")
+                   f"passages {corpora}")
 
     # --- Resume: what an earlier run into this directory already wrote --------------------------
     done = written_ids(records_path) | written_ids(output / HELDOUT_FILE)
@@ -365,7 +365,7 @@ def read_answers(path: Path) -> dict[str, str]:
 
 def missing_inputs(config: GenerateConfig) -> None:
     """``InputError`` naming the first further input file that is not there (the setting, the path and the fix), before
-    any slow work: a missing more_queries[1] would otherwise be found after the corpora are loaded. (corpus and
+    any slow work: a missing more_queries[1] would otherwise be found after the corpora are loaded. (passages and
     queries are read first, by loaders that say so themselves.)"""
     files = [*((f"more_corpora[{number}]", Path(path)) for number, path in enumerate(config.more_corpora)),
              *((f"more_queries[{number}]", Path(path)) for number, path in enumerate(config.more_queries)),

@@ -28,7 +28,7 @@ def run(config: GenerateConfig) -> GenerateResult:
 
         return run_at_url(config, run)  # type: ignore[no-any-return]
     config = replace(config, output=str(Path(config.output).expanduser()))
-    check_output_path(config.output, inputs=[config.corpus, config.queries])
+    check_output_path(config.output, inputs=[config.passages, config.queries])
     # a run refused on its inputs (a wrong gold id, no query in the split) leaves no folder behind
     with left_clean_if_refused(config.output, bookkeeping=(FINGERPRINT_FILE, CONFIG_FILE)):
         # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run

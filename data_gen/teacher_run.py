@@ -92,10 +92,10 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     # corpus), the corpus (file or folder of chunks; not needed beside a prebuilt index when queries are given) and
     # the queries (given, or written by the teacher) -----------------------------------------------------------
     prebuilt = open_retriever(config.retriever)
-    passages, chunks = load_passages(config) if config.corpus is not None else ([], None)
+    passages, chunks = load_passages(config) if config.passages is not None else ([], None)
     corpus_digest = passages_digest(passages)
     # the assembler labels each answer sentence by sentence: the splitter is an input too
-    check_output(config, output, CONTENT_SETTINGS, {"corpus": corpus_digest, "sentences": SPLITTER}, start_over,
+    check_output(config, output, CONTENT_SETTINGS, {"passages": corpus_digest, "sentences": SPLITTER}, start_over,
                  bookkeeping=(CACHE_FILE, "corpus.jsonl"), fix=INPUT_FIX)
     if chunks is not None:
         write_jsonl_atomic(output / "corpus.jsonl", (chunk.to_json() for chunk in chunks))
@@ -109,7 +109,7 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     if without and retriever.fallback is None:
         raise ConfigError([
             f"{len(without)} queries (first: {without[0]!r}) have no ctxs and no retriever is set; set "
-            "retriever.index=DIR or retriever.url=postgresql://... (or corpus=FILE for BM25 built in memory)"
+            "retriever.index=DIR or retriever.url=postgresql://... (or retriever.corpus=FILE for BM25 built in memory)"
         ])
     write_config(config, output)
 
@@ -265,7 +265,7 @@ def write_config(config: GenerateConfig, output: Path) -> None:
 
 def load_passages(config: GenerateConfig) -> tuple[list[Passage], list[Chunk] | None]:
     """The corpus; for a folder also its chunks (written to ``<output>/corpus.jsonl`` with file and position)."""
-    corpus = Path(str(config.corpus))
+    corpus = Path(str(config.passages))
     if not corpus.is_dir():
         from selfrag.corpus import load_corpus
 
@@ -353,4 +353,4 @@ def _first(ids: list[str], shown: int = 3) -> str:
 
 def _query_files(config: GenerateConfig) -> str:
     files = [str(path) for path in (config.queries, *config.more_queries) if path is not None]
-    return " and ".join(files) if files else f"the questions the teacher wrote from {config.corpus}"
+    return " and ".join(files) if files else f"the questions the teacher wrote from {config.passages}"

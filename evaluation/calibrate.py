@@ -24,6 +24,7 @@ config leaves ``threshold``/``relevance_threshold``/``support_bound`` at their d
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -130,7 +131,7 @@ def run(config: CalibrateConfig) -> CalibrationResult:
 
 
 def _run(config: CalibrateConfig) -> CalibrationResult:
-    from selfrag.inference.config import InferenceConfig, PruningConfig
+    from selfrag.inference.config import PruningConfig
     from selfrag.inference.engines import build_engine
     from selfrag.inference.retrievers.spec import open_retriever
     from selfrag.inference.runtime import SelfRAG
@@ -146,7 +147,7 @@ def _run(config: CalibrateConfig) -> CalibrationResult:
     opened = open_retriever(config.retriever)
     check_passages(examples, searched(config.retriever), passage_ids(opened), True)
     retriever = ExampleRetriever(examples, opened)
-    engine = build_engine(config, config.model)  # config.engine: hf, vllm or openai
+    engine = build_engine(config.inference, config.model)  # inference.engine: hf, vllm or openai
     ids = engine.token_ids
     requests = [
         GenerationRequest(prompt_ids=tuple(encode_prompt(engine.tokenizer, e.prompt, engine.prompt_template)),
@@ -159,8 +160,9 @@ def _run(config: CalibrateConfig) -> CalibrationResult:
     decisions = engine.generate(requests)
     prompts = [e.prompt for e in examples]
     # each retrieved passage's relevance score: one decode step per branch (the runtime's first step)
-    probe = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=1, max_rounds=0, use_calibration=False,
-                            pruning=PruningConfig(enabled=False))
+    # the runtime as configured, always retrieving, abstaining where unsupported, no earlier calibration read
+    measured = dataclasses.replace(config.inference, mode="always", on_unsupported="abstain", use_calibration=False)
+    probe = dataclasses.replace(measured, max_tokens=1, max_rounds=0, pruning=PruningConfig(enabled=False))
     passages = []
     for example, answer in zip(examples, SelfRAG(engine, retriever, probe).answer_many(prompts), strict=True):
         for candidate in answer.candidates:
@@ -172,8 +174,7 @@ def _run(config: CalibrateConfig) -> CalibrationResult:
                 ))
     labelled = any(example.gold_passage_ids for example in examples)
     relevance_threshold, relevance_reason = choose_relevance_threshold(passages if labelled else [])
-    always = InferenceConfig(mode="always", top_k=config.top_k, max_tokens=config.max_tokens, support_bound=0.0,
-                             relevance_threshold=relevance_threshold, use_calibration=False)
+    always = dataclasses.replace(measured, support_bound=0.0, relevance_threshold=relevance_threshold)
     answers = SelfRAG(engine, retriever, always).answer_many(prompts)
     rows = []
     for example, decision, answer in zip(examples, decisions, answers, strict=True):

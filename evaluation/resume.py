@@ -39,8 +39,8 @@ STATE_FILE = "state.json"
 NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model",
                "allow_trained_questions",
                # how a remote engine is reached, not what it answers
-               "engine_options.concurrency", "engine_options.timeout", "engine_options.max_retries",
-               "engine_options.backoff", "engine_options.api_key_env")
+               *(f"inference.engine_options.{name}" for name in ("concurrency", "timeout", "max_retries", "backoff",
+                                                                 "api_key_env")))
 
 
 def model_identity(name: str) -> str:
@@ -72,10 +72,14 @@ class AnswerStore:
         return self.dir / f"{mode}.jsonl"
 
     def start(
-        self, mode: str, fingerprint: Mapping[str, Any], example_ids: Sequence[str]
+        self, mode: str, fingerprint: Mapping[str, Any], example_ids: Sequence[str],
+        defaults: Mapping[str, Any] = {},  # noqa: B006 (read only)
+        renamed: Mapping[str, str | None] = {},  # noqa: B006 (read only)
     ) -> list[dict[str, Any]]:
-        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over."""
-        verdict = self.ledger.check(mode, fingerprint)
+        """The rows an earlier run with this fingerprint answered (in example order); [] when it must start over.
+        ``defaults``, ``renamed``: a setting the earlier run did not record, or spelled otherwise (the config's
+        ``RENAMED_SETTINGS``), as :func:`selfrag.runs.differences` reads them."""
+        verdict = self.ledger.check(mode, fingerprint, defaults, renamed)
         path = self._path(mode)
         if verdict.state == "same" and path.is_file():
             truncate_partial_line(path)  # a line cut by a kill is answered again

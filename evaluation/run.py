@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfrag.config import from_dict, to_dict, write_resolved
+from selfrag.config import to_dict, write_resolved
 from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
+from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
 from selfrag.inference.runtime import BEHAVIOUR_VERSION
 from selfrag.jsonl import write_jsonl_atomic
-from selfrag.runs import file_digest
+from selfrag.runs import file_digest, setting_defaults, setting_renames
 from selfrag.sentences import split_sentences
 
 from . import metrics, report
@@ -65,7 +66,7 @@ class EvalResult:
 
 
 class _Engines:
-    """Builds each model's engine once, on first use (``config.engine`` with ``config.engine_options``)."""
+    """Builds each model's engine once, on first use (``inference.engine`` with ``inference.engine_options``)."""
 
     def __init__(self, config: EvalConfig) -> None:
         self.config = config
@@ -74,13 +75,13 @@ class _Engines:
 
     def trained(self) -> CountingEngine:
         if self._trained is None:
-            self._trained = CountingEngine(build_engine(self.config, self.config.model))
+            self._trained = CountingEngine(build_engine(self.config.inference, self.config.model))
         return self._trained
 
     def plain(self, model: str | None = None) -> CountingEngine:
         name = model or self.config.base_model or base_model_of(self.config.model)
         if name not in self._plain:
-            self._plain[name] = CountingEngine(build_plain_engine(self.config, name))
+            self._plain[name] = CountingEngine(build_plain_engine(self.config.inference, name))
         return self._plain[name]
 
 
@@ -93,7 +94,6 @@ def run(config: EvalConfig) -> EvalResult:
 def _run(config: EvalConfig) -> EvalResult:
     from tqdm.auto import tqdm
 
-    from selfrag.inference.config import InferenceConfig
     from selfrag.inference.retrievers.spec import open_retriever
 
     started = time.monotonic()
@@ -106,7 +106,7 @@ def _run(config: EvalConfig) -> EvalResult:
     labels = load_reflection_labels(config.labels) if config.labels else []
     needs_passages = any(mode in config.modes for mode in RETRIEVING)
     check_passages(examples, searched(config.retriever), None, needs_passages)
-    inference = from_dict(InferenceConfig, {**config.inference, "top_k": config.top_k, "max_tokens": config.max_tokens})
+    inference = config.inference
     opened = open_retriever(config.retriever)
     check_passages(examples, searched(config.retriever), passage_ids(opened), needs_passages)
     retriever = ExampleRetriever(examples, opened)
@@ -133,7 +133,7 @@ def _run(config: EvalConfig) -> EvalResult:
         version = RUNTIME_VERSIONS.get(mode)
         mode_settings = settings if version is None else {**settings, "runtime_version": version}
         fingerprint = mode_fingerprint(mode_settings, mode, identity(model), digests, out)
-        done = store.start(mode, fingerprint, ids)
+        done = store.start(mode, fingerprint, ids, setting_defaults(EvalConfig), setting_renames(EvalConfig))
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)
@@ -187,7 +187,7 @@ def _run(config: EvalConfig) -> EvalResult:
 def estimate(config: EvalConfig, examples: int) -> str:
     """One line before the run: how long it takes at most on 2 CPU cores with the 135M model (answers saved by an
     earlier run are not answered again), and what the prompted mode costs."""
-    scale = config.max_tokens / 48
+    scale = config.inference.max_tokens / 48
     seconds = {mode: examples * CPU_SECONDS_PER_QUESTION[mode] * scale for mode in config.modes}
     total = sum(seconds.values())
     parts = ", ".join(f"{mode} ~{_duration(value)}" for mode, value in seconds.items())
@@ -219,13 +219,15 @@ def _needs_base(config: EvalConfig) -> bool:
     return any(mode in config.modes for mode in ("no_retrieval", "plain_rag", "prompted"))
 
 
-def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: Any, config: EvalConfig) -> Any:
+def _mode(mode: str, engines: _Engines, retriever: ExampleRetriever, inference: InferenceConfig,
+          config: EvalConfig) -> Any:
     from selfrag.inference.runtime import SelfRAG
 
     if mode in ("no_retrieval", "plain_rag", "ft_rag"):
         engine = engines.plain(config.ft_rag_model if mode == "ft_rag" else None)
         rag = mode != "no_retrieval"
-        return engine, plain_runner(engine, retriever, config.top_k, config.max_tokens, inference.abstain_text, rag)
+        return engine, plain_runner(engine, retriever, inference.top_k, inference.max_tokens, inference.abstain_text,
+                                    rag)
     if mode == "prompted":
         engine = engines.plain()
         return engine, selfrag_runner(prompted_runtime(engine, retriever, inference))

@@ -1,8 +1,8 @@
 """Answer questions from the command line and show the decisions behind each.
 
 selfrag ask model=runs/quickstart/model retriever.corpus=data_gen/demo/corpus.jsonl "Who ruled Normandy?"
-selfrag ask --json model=DIR retriever.index=runs/index "question" mode=always top_k=5
-selfrag ask model=DIR retriever.index=runs/index --questions questions.txt engine=vllm   # one load, many questions
+selfrag ask --json model=DIR retriever.index=runs/index "question" inference.mode=always inference.top_k=5
+selfrag ask model=DIR retriever.index=runs/index --questions questions.txt inference.engine=vllm   # one load, many
 cat questions.jsonl | selfrag ask model=DIR retriever.corpus=FILE --questions -           # JSONL: {"question": ...}
 """
 
@@ -18,7 +18,7 @@ from selfrag import reflection as rf
 from selfrag.config import help_field
 from selfrag.errors import InputError
 from selfrag.inference.answer import Answer
-from selfrag.inference.config import InferenceConfig
+from selfrag.inference.config import InferenceConfig, inference_keys
 from selfrag.inference.engines import Engine, build_engine
 from selfrag.inference.events import relevance_of
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig, open_retriever
@@ -27,11 +27,13 @@ from selfrag.inference.trace import BeamStep, Generate, Rank, RankedCandidate, R
 from selfrag.retrieval import Retriever
 
 
-@dataclass(kw_only=True)
-class AskConfig(InferenceConfig):
-    """``selfrag ask``: the runtime's settings (top level, as in configs/inference/), the model and the retriever."""
+@dataclass
+class AskConfig:
+    """``selfrag ask``: the model, the retriever and the runtime's settings (the inference section, as in every
+    command)."""
 
-    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+    #: the retriever's and the runtime's settings as top-level keys (ask took the runtime's there once): refused
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **inference_keys()}
 
     model: str = help_field("a model directory trained by selfrag (or a released one)")
     retriever: RetrieverConfig = help_field(
@@ -39,12 +41,14 @@ class AskConfig(InferenceConfig):
         "retriever.url=postgresql://...?table=NAME (pgvector) or retriever.corpus=FILE|FOLDER (BM25 built now)",
         default_factory=RetrieverConfig,
     )
+    inference: InferenceConfig = help_field(
+        "the runtime's settings, as in serve, eval, calibrate and the quickstart (inference.mode=always "
+        "inference.top_k=5 inference.engine=vllm inference.engine_options.device=cuda; configs/inference/default.yaml)",
+        default_factory=InferenceConfig,
+    )
 
     def validate(self) -> list[str]:
-        problems = super().validate()
-        if not self.retriever.is_set():
-            problems.append(NO_RETRIEVER)
-        return problems
+        return [] if self.retriever.is_set() else [NO_RETRIEVER]
 
 
 NO_RETRIEVER = ("retriever: no passages; set retriever.index=DIR (built by selfrag index), "
@@ -63,8 +67,8 @@ def load_retriever(retriever: RetrieverConfig) -> Retriever:
 def ask_many(config: AskConfig, questions: Sequence[str], engine: Engine | None = None) -> list[Answer]:
     """Load the retriever (its errors surface before the model loads), then the engine once, and answer all."""
     retriever = load_retriever(config.retriever)
-    engine = engine if engine is not None else build_engine(config, config.model)
-    return SelfRAG(engine, retriever, config).answer_many(list(questions))
+    engine = engine if engine is not None else build_engine(config.inference, config.model)
+    return SelfRAG(engine, retriever, config.inference).answer_many(list(questions))
 
 
 def ask(model: str, corpus: str | Path, question: str, config: InferenceConfig) -> Answer:

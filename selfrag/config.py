@@ -6,7 +6,8 @@ Every problem is collected and reported together (unknown keys with a suggestion
 missing required values, values a ``validate()`` method rejects), each naming the field, the value and
 the fix. Config dataclasses document each field in ``field(metadata={"help": ...})``. A class may declare
 ``REMOVED_KEYS`` (a key it once had -> what to write instead) and ``REFUSED_VALUES`` (field -> {a string value it
-refuses -> what to write instead}), so an old spelling fails in one line that names the new one.
+refuses -> what to write instead}), so an old spelling fails in one line that names the new one; :func:`moved_keys`
+writes the entries of keys that moved into a section.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[st
     """A problem for each integer field of ``config`` in ``names`` below 1 (``prefix``: its path in the config)."""
     return [f"{prefix}{name} must be at least 1, got {getattr(config, name)}" for name in names
             if getattr(config, name) < 1]
+
+
+def moved_keys(section: str, names: Sequence[str], why: str) -> dict[str, str]:
+    """``REMOVED_KEYS`` entries for top-level keys that moved into ``section``, each naming its new key (``top_k``:
+    "write inference.top_k (...)"); ``why``: the reason, said in every entry."""
+    return {name: f"write {section}.{name} ({why})" for name in names}
 
 
 def retry_problems(config: Any, prefix: str = "") -> list[str]:

@@ -81,8 +81,8 @@ def missing_extra(error: ImportError, needed_by: str | None = None) -> MissingEx
 
 
 def require(module: str, needed_by: str) -> ModuleType:
-    """``import module``, or a :class:`MissingExtraError` naming ``needed_by`` (``engine=vllm``, ``selfrag serve``)
-    and the extra that installs it."""
+    """``import module``, or a :class:`MissingExtraError` naming ``needed_by`` (``inference.engine=vllm``,
+    ``selfrag serve``) and the extra that installs it."""
     try:
         return importlib.import_module(module)
     except ImportError as error:

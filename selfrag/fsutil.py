@@ -2,7 +2,7 @@
 
     text = read_text(path, what="corpus file")               # a bad byte -> InputError "path:3: ..."
     write_json(output / "stats.json", stats)                  # temp file + fsync + rename: never half a file
-    check_output_path(config.output, key="output", inputs=[config.corpus, config.queries])
+    check_output_path(config.output, key="output", inputs=[config.passages, config.queries])
 
 A resume reads what an earlier run wrote (configs, manifests, stats). Each of those is written to a
 temporary sibling, fsynced and renamed over the target, so a run killed at any moment leaves either the

@@ -170,11 +170,12 @@ def differences(
     (3f2a91c0e1b2 -> 77b0e1d4aa90) in data/r.jsonl`` (the path, where the new fingerprint knows it). A setting
     ``old`` lacks counts as ``defaults[key]``; inputs are compared where both recorded them. ``renamed``: a setting
     ``old`` may spell as it once was -> its key now (None: a setting that is gone, not compared), so a run made
-    before a key was renamed resumes (a config's ``RENAMED_SETTINGS``)."""
+    before a key was renamed resumes (a config's ``RENAMED_SETTINGS``); a key ending in ``.`` renames every key under
+    it (``engine_options.`` -> ``inference.engine_options.``); an input named as a renamed setting is renamed alike."""
     lines = []
     if old.get("stage") != new.get("stage"):
         lines.append(f"stage={new.get('stage')!r} (was {old.get('stage')!r})")
-    old_inputs, new_inputs = old.get("inputs") or {}, new.get("inputs") or {}
+    old_inputs, new_inputs = _renamed(old.get("inputs") or {}, renamed), new.get("inputs") or {}
     sources = new.get("sources") or {}
     for name in sorted(set(old_inputs) & set(new_inputs)):
         before, after = old_inputs[name], new_inputs[name]
@@ -182,8 +183,7 @@ def differences(
             where = f" in {sources[name]}" if name in sources else ""
             lines.append(f"{name}: content changed ({_short(before)} -> {_short(after)}){where}")
     old_settings, new_settings = old.get("settings") or {}, new.get("settings") or {}
-    old_settings = {renamed.get(key, key): value for key, value in old_settings.items()
-                    if key not in renamed or renamed[key] is not None}
+    old_settings = _renamed(old_settings, renamed)
     missing = object()
     for key in sorted(set(old_settings) | set(new_settings)):
         before = old_settings.get(key, defaults.get(key, missing))
@@ -191,6 +191,22 @@ def differences(
         if before != after:
             lines.append(f"{key}={_show(after, missing)} (was {_show(before, missing)})")
     return lines
+
+
+def _renamed(recorded: Mapping[str, Any], renamed: Mapping[str, str | None]) -> dict[str, Any]:
+    """``recorded`` (dotted keys) with each key as ``renamed`` spells it now; a key renamed to None is left out."""
+    sections = {key: now for key, now in renamed.items() if key.endswith(".")}
+    result = {}
+    for key, value in recorded.items():
+        if key in renamed:
+            now = renamed[key]
+        else:
+            section = next((old for old in sections if key.startswith(old)), None)
+            now = key if section is None else (None if sections[section] is None
+                                               else f"{sections[section]}{key[len(section):]}")
+        if now is not None:
+            result[now] = value
+    return result
 
 
 def setting_renames(cls: type) -> dict[str, str | None]:
@@ -338,7 +354,9 @@ class Verdict:
 class Ledger:
     """A JSON file of named entries (``{name: {"fingerprint", "settings", "inputs", "finished"}}``): each piece of
     work's fingerprint and whether it finished. An entry an older version wrote (only a ``fingerprint`` hash) is
-    ``changed``: its work is done again."""
+    ``changed``: its work is done again. An entry's digest (:meth:`digest`, what a later piece of work chains on) is
+    kept while its work is the same, also where the settings are recorded otherwise since (a default added, a key
+    renamed), so the work after it is kept too."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -370,12 +388,19 @@ class Ledger:
             verdict = Verdict("changed", changes) if changes else Verdict("same", finished=bool(entry.get("finished")))
         else:
             verdict = Verdict("changed", ["recorded by an older selfrag"])
+        kept = entry.get("fingerprint") if entry is not None and verdict.state == "same" else None
         self.entries[name] = {
             **{key: value for key, value in fingerprint.items() if key != "finished"},
-            "fingerprint": fingerprint_digest(fingerprint), "finished": verdict.finished,
+            "fingerprint": kept if isinstance(kept, str) else fingerprint_digest(fingerprint),
+            "finished": verdict.finished,
         }
         self._save()
         return verdict
+
+    def digest(self, name: str) -> str:
+        """The digest of ``name``'s work as last checked: a new or changed entry's fingerprint digest, a same one's
+        as first recorded."""
+        return str(self.entries[name]["fingerprint"])
 
     def finished(self, name: str) -> bool:
         return bool(self.entries.get(name, {}).get("finished"))

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     data, corpus = write_inputs(args.oracle, args.output, args.questions, args.offset)
     config = from_dict(EvalConfig, {
         "data": data, "model": str(args.model_dir), "retriever": {"corpus": corpus}, "output_dir": args.output / "eval",
-        "batch_size": 4, "top_k": 3, "max_tokens": MAX_TOKENS, "judge": {"kind": "overlap"}, "show": 3,
+        "batch_size": 4, "inference": {"top_k": 3, "max_tokens": MAX_TOKENS}, "judge": {"kind": "overlap"}, "show": 3,
         "modes": ["no_retrieval", "plain_rag", "single_pass"],
     })
     print(run(config).summary())

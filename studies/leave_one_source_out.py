@@ -48,7 +48,7 @@ def arm_recipe(arm: str, output: Path) -> dict[str, Any]:
     """The mixed-source data recipe for ``arm`` (``all`` or ``-S``), writing into ``output``."""
     settings: dict[str, Any] = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
     settings["output"] = output
-    for key in ("corpus", "queries", "answers"):
+    for key in ("passages", "queries", "answers"):
         settings[key] = REPO / settings[key]
     for key in ("more_corpora", "more_queries", "more_answers"):
         settings[key] = [REPO / path for path in settings[key]]
@@ -63,7 +63,7 @@ def arm_recipe(arm: str, output: Path) -> dict[str, Any]:
         lines = [line for line in (DEMO / "queries.jsonl").read_text(encoding="utf-8").splitlines()
                  if line.strip() and json.loads(line)["meta"].get("source") != "squad_v2"]
         kept.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        settings.update(queries=kept, corpus=settings["more_corpora"][0], answers=None, limit=None)
+        settings.update(queries=kept, passages=settings["more_corpora"][0], answers=None, limit=None)
         settings["more_corpora"] = settings["more_corpora"][1:]
         return settings
     part = SLICES / left_out
@@ -118,7 +118,7 @@ def test_records(source: str, split: str, reuse: bool = False) -> Path:
     from selfrag.data_gen.run import run
 
     settings = yaml.safe_load((REPO / "configs" / "data_gen" / "squad-demo-sentences.yaml").read_text("utf-8"))
-    settings.update(corpus=DEMO / "corpus.jsonl", queries=DEMO / "queries.jsonl",
+    settings.update(passages=DEMO / "corpus.jsonl", queries=DEMO / "queries.jsonl",
                     answers=DEMO / "answers-sentences.jsonl", output=OUT / "judged" / "squad-test", split="test",
                     limit=None, more_queries=[])
     result = run(from_dict(GenerateConfig, settings))

@@ -48,7 +48,7 @@ def data_recipe(recipe: Path, left_out: list[str], output: Path) -> dict[str, An
     """``recipe`` with the left-out slices' corpora, queries and answers dropped, paths made absolute."""
     settings: dict[str, Any] = yaml.safe_load(recipe.read_text(encoding="utf-8"))
     settings["output"] = str(output)
-    for key in ("corpus", "queries", "answers"):
+    for key in ("passages", "queries", "answers"):
         if settings.get(key):
             settings[key] = str(REPO / settings[key])
     dropped = {SLICES / name for name in left_out}

@@ -35,7 +35,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 SLICES = REPO / "data_gen" / "slices"
 DEMO_CORPUS = REPO / "data_gen" / "demo" / "corpus.jsonl"
-SETTINGS = ["top_k=3", "max_tokens=96"]
+SETTINGS = ["inference.top_k=3", "inference.max_tokens=96"]
 EVAL_SETTINGS = [*SETTINGS, "batch_size=4", "judge.kind=overlap"]
 RESAMPLES = 2000
 

@@ -39,9 +39,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
                  {"inference": {"read": "together"}}),
     "flag": ("an unsupported best answer is kept and flagged low-confidence instead of abstaining "
              "(on_unsupported=flag): how much of the gap is abstention", {"inference": {"on_unsupported": "flag"}}),
-    "tokens48": ("answers cut at 48 new tokens instead of 96", {"max_tokens": 48}),
-    "top1": ("one branch: the retriever's first passage only", {"top_k": 1}),
-    "top5": ("five branches", {"top_k": 5}),
+    "tokens48": ("answers cut at 48 new tokens instead of 96", {"inference": {"max_tokens": 48}}),
+    "top1": ("one branch: the retriever's first passage only", {"inference": {"top_k": 1}}),
+    "top5": ("five branches", {"inference": {"top_k": 5}}),
 }
 
 
@@ -70,17 +70,27 @@ def holds_gold(rows: list[dict[str, Any]]) -> dict[str, bool]:
     return {r["id"]: (not r["abstained"]) and match(r["answer"], r["gold_answers"]) for r in rows if r["answerable"]}
 
 
-def run_arm(folder: Path, name: str, change: dict[str, Any]) -> Path:
+def quickstart_eval(folder: Path) -> dict[str, Any]:
+    """The quickstart's evaluation settings (``<folder>/eval/config.yaml``), in today's spelling."""
     import yaml
 
+    from selfrag.inference.config import FORMER_TOP_LEVEL
+
+    base: dict[str, Any] = yaml.safe_load((folder / "eval" / "config.yaml").read_text(encoding="utf-8"))
+    if "corpus" in base:  # a quickstart before the one retriever spelling wrote a top-level corpus
+        base["retriever"] = {**(base.get("retriever") or {}), "corpus": base.pop("corpus")}
+    for key in FORMER_TOP_LEVEL:  # ... and before the inference section, the runtime's top_k, max_tokens, engine
+        if key in base:
+            base["inference"] = {**(base.get("inference") or {}), key: base.pop(key)}
+    return base
+
+
+def run_arm(folder: Path, name: str, change: dict[str, Any]) -> Path:
     from selfrag.config import from_dict
     from selfrag.evaluation.config import EvalConfig
     from selfrag.evaluation.run import run
 
-    base = yaml.safe_load((folder / "eval" / "config.yaml").read_text(encoding="utf-8"))
-    if "corpus" in base:  # a quickstart before the one retriever spelling wrote a top-level corpus
-        base["retriever"] = {**(base.get("retriever") or {}), "corpus": base.pop("corpus")}
-    settings = merge(base, change)
+    settings = merge(quickstart_eval(folder), change)
     settings.update(modes=["single_pass"], output_dir=str(folder / "runtime" / name), plots=False, show=0)
     run(from_dict(EvalConfig, settings))
     return folder / "runtime" / name

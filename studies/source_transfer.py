@@ -44,7 +44,7 @@ def label_slice(source: str, output: Path, split: str = "all") -> Path:
 
     answers = SLICES / source / "answers-sentences.jsonl"
     config = from_dict(GenerateConfig, {
-        "corpus": SLICES / source / "corpus.jsonl", "queries": SLICES / source / "queries.jsonl", "output": output,
+        "passages": SLICES / source / "corpus.jsonl", "queries": SLICES / source / "queries.jsonl", "output": output,
         "labeler": "gold", "split": split, "heldout": 0.0, "distractors": 0, "easy_negatives": 1,
         "hard_negatives": 1, "support_negatives": 1, "article_negatives": 0, "train_abstain_text": False, "seed": 0,
         "answers": answers if answers.is_file() else None,

@@ -21,7 +21,8 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
 4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
 5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
-   judge), ``top_k=3``, ``max_tokens=96``, batch 4. Plain RAG (the untuned base) answers each set once.
+   judge), ``inference.top_k=3``, ``inference.max_tokens=96``, batch 4. Plain RAG (the untuned base) answers each set
+   once.
 
 Question sets (``studies/transfer/``, written by ``studies/transfer_data.py``; none is in any training slice):
 
@@ -56,7 +57,7 @@ DEMO_CORPUS = REPO / "data_gen" / "demo" / "corpus.jsonl"
 TRAIN_RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
 RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
 DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
-EVAL_SETTINGS = ["top_k=3", "max_tokens=96", "batch_size=4", "judge.kind=overlap"]
+EVAL_SETTINGS = ["inference.top_k=3", "inference.max_tokens=96", "batch_size=4", "judge.kind=overlap"]
 #: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
 #: quickstart's records (the recipe's 320 would drop half of them)
 RAG_LENGTH = 640
@@ -96,7 +97,7 @@ def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
     data.write_text("".join((SETS / f"{name}.jsonl").read_text(encoding="utf-8") for name in DEV), encoding="utf-8")
     if not (seed_dir / "devcal-calibration" / "calibration.json").is_file():
         selfrag("calibrate", f"data={data}", f"model={model}", f"output_dir={seed_dir / 'devcal-calibration'}",
-                "top_k=3", "max_tokens=96")
+                "inference.top_k=3", "inference.max_tokens=96")
     return model
 
 
@@ -122,8 +123,8 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
                 f"training.max_steps={rl_steps}", f"training.seed={seed}")
         if not (seed_dir / "rl-calibration" / "calibration.json").is_file():
             selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
-                    f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}", "top_k=3",
-                    "max_tokens=96")
+                    f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}",
+                    "inference.top_k=3", "inference.max_tokens=96")
         models["single-pass SFT+RL"] = (rl, [])
     for name, (questions, extra) in question_sets(seed_dir, names).items():
         common = [f"data={questions}", *extra, *EVAL_SETTINGS]

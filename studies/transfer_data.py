@@ -3,10 +3,10 @@
     python studies/transfer_data.py ../shared/data studies/transfer
 
 Each file is ``selfrag eval``'s QA form, ``{"id", "question", "answers", "ctxs", "answerable", "meta"}``, with exactly
-the three passages every mode reads (``top_k=3``): the source's own retrieved passages where it ranks them (PopQA,
-TriviaQA and RetrievalQA's news questions, as RetrievalQA ships them), else the top three of BM25 over the question's
-own pool (HotpotQA: its ten context paragraphs; NQ-open: the oracle passages of 400 questions, its own among them). A
-question is ``answerable`` when a gold string occurs in one of its three passages (those are its
+the three passages every mode reads (``inference.top_k=3``): the source's own retrieved passages where it ranks them
+(PopQA, TriviaQA and RetrievalQA's news questions, as RetrievalQA ships them), else the top three of BM25 over the
+question's own pool (HotpotQA: its ten context paragraphs; NQ-open: the oracle passages of 400 questions, its own
+among them). A question is ``answerable`` when a gold string occurs in one of its three passages (those are its
 ``gold_passage_ids``: relevant means "holds the answer", which ``selfrag calibrate`` reads): then abstaining is a false
 abstain; otherwise abstaining is right. None of these questions is in a shipped training slice (``data_gen/slices``:
 the first 40 HotpotQA, the first 60 NQ-open and the first 60 RetrievalQA items):

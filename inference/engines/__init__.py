@@ -1,7 +1,7 @@
 """Engines: one protocol (:class:`Engine`), backends behind a plain dict.
 
     engine = ENGINES["hf"](model_dir="runs/smollm2-selfrag")
-    engine = build_engine(config, "runs/smollm2-selfrag")   # config.engine (hf|vllm|openai) + config.engine_options
+    engine = build_engine(config.inference, "runs/smollm2-selfrag")   # inference.engine (hf|vllm|openai) + its options
     engine = load_engine("runs/smollm2-selfrag", "vllm", dtype="bfloat16")   # from Python: selfrag.load_engine
 
 Backends import their heavy dependencies only when built, so importing this package stays cheap.
@@ -91,8 +91,8 @@ def build_plain_engine(config: _EngineSettings, model: str | Path) -> Engine:
 
         return VLLMEngine.plain(directory, config.engine_options)
     if config.engine != "hf":
-        raise ConfigError([f"engine={config.engine} serves models with reflection tokens only; {str(model)!r} has "
-                           "none: run the base-model modes with engine=hf or vllm"])
+        raise ConfigError([f"inference.engine={config.engine} serves models with reflection tokens only; "
+                           f"{str(model)!r} has none: run the base-model modes with inference.engine=hf or vllm"])
     from .hf import HFEngine
 
     return HFEngine.plain(directory, config.engine_options)

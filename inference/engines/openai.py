@@ -136,7 +136,7 @@ class OpenAIEngine:
         cards = [card for card in cards if isinstance(card, dict) and "id" in card] if isinstance(cards, list) else []
         if not served_model and not cards:
             raise RemoteEngineError(
-                f"{self.base_url}/models lists no model ({str(data)[:200]}); set engine_options.served_model"
+                f"{self.base_url}/models lists no model ({str(data)[:200]}); set inference.engine_options.served_model"
             )
         name = served_model or str(cards[0]["id"])
         card: dict[str, Any] = next((card for card in cards if str(card["id"]) == name), {})
@@ -166,7 +166,7 @@ class OpenAIEngine:
         except RetriesExhausted as error:
             raise RemoteEngineError(
                 f"{method} {self.base_url}{path} failed {error.attempts} times, last: {error.reason}; check the server "
-                "or raise engine_options.max_retries / engine_options.timeout"
+                "or raise inference.engine_options.max_retries / .timeout"
             ) from None
 
     def _attempt(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:

@@ -1,7 +1,7 @@
 """Engine settings: which backend decodes, on what device, with which backend options.
 
-    selfrag ask model=DIR retriever.corpus=FILE "question" engine=vllm engine_options.dtype=bfloat16
-    engine = build_engine(config, model_dir)     # config: an InferenceConfig (engine + engine_options)
+    selfrag ask model=DIR retriever.corpus=FILE "question" inference.engine=vllm inference.engine_options.dtype=bfloat16
+    engine = build_engine(config.inference, model_dir)     # an InferenceConfig (engine + engine_options)
 
 Every field is documented (``selfrag ask --help-config``); :meth:`EngineOptions.validate` names the field,
 the value and the fix. Each field says which backends read it (:meth:`EngineOptions.names`); a config's options of

@@ -46,7 +46,7 @@ class VLLMEngine:
         """``options`` (or ``settings`` as the ``engine_options.*`` keys spell them: ``max_model_len=4096``): the
         fields :meth:`EngineOptions.names` lists for ``vllm``."""
         options = resolve_options("vllm", options, settings)
-        vllm = import_vllm("engine=vllm")
+        vllm = import_vllm("inference.engine=vllm")
 
         served = describe_model(model_dir)
         self.tokenizer = served.tokenizer
@@ -78,7 +78,7 @@ class VLLMEngine:
         from transformers import AutoTokenizer
 
         options = resolve_options("vllm", options, settings)
-        vllm = import_vllm("engine=vllm")
+        vllm = import_vllm("inference.engine=vllm")
         directory = Path(resolve_model(str(model_dir)))
         engine = cls.__new__(cls)
         engine.tokenizer = AutoTokenizer.from_pretrained(str(directory))

@@ -8,8 +8,8 @@
 ``generate``, ``eval``, ``calibrate``, ``rl``, ``ask`` and ``serve`` all call :func:`open_retriever`, so the same
 index gives the same hits whichever stage asks, and every command spells it the same way: this section. A
 ``--corpus`` / ``--index`` option or a top-level ``corpus=`` / ``index=`` key is refused with this spelling in the
-message (generate's own ``corpus=`` is its data: gold passages, the source of written questions; ``selfrag index
-corpus=`` is what to build). A prebuilt index (``index`` or ``url``) is the way for anything beyond a few thousand
+message (generate's data set's passages are ``passages=``: gold passages, the source of written questions; ``selfrag
+index corpus=`` is what to build). A prebuilt index (``index`` or ``url``) is the way for anything beyond a few thousand
 passages: every worker, shard and replica opens it instead of building its own.
 Keep the password out of the URL (it is written into each run's config.yaml): set PGPASSWORD or use ~/.pgpass.
 """

@@ -86,6 +86,6 @@ def load_backend(config: ServeConfig) -> Backend:
     retriever = load_retriever(config.retriever)
     logger.info("retrieval: %s", type(retriever).__name__)
     model_dir = resolve_model(config.model)
-    logger.info("loading %s with the %s engine", model_dir, config.engine)
-    engine = build_engine(config, model_dir)
+    logger.info("loading %s with the %s engine", model_dir, config.inference.engine)
+    engine = build_engine(config.inference, model_dir)
     return Backend(engine, retriever, Path(str(config.model).rstrip("/")).name)

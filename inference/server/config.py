@@ -1,6 +1,7 @@
 """Settings of ``selfrag serve`` (the OpenAI-compatible server).
 
-    config = load_config(ServeConfig, "configs/serve/default.yaml", ["model=runs/model", "retriever.index=runs/index"])
+    config = load_config(ServeConfig, "configs/serve/default.yaml", ["model=runs/model", "retriever.index=runs/index",
+                                                                    "inference.engine=vllm"])
 
 Every field is documented; :meth:`ServeConfig.validate` names the field, the value and the fix.
 """
@@ -8,11 +9,10 @@ Every field is documented; :meth:`ServeConfig.validate` names the field, the val
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from selfrag.config import at_least_one, help_field
-from selfrag.inference.config import InferenceConfig
-from selfrag.inference.engines.options import EngineOptions
+from selfrag.inference.config import InferenceConfig, inference_keys
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 
@@ -20,21 +20,14 @@ from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 class ServeConfig:
     """What the server loads, where it listens, and the limits it enforces."""
 
-    REMOVED_KEYS: ClassVar[dict[str, str]] = RETRIEVER_KEYS
+    #: the retriever's and the engine's top-level keys (serve took engine and engine_options there once): refused
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **inference_keys(("engine", "engine_options"))}
 
     model: str = help_field("a model directory trained by selfrag (merged model or LoRA adapter with selfrag.json)")
     retriever: RetrieverConfig = help_field(
         "where passages come from, as in every command: retriever.index=DIR (from selfrag index), "
         "retriever.url=postgresql://...?table=NAME (pgvector, one table shared by every replica; mode, ef_search) or "
         "retriever.corpus=FILE|FOLDER (BM25 built at start-up)", default_factory=RetrieverConfig
-    )
-    engine: Literal["hf", "vllm", "openai"] = help_field(
-        "decoding backend, as in selfrag ask: hf (transformers, the CPU default), vllm (offline vLLM in-process), "
-        "openai (a remote OpenAI-compatible completions server)", "hf"
-    )
-    engine_options: EngineOptions = help_field(
-        "device, dtype, batch size and backend options, as in selfrag ask (engine_options.batch_size=8, "
-        "engine_options.base_url=...)", default_factory=EngineOptions
     )
     host: str = help_field("address to bind; 127.0.0.1 keeps the server local, 0.0.0.0 exposes it", "127.0.0.1")
     port: int = help_field("TCP port", 8000)
@@ -55,9 +48,9 @@ class ServeConfig:
         "how long the batching worker waits for more requests after the first one arrives", 10.0
     )
     concurrent_batches: int | None = help_field(
-        "batches in the engine at once; null: 1 for engine=hf and vllm (one in-process engine, not shared between "
-        "threads), 4 for engine=openai (a vllm serve tier batches every request in flight at each decode step, so a "
-        "request need not wait for the batch before it)", None
+        "batches in the engine at once; null: 1 for inference.engine=hf and vllm (one in-process engine, not shared "
+        "between threads), 4 for inference.engine=openai (a vllm serve tier batches every request in flight at each "
+        "decode step, so a request need not wait for the batch before it)", None
     )
     timeout_s: float = help_field("per-request limit in seconds (queue wait + answer); past it: 504", 120.0)
     max_request_bytes: int = help_field("largest request body accepted; larger: 413", 65536)
@@ -67,8 +60,10 @@ class ServeConfig:
     max_top_k: int = help_field("largest top_k a request may ask for (each passage is one decode)", 20)
     graceful_shutdown_s: float = help_field("on shutdown, how long in-flight requests may still take", 30.0)
     inference: InferenceConfig = help_field(
-        "default runtime settings; a request may override mode, top_k, threshold, relevance_threshold, on_unsupported, "
-        "on_all_irrelevant, support_bound and max_tokens",
+        "the runtime's settings, as in ask, eval, calibrate and the quickstart: the engine that decodes "
+        "(inference.engine=hf|vllm|openai, inference.engine_options.batch_size=8, inference.engine_options.base_url=..."
+        ") and each request's defaults; a request may override mode, top_k, threshold, relevance_threshold, "
+        "on_unsupported, on_all_irrelevant, support_bound and max_tokens",
         default_factory=InferenceConfig,
     )
 
@@ -76,11 +71,11 @@ class ServeConfig:
         """``concurrent_batches``, or its default for the engine."""
         if self.concurrent_batches is not None:
             return self.concurrent_batches
-        return 4 if self.engine == "openai" else 1
+        return 4 if self.inference.engine == "openai" else 1
 
     def validate(self) -> list[str]:
         """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
-        problems = list(self.engine_options.validate("engine_options."))
+        problems = []
         if not self.retriever.is_set():
             problems.append("retriever: no passages; set retriever.index=DIR (built by selfrag index), retriever.url="
                             "postgresql://...?table=NAME or retriever.corpus=FILE (BM25 built at start-up)")
@@ -93,9 +88,10 @@ class ServeConfig:
                 problems.append(f"{name} must be positive seconds, got {getattr(self, name)}")
         if self.concurrent_batches is not None and self.concurrent_batches < 1:
             problems.append(f"concurrent_batches must be at least 1, got {self.concurrent_batches}")
-        elif (self.concurrent_batches or 1) > 1 and self.engine != "openai":
-            problems.append(f"concurrent_batches={self.concurrent_batches} needs engine=openai: engine={self.engine} "
-                            "runs in this process and is not shared between threads; leave it unset (1)")
+        elif (self.concurrent_batches or 1) > 1 and self.inference.engine != "openai":
+            problems.append(f"concurrent_batches={self.concurrent_batches} needs inference.engine=openai: "
+                            f"inference.engine={self.inference.engine} runs in this process and is not shared between "
+                            "threads; leave it unset (1)")
         if self.batch_wait_ms < 0:
             problems.append(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms}; use 0 to never wait")
         if self.inference.max_tokens > self.max_tokens_limit:

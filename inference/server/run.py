@@ -44,8 +44,8 @@ def run(config: ServeConfig) -> int:
         raise InputError(f"retriever.corpus {corpus!r} not found; give a corpus JSONL or folder")
     if index is not None and "://" not in index and not Path(index).is_dir():
         raise InputError(f"retriever.index {index!r} not found; build it with `selfrag index` or give retriever.corpus")
-    if config.engine == "vllm":
-        import_vllm("engine=vllm")  # a missing vLLM fails here, with the line that installs it
+    if config.inference.engine == "vllm":
+        import_vllm("inference.engine=vllm")  # a missing vLLM fails here, with the line that installs it
     resolve_model(config.model)  # so does a wrong model=, before the port opens
     api_key = os.environ.get(config.api_key_env) or None
     if api_key is None and not _is_loopback(config.host):

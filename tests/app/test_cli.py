@@ -38,7 +38,8 @@ def test_missing_corpus_file(capsys: pytest.CaptureFixture[str], tmp_path: Path)
 def test_malformed_jsonl_line_names_file_and_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "title": "T", "text": "fine"}\n{"id": "b", "title": "T", "text": "broken"\n')
-    code, err = run_cli(capsys, "generate", f"corpus={corpus}", f"queries={DEMO_QUERIES}", f"output={tmp_path / 'out'}")
+    code, err = run_cli(capsys, "generate", f"passages={corpus}", f"queries={DEMO_QUERIES}",
+                        f"output={tmp_path / 'out'}")
     assert_one_line_error(code, err, f"{corpus}:2: not valid JSON")
 
 
@@ -77,7 +78,7 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
             "-m",
             "selfrag.app.cli",
             "generate",
-            f"corpus={tmp_path / 'nope.jsonl'}",
+            f"passages={tmp_path / 'nope.jsonl'}",
             f"queries={DEMO_QUERIES}",
             f"output={tmp_path / 'out'}",
         ],
@@ -93,14 +94,15 @@ def test_real_process_prints_no_traceback(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 @pytest.mark.parametrize("command", ["ask", "serve"])
 def test_missing_vllm_gives_the_install_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
-    """`ask engine=vllm` gave a traceback and `serve engine=vllm` only "No module named 'vllm'"; both now say how to
-    install it, from one place (selfrag.inference.engines.options.VLLM_INSTALL), as generate's teacher does."""
+    """`ask inference.engine=vllm` gave a traceback and `serve inference.engine=vllm` only "No module named
+    'vllm'"; both now say how to install it, from one place (selfrag.inference.engines.options.VLLM_INSTALL), as
+    generate's teacher does."""
     from selfrag.inference.engines.options import VLLM_INSTALL
 
-    argv = [command, f"model={tmp_path}", f"retriever.corpus={DEMO_CORPUS}", "engine=vllm"]
+    argv = [command, f"model={tmp_path}", f"retriever.corpus={DEMO_CORPUS}", "inference.engine=vllm"]
     argv += ["q?"] if command == "ask" else []  # serve: refused before the port opens
     code, err = run_cli(capsys, *argv)
-    assert_one_line_error(code, err, "engine=vllm needs vLLM", VLLM_INSTALL)
+    assert_one_line_error(code, err, "inference.engine=vllm needs vLLM", VLLM_INSTALL)
 
 
 def test_the_teacher_says_the_same_install_line() -> None:

@@ -41,7 +41,8 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
     questions = tmp_path / "questions.txt"
     questions.write_text('What is the capital of France?\n\n{"question": "Which river?"}\nWho?\n')
     code = main(["ask", f"model={model_dir}", f"retriever.index={tmp_path / 'index'}", "--questions", str(questions),
-                 "--json", "mode=always", "top_k=2", "max_tokens=4", "engine_options.batch_size=2"])
+                 "--json", "inference.mode=always", "inference.top_k=2", "inference.max_tokens=4",
+                 "inference.engine_options.batch_size=2"])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["question"] for line in lines] == ["What is the capital of France?", "Which river?", "Who?"]
@@ -49,7 +50,8 @@ def test_index_then_ask_many_questions_with_one_load(model_dir, corpus, tmp_path
     assert len(loads) == 1
 
     monkeypatch.setattr("sys.stdin", io.StringIO("What is the capital of France?\n"))
-    assert main(["ask", f"model={model_dir}", f"retriever.corpus={corpus}", "--questions", "-", "max_tokens=3"]) == 0
+    argv = ["ask", f"model={model_dir}", f"retriever.corpus={corpus}", "--questions", "-", "inference.max_tokens=3"]
+    assert main(argv) == 0
     assert "decisions:" in capsys.readouterr().out
 
 
@@ -77,6 +79,8 @@ def test_ask_needs_exactly_one_retriever(model_dir, corpus, tmp_path, capsys) ->
 
 
 def test_unknown_engine_option_is_reported(corpus, capsys) -> None:  # type: ignore[no-untyped-def]
-    code = main(["ask", "model=m", f"retriever.corpus={corpus}", "q?", "engine=tgi", "engine_options.dtyp=x"])
+    code = main(["ask", "model=m", f"retriever.corpus={corpus}", "q?", "inference.engine=tgi",
+                 "inference.engine_options.dtyp=x"])
     err = capsys.readouterr().err
-    assert code == 2 and "engine" in err and "did you mean 'engine_options.dtype'" in err
+    assert code == 2 and "inference.engine must be one of" in err
+    assert "did you mean 'inference.engine_options.dtype'" in err

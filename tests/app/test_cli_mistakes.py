@@ -36,28 +36,28 @@ ASK = ["ask", "model=m", "retriever.corpus=c.jsonl"]
 
 def test_overrides_before_the_question_are_not_the_question(asked: dict[str, Any]) -> None:
     with pytest.raises(SystemExit):
-        main([*ASK, "mode=always", "Who ruled Normandy?", "top_k=2"])
+        main([*ASK, "inference.mode=always", "Who ruled Normandy?", "inference.top_k=2"])
     assert asked["question"] == "Who ruled Normandy?"
-    assert asked["config"].mode == "always" and asked["config"].top_k == 2
+    assert asked["config"].inference.mode == "always" and asked["config"].inference.top_k == 2
 
 
 def test_options_after_the_question_still_count(asked: dict[str, Any]) -> None:
     with pytest.raises(SystemExit):
-        main(["ask", "Who?", "model=m", "--json", "threshold=0.5", "retriever.corpus=c.jsonl"])
-    assert asked["question"] == "Who?" and asked["config"].threshold == 0.5
+        main(["ask", "Who?", "model=m", "--json", "inference.threshold=0.5", "retriever.corpus=c.jsonl"])
+    assert asked["question"] == "Who?" and asked["config"].inference.threshold == 0.5
 
 
 def test_a_question_with_equals_sign_goes_through_q(asked: dict[str, Any]) -> None:
     with pytest.raises(SystemExit):
-        main([*ASK, "-q", "x=5: what is 2x?", "mode=never"])
-    assert asked["question"] == "x=5: what is 2x?" and asked["config"].mode == "never"
+        main([*ASK, "-q", "x=5: what is 2x?", "inference.mode=never"])
+    assert asked["question"] == "x=5: what is 2x?" and asked["config"].inference.mode == "never"
 
 
 @pytest.mark.parametrize(
     ("words", "line"),
     [
         (
-            ["mode=always"],
+            ["inference.mode=always"],
             "selfrag ask: error: no question given; write it in quotes, e.g. selfrag ask model=M retriever.index=I "
             "\"Who ruled Normandy?\" (use -q/--question when the question contains '=')",
         ),
@@ -89,17 +89,17 @@ def test_ask_usage_mistakes(
 
 
 def test_each_problem_is_one_line_once(capsys: pytest.CaptureFixture[str], asked: dict[str, Any]) -> None:
-    assert main([*ASK, "Q?", "top_k=abc", "threshold=abc", "top_k=abc"]) == 2
+    assert main([*ASK, "Q?", "inference.top_k=abc", "inference.threshold=abc", "inference.top_k=abc"]) == 2
     assert stderr_lines(capsys) == [
-        "selfrag ask: error: threshold must be a number, got 'abc'; e.g. threshold=0.2",
-        "selfrag ask: error: top_k must be an integer, got 'abc'; e.g. top_k=3",
+        "selfrag ask: error: inference.threshold must be a number, got 'abc'; e.g. inference.threshold=0.2",
+        "selfrag ask: error: inference.top_k must be an integer, got 'abc'; e.g. inference.top_k=3",
     ]
 
 
 @pytest.mark.parametrize(
     ("command", "first"),
     [
-        ("ask", "form (Literal, 'short'):"),
+        ("ask", "model (str, required):"),
         ("generate", "output (str, required):"),  # a directory or an fsspec URL
         ("train", "model (str, required):"),
         ("quickstart", "output_dir (Path, PosixPath('selfrag-quickstart')):"),
@@ -170,7 +170,7 @@ def test_output_that_is_a_file_is_refused_before_any_work(
     monkeypatch.setattr("selfrag.training.run.run", never)
     existing = tmp_path / "out.txt"
     existing.write_text("x")
-    assert main(["generate", f"corpus={DEMO_CORPUS}", f"queries={DEMO_QUERIES}", f"output={existing}"]) == 2
+    assert main(["generate", f"passages={DEMO_CORPUS}", f"queries={DEMO_QUERIES}", f"output={existing}"]) == 2
     assert stderr_lines(capsys) == [
         f"selfrag generate: error: output {str(existing)!r} is an existing file, not a directory; give a directory path"
     ]

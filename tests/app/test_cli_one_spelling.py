@@ -1,8 +1,10 @@
-"""One retriever spelling and one CLI style in every command (issue 44).
+"""One retriever spelling, one runtime spelling and one CLI style in every command (issues 44, 54).
 
-Every setting is ``key=value`` over an optional ``--config FILE``; the retriever is the ``retriever`` section. The
-options that once named a setting (``ask --model/--corpus/--index``, ``serve --port`` ...) and the top-level
-``corpus=`` / ``index=`` keys are refused in one line that names the new spelling, exit code 2, before any work.
+Every setting is ``key=value`` over an optional ``--config FILE``; the retriever is the ``retriever`` section, the
+runtime's settings the ``inference`` section (ask, serve, eval, calibrate, quickstart). The options that once named a
+setting (``ask --model/--corpus/--index``, ``serve --port`` ...), the top-level ``corpus=`` / ``index=`` keys, the
+runtime's keys at the top level (``ask top_k=5``, ``eval engine=vllm``, ``serve engine_options.*``) and generate's
+``corpus=`` are refused in one line that names the new spelling, exit code 2, before any work.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ GONE = [
     ("ask", ["--index=runs/index"], "--index is gone: write retriever.index=DIR"),
     ("ask", ["--chunk-words", "80"], "--chunk-words is gone: write retriever.chunk_words=N"),
     ("ask", ["--chunk-overlap", "10"], "--chunk-overlap is gone: write retriever.chunk_overlap=N"),
-    ("ask", ["--engine", "vllm"], "--engine is gone: write engine=hf|vllm|openai"),
+    ("ask", ["--engine", "vllm"], "--engine is gone: write inference.engine=hf|vllm|openai"),
     ("serve", ["--model", "runs/model"], "--model is gone: write model=DIR"),
     ("serve", ["--corpus", "c.jsonl"], "--corpus is gone: write retriever.corpus=FILE"),
     ("serve", ["--index", "runs/index"], "--index is gone: write retriever.index=DIR"),
-    ("serve", ["--engine", "openai"], "--engine is gone: write engine=hf|vllm|openai"),
+    ("serve", ["--engine", "openai"], "--engine is gone: write inference.engine=hf|vllm|openai"),
     ("serve", ["--host", "0.0.0.0"], "--host is gone: write host=ADDRESS"),
     ("serve", ["--port", "8080"], "--port is gone: write port=N"),
     ("eval", ["--model", "runs/model"], "--model is gone: write model=DIR"),
@@ -154,22 +156,25 @@ def test_the_retriever_section_is_accepted_by_every_command(
 def test_ask_takes_its_question_positional_and_everything_else_as_keys(nothing_runs: dict[str, Any],
                                                                       tmp_path: Path) -> None:
     recipe = tmp_path / "ask.yaml"
-    recipe.write_text(f"model: m\nretriever:\n  corpus: {tmp_path}\n  chunk_words: 80\ntop_k: 2\n")
-    code = call(["ask", "--config", str(recipe), "Who ruled Normandy?", "retriever.chunk_overlap=10", "mode=always"])
+    recipe.write_text(f"model: m\nretriever:\n  corpus: {tmp_path}\n  chunk_words: 80\ninference:\n  top_k: 2\n")
+    code = call(["ask", "--config", str(recipe), "Who ruled Normandy?", "retriever.chunk_overlap=10",
+                 "inference.mode=always"])
     assert code == 0
     config, questions = nothing_runs["ask"]
     assert questions == ["Who ruled Normandy?"]
     assert (config.model, config.retriever.corpus, config.retriever.chunk_words) == ("m", str(tmp_path), 80)
-    assert (config.retriever.chunk_overlap, config.mode, config.top_k) == (10, "always", 2)
+    assert (config.retriever.chunk_overlap, config.inference.mode, config.inference.top_k) == (10, "always", 2)
 
 
 def test_serve_takes_every_setting_as_a_key(nothing_runs: dict[str, Any]) -> None:
     argv = ["serve", "--config", str(REPO / "configs/serve/default.yaml"), "model=m", "retriever.index=runs/index",
-            "host=0.0.0.0", "port=8081", "engine=openai", "engine_options.base_url=http://127.0.0.1:9/v1"]
+            "host=0.0.0.0", "port=8081", "inference.engine=openai",
+            "inference.engine_options.base_url=http://127.0.0.1:9/v1"]
     assert main(argv) == 0
     config = nothing_runs["serve"]
-    assert (config.model, config.retriever.index, config.host, config.port, config.engine) == (
+    assert (config.model, config.retriever.index, config.host, config.port, config.inference.engine) == (
         "m", "runs/index", "0.0.0.0", 8081, "openai")
+    assert config.inference.engine_options.base_url == "http://127.0.0.1:9/v1"
 
 
 @pytest.mark.parametrize(("command", "recipe"), [("eval", "demo.yaml"), ("calibrate", "calibrate-demo.yaml")])
@@ -227,3 +232,94 @@ def test_rl_refuses_a_rollout_top_k_that_never_chose_anything(
     assert line.startswith("selfrag rl: error: rollout.top_k was removed: each [Retrieval] puts in one passage"), line
     assert line.endswith("delete rollout.top_k"), line
     assert not nothing_runs
+
+
+# ---- the runtime's settings: one inference section (issue 54) ------------------------------------------------------
+
+RUNTIME = ["inference.top_k=5", "inference.max_tokens=7", "inference.mode=always", "inference.on_unsupported=flag",
+           "inference.engine=hf", "inference.engine_options.batch_size=3"]
+
+
+@pytest.mark.parametrize("command", ["ask", "serve", "eval", "calibrate", "quickstart"])
+def test_the_runtime_settings_are_one_inference_section_in_every_command(
+    command: str, nothing_runs: dict[str, Any], tmp_path: Path
+) -> None:
+    required = [] if command == "quickstart" else [*_required(command, tmp_path), "retriever.index=runs/index"]
+    assert call([command, *required, *RUNTIME]) == 0
+    config = nothing_runs[command][0] if command == "ask" else nothing_runs[command]
+    inference = config.inference
+    assert (inference.top_k, inference.max_tokens, inference.mode, inference.on_unsupported) == (5, 7, "always", "flag")
+    assert (inference.engine, inference.engine_options.batch_size) == ("hf", 3)
+
+
+def _moved(key: str) -> str:
+    """The refusal of a top-level runtime key (``engine_options.device=cuda``: its section, engine_options)."""
+    name = key.split("=")[0].split(".")[0]
+    return f"{name} was removed: write inference.{name}"
+
+
+#: (command, an old spelling, the start of its one-line refusal)
+OLD_RUNTIME_KEYS = [
+    *[("ask", key, _moved(key))
+      for key in ("top_k=5", "max_tokens=8", "mode=always", "threshold=0.3", "on_unsupported=flag", "engine=vllm",
+                  "engine_options.device=cuda", "weights.utility=0", "form=long")],
+    *[(command, key, _moved(key)) for command in ("eval", "calibrate")
+      for key in ("top_k=3", "max_tokens=96", "engine=vllm", "engine_options.device=cuda")],
+    ("serve", "engine=openai", "engine was removed: write inference.engine"),
+    ("serve", "engine_options.base_url=http://h:8000/v1", "engine_options was removed: write inference.engine_options"),
+    ("quickstart", "eval.top_k=3", "eval.top_k was removed: write inference.top_k"),
+    ("quickstart", "eval.engine=vllm", "eval.engine was removed: write inference.engine"),
+    ("quickstart", "eval.inference.top_k=3", "eval.inference: the quickstart's inference section applies to "
+                                            "calibration and evaluation alike; write inference.KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize(("command", "key", "fix"), OLD_RUNTIME_KEYS, ids=lambda value: str(value)[:40])
+def test_an_old_runtime_key_is_refused_in_one_line_naming_the_inference_section(
+    command: str, key: str, fix: str, nothing_runs: dict[str, Any], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    required = [] if command == "quickstart" else [*_required(command, tmp_path), "retriever.index=runs/index"]
+    assert call([command, *required, key]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith(f"selfrag {command}: error: {fix}"), line
+    assert not nothing_runs
+
+
+def test_calibrate_refuses_the_values_it_measures(nothing_runs: dict[str, Any], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["calibrate", *_required("calibrate", tmp_path), "retriever.index=runs/index"]
+    assert call([*argv, "inference.threshold=0.3", "inference.support_bound=0.2"]) == 2
+    assert error_lines(capsys) == [
+        "selfrag calibrate: error: inference.threshold=0.3: calibrate measures threshold (and writes it into the "
+        "model's selfrag.json); leave it unset",
+        "selfrag calibrate: error: inference.support_bound=0.2: calibrate measures support_bound (and writes it into "
+        "the model's selfrag.json); leave it unset",
+    ]
+    assert not nothing_runs
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    ("ask", "inference.top_k (int, 3): "), ("serve", "inference.top_k (int, 3): "),
+    ("eval", "inference.top_k (int, 3): "), ("calibrate", "inference.top_k (int, 3): "),
+    ("quickstart", "inference.max_tokens (int, 96): "),
+])
+def test_help_config_lists_the_runtime_under_inference(command: str, line: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert call([command, "--help-config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(shown.startswith(line) for shown in lines), line
+    assert any(shown.startswith("inference.engine_options.device (str, 'cpu'): ") for shown in lines)
+    assert not [shown for shown in lines if shown.split(" ")[0] in ("top_k", "max_tokens", "engine", "mode")]
+
+
+def test_generate_names_the_data_sets_passages_passages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """generate's corpus= was the data set's passages (gold passages by id), beside retriever.corpus (what is
+    searched): it is passages= now, and corpus= is refused in one line naming it."""
+    assert call(["generate", "corpus=c.jsonl", "queries=q.jsonl", f"output={tmp_path / 'out'}"]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("selfrag generate: error: corpus was removed: write passages=FILE"), line
+    assert not (tmp_path / "out").exists()
+    assert call(["generate", "--help-config"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("passages (") and "The data set's passages" in line for line in shown)

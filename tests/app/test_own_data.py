@@ -22,10 +22,10 @@ PAGE = REPO / "docs" / "own-data.md"
 ASSETS = REPO / "tests" / "assets" / "own_data"
 #: speed settings per command (the page's own settings are kept; these are appended)
 EXTRA = {
-    "ask": ["max_tokens=8"],
+    "ask": ["inference.max_tokens=8"],
     "train": ["training.max_steps=2", "training.batch_size=2", "training.max_length=512", "training.save_steps=1"],
-    "calibrate": ["max_tokens=8"],
-    "eval": ["max_tokens=8", "judge.kind=overlap", "plots=false"],
+    "calibrate": ["inference.max_tokens=8"],
+    "eval": ["inference.max_tokens=8", "judge.kind=overlap", "plots=false"],
 }
 
 

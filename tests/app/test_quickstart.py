@@ -8,6 +8,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +153,87 @@ def test_changed_settings_redo_their_stage_and_later_ones(tmp_path: Path) -> Non
     assert again.check("calibrate", _Data("dev"), {}, [], after="train") != calibrate_fp  # later stages change with it
     entry = json.loads((tmp_path / "stages.json").read_text())["train"]
     assert entry["settings"]["epochs"] == 2 and entry["settings"]["records"] == "$OUTPUT/data/records.jsonl"
+
+
+def _stage_configs(out: Path) -> dict[str, Any]:
+    """The data, calibrate and eval configs the quickstart builds (its defaults), with their inputs."""
+    from selfrag.app.quickstart import data_settings
+    from selfrag.config import to_dict
+    from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+    from selfrag.data_gen.config import GenerateConfig
+    from selfrag.evaluation.config import CALIBRATED, CalibrateConfig, EvalConfig
+
+    config = QuickstartConfig(output_dir=out)
+    common = {"model": str(out / "model"), "retriever": {"corpus": DEMO_CORPUS}}
+    return {
+        "data": (from_dict(GenerateConfig, data_settings(config, DEMO_CORPUS, DEMO_QUERIES, out / "data", "train")),
+                 {"passages": DEMO_CORPUS, "queries": DEMO_QUERIES}),
+        "calibrate": (from_dict(CalibrateConfig, {
+            **common, "data": out / "splits" / "dev.jsonl", "output_dir": out / "calibration",
+            "inference": {**to_dict(config.inference), **dict.fromkeys(CALIBRATED)}}), {}),
+        "eval": (from_dict(EvalConfig, {
+            **common, "data": out / "splits" / "test.jsonl", "output_dir": out / "eval", "batch_size": 4,
+            "inference": to_dict(config.inference), "judge": {"kind": "overlap"}}), {}),
+    }
+
+
+def _as_the_quickstart_of_before_recorded(state: dict[str, Any]) -> dict[str, Any]:
+    """stages.json as a quickstart wrote it before the inference section and generate's passages= (issue 54): the
+    data stage's passages an input named corpus; calibrate's and eval's top_k, max_tokens, engine and engine_options
+    at the top level, eval's inference the keys given (none: one key), calibrate's none."""
+    from selfrag.inference.config import FORMER_TOP_LEVEL
+    from selfrag.runs import fingerprint_digest
+
+    state["data"]["inputs"]["corpus"] = state["data"]["inputs"].pop("passages")
+    for stage in ("calibrate", "eval"):
+        old: dict[str, Any] = {"inference": {}} if stage == "eval" else {}
+        for key, value in state[stage]["settings"].items():
+            name = key.removeprefix("inference.")
+            if name == key or name.split(".")[0] in FORMER_TOP_LEVEL:
+                old[name] = value
+        state[stage]["settings"] = old
+    # each stage's digest as that quickstart computed it, from its own spelling, chained into the next stage
+    for stage, after in (("data", None), ("calibrate", "data"), ("eval", "calibrate")):
+        if after is not None:
+            state[stage]["inputs"][after] = state[after]["fingerprint"]
+        state[stage]["fingerprint"] = fingerprint_digest(
+            {key: value for key, value in state[stage].items() if key not in ("fingerprint", "finished")})
+    return state
+
+
+def test_stages_recorded_under_the_old_spellings_are_kept(tmp_path: Path) -> None:
+    """A quickstart folder of before the inference section keeps every stage: the renamed keys are read as spelled
+    now (RENAMED_SETTINGS), and a kept stage's digest stays what the stages after it recorded."""
+    from selfrag.app.quickstart import Stages
+
+    configs = _stage_configs(tmp_path)
+    stages = Stages(tmp_path)
+    for stage, after in (("data", None), ("calibrate", "data"), ("eval", "calibrate")):
+        config, inputs = configs[stage]
+        stages.check(stage, config, inputs, [], after=after)
+        stages.done(stage)
+    path = tmp_path / "stages.json"
+    recorded = json.loads(path.read_text())
+    assert recorded["calibrate"]["settings"]["inference.max_tokens"] == 96 and "passages" in recorded["data"]["inputs"]
+    path.write_text(json.dumps(_as_the_quickstart_of_before_recorded(recorded)))
+    digests = {stage: entry["fingerprint"] for stage, entry in json.loads(path.read_text()).items()}
+
+    for _ in range(2):  # and again once the entries are recorded as spelled now
+        again = Stages(tmp_path)
+        for stage, after in (("data", None), ("calibrate", "data"), ("eval", "calibrate")):
+            config, inputs = configs[stage]
+            assert again.check(stage, config, inputs, [], after=after) == digests[stage]
+            assert again.finished(stage), stage
+    assert "inference.top_k" in json.loads(path.read_text())["eval"]["settings"]
+
+    # an old folder that ran with other values is redone, naming them as spelled now
+    old = json.loads(path.read_text())
+    old["calibrate"]["settings"]["inference.max_tokens"] = 64
+    path.write_text(json.dumps(old))
+    again = Stages(tmp_path)
+    again.check("data", *configs["data"], [])
+    again.check("calibrate", *configs["calibrate"], [], after="data")
+    assert not again.finished("calibrate")
 
 
 def test_a_stage_an_older_version_recorded_is_redone_never_kept(tmp_path: Path) -> None:

@@ -71,10 +71,10 @@ def test_the_data_recipe_files_resolve_from_the_repository_and_test_labels_take_
 def test_an_edited_answers_file_redoes_the_data_stage(tmp_path: Path) -> None:
     answers = tmp_path / "answers.jsonl"
     answers.write_text('{"id": "a", "output": "One."}\n')
-    config = from_dict(GenerateConfig, {"output": tmp_path / "run" / "data", "corpus": DEMO_CORPUS,
+    config = from_dict(GenerateConfig, {"output": tmp_path / "run" / "data", "passages": DEMO_CORPUS,
                                         "queries": DEMO_QUERIES, "answers": answers})
     assert set(data_files(config)) == {"answers"}  # only the files set: older folders' inputs stay unchanged
-    inputs = {"corpus": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(config)}
+    inputs = {"passages": DEMO_CORPUS, "queries": DEMO_QUERIES, **data_files(config)}
     data = tmp_path / "run" / "data"
     first = Stages(tmp_path / "run").check("data", config, inputs, [data])
     data.mkdir(parents=True)

@@ -27,7 +27,7 @@ def test_a_refused_generate_leaves_no_folder(tmp_path: Path, inputs: tuple[Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     corpus, queries = inputs
     output = tmp_path / "runs" / "data"  # runs/ is made by the command too
-    assert main(["generate", f"corpus={corpus}", f"queries={queries}", f"output={output}", "split=all"]) == 2
+    assert main(["generate", f"passages={corpus}", f"queries={queries}", f"output={output}", "split=all"]) == 2
     assert "gold_passage_ids names 'p9'" in capsys.readouterr().err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["c.jsonl", "q.jsonl"]
 
@@ -38,7 +38,7 @@ def test_a_refused_generate_into_an_empty_folder_of_the_users_keeps_the_folder(
     corpus, queries = inputs
     output = tmp_path / "mine"
     output.mkdir()
-    assert main(["generate", f"corpus={corpus}", f"queries={queries}", f"output={output}", "split=all"]) == 2
+    assert main(["generate", f"passages={corpus}", f"queries={queries}", f"output={output}", "split=all"]) == 2
     assert output.is_dir() and list(output.iterdir()) == []
 
 

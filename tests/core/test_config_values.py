@@ -14,7 +14,7 @@ from selfrag.inference.config import InferenceConfig
 from selfrag.training.config import TrainConfig
 
 TRAIN_BASE = {"model": "smollm2-135m-instruct", "records": "r.jsonl", "output_dir": "out"}
-GENERATE_BASE = {"corpus": "c.jsonl", "queries": "q.jsonl", "output": "out"}
+GENERATE_BASE = {"passages": "c.jsonl", "queries": "q.jsonl", "output": "out"}
 
 
 def problems(cls: type, overrides: list[str], path: Path | None = None, **base: object) -> list[str]:

@@ -99,7 +99,7 @@ KILLER = textwrap.dedent(
 
 
 def _generate(out: Path, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    argv = ["generate", f"corpus={DEMO_CORPUS}", f"queries={DEMO_QUERIES}", f"output={out}", "limit=4"]
+    argv = ["generate", f"passages={DEMO_CORPUS}", f"queries={DEMO_QUERIES}", f"output={out}", "limit=4"]
     runner = ["-c", KILLER, kill_at] if kill_at else ["-m", "selfrag.app.cli"]
     command = [sys.executable, *runner, *argv]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -164,16 +164,39 @@ def test_a_setting_the_older_run_recorded_under_a_renamed_key_is_read_as_spelled
     assert "rollout.top_k=unset (was 3)" in differences(old, new, {"reward.judge.threshold": 0.5})
 
 
-@pytest.mark.parametrize("stage", ["rl", "generate"])
+def test_a_section_renamed_renames_every_key_under_it_and_inputs_are_renamed_alike() -> None:
+    """eval recorded engine_options.* at the top level before the inference section; generate's passages input was
+    its corpus: a key ending in ``.`` renames every key under it, and an input is read as its setting is renamed."""
+    old = run_fingerprint("plain_rag", {"top_k": 3, "engine_options": {"device": "cpu", "dtype": "auto"},
+                                        "inference": {}}, digests={"corpus": "sha256:" + "a" * 64})
+    new = run_fingerprint("plain_rag", {"inference": {"top_k": 3, "engine_options": {"device": "cpu", "dtype": "auto"},
+                                                      "mode": "adaptive"}}, digests={"passages": "sha256:" + "a" * 64})
+    renamed = {"top_k": "inference.top_k", "engine_options.": "inference.engine_options.", "inference": None,
+               "corpus": "passages"}
+    defaults = {"inference.mode": "adaptive"}
+    assert differences(old, new, defaults, renamed) == []
+    moved = {**new, "settings": {**new["settings"], "inference.engine_options.device": "cuda"},
+             "inputs": {"passages": "sha256:" + "b" * 64}}
+    assert differences(old, moved, defaults, renamed) == [
+        "passages: content changed (aaaaaaaaaaaa -> bbbbbbbbbbbb)",
+        "inference.engine_options.device='cuda' (was 'cpu')",
+    ]
+    assert "inference.top_k=3 (was unset)" in differences(old, new, defaults)  # without the renames: a change
+
+
+@pytest.mark.parametrize("stage", ["rl", "generate", "eval", "calibrate"])
 def test_each_renamed_setting_names_a_setting_of_its_config(stage: str) -> None:
     from selfrag.data_gen.config import GenerateConfig
+    from selfrag.evaluation.config import CalibrateConfig, EvalConfig
     from selfrag.rl.config import RLConfig
 
-    cls = {"rl": RLConfig, "generate": GenerateConfig}[stage]
+    cls = {"rl": RLConfig, "generate": GenerateConfig, "eval": EvalConfig, "calibrate": CalibrateConfig}[stage]
     defaults = setting_defaults(cls)
     renamed = setting_renames(cls)
     assert renamed and all(key not in defaults for key in renamed)
-    assert all(now is None or now in defaults for now in renamed.values())
+    # a renamed key names a setting now; a renamed section (ending in '.') the prefix of some
+    assert all(now is None or now in defaults or now.endswith(".") and any(key.startswith(now) for key in defaults)
+               for now in renamed.values())
 
 
 def test_the_owner_file_is_not_work_and_survives_a_restart(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from selfrag.trajectory import Record
 
 
 def _config(output: Path, *overrides: str) -> GenerateConfig:
-    return load_config(GenerateConfig, None, ["limit=30", "heldout=0", *overrides], corpus=str(DEMO_CORPUS),
+    return load_config(GenerateConfig, None, ["limit=30", "heldout=0", *overrides], passages=str(DEMO_CORPUS),
                        queries=str(DEMO_QUERIES), output=str(output))
 
 
@@ -51,5 +51,5 @@ def test_the_gold_labeler_trains_the_template_reply(tmp_path: Path) -> None:
 
 def test_answer_form_is_for_the_gold_labeler() -> None:
     with pytest.raises(ConfigError, match="answer_form=template is for labeler=gold"):
-        load_config(GenerateConfig, None, ["labeler=llm", "answer_form=template", "output=o", "corpus=c.jsonl",
+        load_config(GenerateConfig, None, ["labeler=llm", "answer_form=template", "output=o", "passages=c.jsonl",
                                            "queries=q.jsonl"])

@@ -25,7 +25,7 @@ GENERAL = DEMO_DIR / "general-knowledge.jsonl"
 
 def _config(output: Path, **extra: object) -> GenerateConfig:
     overrides = [f"{key}={value}" for key, value in extra.items()]
-    return load_config(GenerateConfig, None, overrides, corpus=str(DEMO_CORPUS), queries=str(DEMO_QUERIES),
+    return load_config(GenerateConfig, None, overrides, passages=str(DEMO_CORPUS), queries=str(DEMO_QUERIES),
                        output=str(output))
 
 
@@ -87,7 +87,7 @@ def test_a_bad_answers_line_is_one_line_naming_file_and_line(tmp_path: Path) -> 
 def test_answers_are_refused_with_the_teacher_labeler(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="more_queries, answers and more_answers are read by labeler=gold only"):
         load_config(GenerateConfig, None, ["labeler=llm", "teacher.model=m", f"answers={tmp_path / 'a.jsonl'}"],
-                    queries=str(DEMO_QUERIES), corpus=str(DEMO_CORPUS), output=str(tmp_path / "o"))
+                    queries=str(DEMO_QUERIES), passages=str(DEMO_CORPUS), output=str(tmp_path / "o"))
 
 
 _NUMBER = re.compile(r"^[\d.,\s]+$")

@@ -49,7 +49,7 @@ def _run(sources: dict[str, Path], output: Path, **extra: object) -> list[Record
     settings = {"more_corpora": f"[{sources['b_corpus']}]", "more_queries": f"[{sources['b_queries']}]",
                 "heldout": 0, "easy_negatives": 1, "hard_negatives": 0, "support_negatives": 0, **extra}
     config = load_config(GenerateConfig, None, [f"{key}={value}" for key, value in settings.items()],
-                         corpus=str(sources["a_corpus"]), queries=str(sources["a_queries"]), output=str(output))
+                         passages=str(sources["a_corpus"]), queries=str(sources["a_queries"]), output=str(output))
     result = run(config)
     return [Record.from_json(json.loads(line)) for line in result.records_path.read_text().splitlines()]
 

@@ -40,7 +40,7 @@ def test_llm_shards_share_one_index_and_write_what_the_in_memory_way_writes(tmp_
     corpus, queries = write_inputs(tmp_path, QUERIES)
     build_index(IndexConfig(corpus=str(corpus), output=str(tmp_path / "index")))
     with TeacherServer() as server:
-        run(_config(server.url, tmp_path / "memory", f"corpus={corpus}", f"queries={queries}"))
+        run(_config(server.url, tmp_path / "memory", f"passages={corpus}", f"queries={queries}"))
         for shard in range(2):  # two workers, one index, no corpus at all
             run(_config(server.url, tmp_path / f"shard-{shard}", f"queries={queries}",
                         f"retriever.index={tmp_path / 'index'}", f"shard={shard}/2"))
@@ -56,7 +56,7 @@ def test_llm_shards_share_one_index_and_write_what_the_in_memory_way_writes(tmp_
 def test_gold_run_over_a_prebuilt_index_matches_bm25_in_memory(tmp_path: Path) -> None:
     corpus, queries = write_inputs(tmp_path, [{**q, "meta": {"split": "train"}} for q in QUERIES])
     build_index(IndexConfig(corpus=str(corpus), output=str(tmp_path / "index")))
-    common = [f"corpus={corpus}", f"queries={queries}", "distractors=1"]
+    common = [f"passages={corpus}", f"queries={queries}", "distractors=1"]
     run(load_config(GenerateConfig, None, [*common, f"output={tmp_path / 'memory'}"]))
     run(load_config(GenerateConfig, None, [*common, f"output={tmp_path / 'index-run'}",
                                            f"retriever.index={tmp_path / 'index'}"]))
@@ -73,9 +73,9 @@ def test_contradictory_retriever_settings_are_refused(tmp_path: Path) -> None:
         load_config(GenerateConfig, None, [f"queries={queries}", "labeler=llm", "teacher.model=m", "output=o",
                                            "retriever.index=x", "retriever.url=postgresql://h/db?table=t"])
     with pytest.raises(ConfigError, match="drop retriever.corpus"):
-        load_config(GenerateConfig, None, [f"corpus={corpus}", f"queries={queries}", "output=o",
+        load_config(GenerateConfig, None, [f"passages={corpus}", f"queries={queries}", "output=o",
                                            f"retriever.corpus={corpus}"])
-    with pytest.raises(ConfigError, match="corpus is required with labeler=gold"):
+    with pytest.raises(ConfigError, match="passages is required with labeler=gold"):
         load_config(GenerateConfig, None, [f"queries={queries}", "output=o", "retriever.index=x"])
 
 

@@ -281,7 +281,7 @@ def test_stage_settings_are_checked_naming_the_field(tmp_path: Path) -> None:
     from selfrag.errors import ConfigError
 
     data = write_inputs(tmp_path, QUERIES)
-    base = ["labeler=llm", "teacher.model=m", "executor=ray", f"output={tmp_path / 'out'}", f"corpus={data[0]}",
+    base = ["labeler=llm", "teacher.model=m", "executor=ray", f"output={tmp_path / 'out'}", f"passages={data[0]}",
             f"queries={data[1]}", "ray.stages=true"]
     with pytest.raises(ConfigError, match=r"ray\.stage_workers\.relevance must be >= 1 \(or null: ray\.workers\)"):
         load_config(GenerateConfig, None, [*base, "ray.stage_workers.relevance=0"])

@@ -17,7 +17,7 @@ RECIPES = sorted((REPO / "configs" / "data_gen").glob("*.yaml"))
 @pytest.mark.parametrize("recipe", RECIPES, ids=[path.stem for path in RECIPES])
 def test_recipe_loads(recipe: Path) -> None:
     config = load_config(GenerateConfig, recipe)
-    assert (REPO / config.corpus).exists()
+    assert (REPO / config.passages).exists()
     assert config.queries is None or (REPO / config.queries).is_file()
     if config.labeler == "llm":
         assert config.teacher.model and config.teacher.api_key_env in (None, "OPENAI_API_KEY")

@@ -26,7 +26,7 @@ GOLD_FILES = ("records.jsonl", "heldout.jsonl", "critic.jsonl", "critic-heldout.
 
 def make_config(output: Path, corpus: Path = DEMO_CORPUS, queries: Path = DEMO_QUERIES, **extra) -> GenerateConfig:  # type: ignore[no-untyped-def]
     overrides = [f"{key}={value}" for key, value in extra.items()]
-    return load_config(GenerateConfig, None, overrides, corpus=str(corpus), queries=str(queries), output=str(output))
+    return load_config(GenerateConfig, None, overrides, passages=str(corpus), queries=str(queries), output=str(output))
 
 
 def lines(path: Path) -> list[str]:
@@ -129,6 +129,25 @@ def test_resume_reads_a_setting_added_later_as_its_default(tmp_path: Path) -> No
     run(make_config(out, limit=10))
     with pytest.raises(ConfigError, match=r"article_negatives=1 \(was 0\)"):
         run(make_config(out, limit=10, article_negatives=1))
+
+
+def test_a_folder_written_when_the_passages_were_corpus_resumes(tmp_path: Path) -> None:
+    """generate's ``passages=`` was ``corpus=`` (its digest an input named corpus): such a folder resumes, and an edited
+    passages file is still refused, named as the setting is spelled now."""
+    out = tmp_path / "out"
+    run(make_config(out, limit=5))
+    fingerprint_file = out / FINGERPRINT_FILE
+    fingerprint = json.loads(fingerprint_file.read_text())
+    fingerprint["inputs"]["corpus"] = fingerprint["inputs"].pop("passages")
+    fingerprint_file.write_text(json.dumps(fingerprint))
+    assert run(make_config(out, limit=10)).records_written > 0  # resumed: only the 5 new questions' records
+    fingerprint = json.loads(fingerprint_file.read_text())
+    assert "passages" in fingerprint["inputs"] and "corpus" not in fingerprint["inputs"]  # recorded as spelled now
+    fingerprint["inputs"]["corpus"] = "sha256:" + "0" * 64  # an old run over other passages
+    del fingerprint["inputs"]["passages"]
+    fingerprint_file.write_text(json.dumps(fingerprint))
+    with pytest.raises(ConfigError, match=r"passages: content changed \(000000000000 -> "):
+        run(make_config(out, limit=10))
 
 
 def test_a_folder_in_the_older_format_is_refused_in_one_line_then_restart_starts_over(tmp_path: Path) -> None:
@@ -318,7 +337,7 @@ def test_malformed_queries_line_names_file_and_line(tiny_data: tuple[Path, Path]
 
 
 def test_config_problems_are_collected(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="corpus is required"):
+    with pytest.raises(ConfigError, match="passages is required"):
         load_config(GenerateConfig, None, ["queries=q.jsonl", "output=out"])
     with pytest.raises(ConfigError) as error:
         make_config(tmp_path, distractors=-1, shard="3/2", labeler="teacher", limit=0, abstain_text="' '",
@@ -337,7 +356,7 @@ def test_config_problems_are_collected(tmp_path: Path) -> None:
 
 def test_demo_config_loads() -> None:
     config = load_config(GenerateConfig, REPO / "configs/data_gen/squad-demo.yaml")
-    assert (REPO / config.corpus).resolve() == DEMO_CORPUS.resolve()
+    assert (REPO / config.passages).resolve() == DEMO_CORPUS.resolve()
     assert (REPO / config.queries).resolve() == DEMO_QUERIES.resolve()
 
 

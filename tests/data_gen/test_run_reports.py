@@ -22,7 +22,7 @@ from selfrag.errors import ConfigError
 
 
 def make(output: Path, corpus: Path, queries: Path, *extra: str) -> GenerateConfig:
-    paths = [f"corpus={corpus}", f"queries={queries}", f"output={output}", "split=all"]
+    paths = [f"passages={corpus}", f"queries={queries}", f"output={output}", "split=all"]
     return load_config(GenerateConfig, None, [*paths, *extra])
 
 
@@ -80,7 +80,7 @@ def test_summary_counts_add_up_with_held_out_records(tiny_data: tuple[Path, Path
 
 def test_zero_records_exit_non_zero(tiny_data: tuple[Path, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     bare = write_jsonl(tmp_path / "bare.jsonl", [{"id": "q", "question": "What?", "meta": {"split": "train"}}])
-    code = main(["generate", f"corpus={tiny_data[0]}", f"queries={bare}", f"output={tmp_path / 'out'}"])
+    code = main(["generate", f"passages={tiny_data[0]}", f"queries={bare}", f"output={tmp_path / 'out'}"])
     err = capsys.readouterr().err
     assert code == 1 and "no record written: 1 queries selected" in err and "answerable without answers x1" in err
 

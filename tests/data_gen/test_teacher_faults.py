@@ -62,7 +62,7 @@ def test_wrong_base_url_warns_at_once_and_stops_in_seconds(
     started = time.monotonic()
     # the default retries and back-off (5 retries a call, 1 s doubling): before, ~50 s of silence, then exit 0
     settings = ["labeler=llm", "teacher.model=m", f"teacher.base_url={url}", "split=all"]
-    paths = [f"corpus={data[0]}", f"queries={data[1]}", f"output={tmp_path / 'out'}"]
+    paths = [f"passages={data[0]}", f"queries={data[1]}", f"output={tmp_path / 'out'}"]
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as error:
         run(load_config(GenerateConfig, None, [*settings, *paths]))
     assert time.monotonic() - started < 10
@@ -244,14 +244,14 @@ def test_an_edited_corpus_is_refused_and_an_edited_question_is_labelled_again(
         generate(server.url, data, out)
         corpus = data[0].read_text().replace("It lies on the Seine.", "It lies on the Loire.")
         data[0].write_text(corpus)
-        with pytest.raises(ConfigError, match=r"corpus: content changed \(.*restart=true"):
+        with pytest.raises(ConfigError, match=r"passages: content changed \(.*restart=true"):
             generate(server.url, data, out)
         restarted = generate(server.url, data, out, "restart=true")
         assert restarted.stats["run"]["questions_already_done"] == 0
         assert "Loire" in (out / "records.jsonl").read_text()
         # a run from before selfrag.sentences (no splitter recorded) split the teacher's answers another way
         # (today's fingerprint.json gone: config.yaml and an inputs.json that names no splitter, as such a run left)
-        corpus_digest = json.loads((out / "fingerprint.json").read_text())["inputs"]["corpus"]
+        corpus_digest = json.loads((out / "fingerprint.json").read_text())["inputs"]["passages"]
         (out / "fingerprint.json").unlink()
         (out / "inputs.json").write_text(json.dumps({"corpus": corpus_digest}))
         with pytest.raises(ConfigError, match=r"without fingerprint.json \(an older selfrag's.*set restart=true"):

@@ -102,9 +102,9 @@ def test_url_resume_refuses_other_settings_and_restart_replaces_the_journal(tmp_
         assert fs.ls(f"{root}/journal", detail=False) == before  # the refusal changed nothing at the URL
         generate(server.url, data, memory_url, "top_k=2", "restart=true")
         # the input digests travel with the URL (fingerprint.json): a corpus edited in place is refused there too
-        assert "corpus" in json.loads(read_url(memory_url, "fingerprint.json"))["inputs"]
+        assert "passages" in json.loads(read_url(memory_url, "fingerprint.json"))["inputs"]
         data[0].write_text(data[0].read_text().replace("Seine", "Loire"))
-        with pytest.raises(ConfigError, match=r"output 'memory://.*' holds .*corpus: content changed"):
+        with pytest.raises(ConfigError, match=r"output 'memory://.*' holds .*passages: content changed"):
             generate(server.url, data, memory_url, "top_k=2")
     parts = [fs.cat_file(part) for part in sorted(fs.ls(f"{root}/journal", detail=False))]
     entries = [json.loads(line) for part in parts for line in part.splitlines()]

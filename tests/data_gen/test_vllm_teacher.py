@@ -77,7 +77,7 @@ def test_vllm_teacher_labels_batches_and_resumes_from_the_cache(
         "teacher.batch_size=16",
         "label_retries=0",
         "heldout=0",
-        f"corpus={data[0]}",
+        f"passages={data[0]}",
         f"queries={data[1]}",
         f"output={output}",
     ]

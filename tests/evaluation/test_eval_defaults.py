@@ -22,7 +22,7 @@ def test_prompted_runs_only_when_listed() -> None:
 
 
 def test_the_estimate_names_the_cost_before_a_long_run() -> None:
-    config = load_config(EvalConfig, None, ["data=d.jsonl", "model=m", "output_dir=o", "max_tokens=48"])
+    config = load_config(EvalConfig, None, ["data=d.jsonl", "model=m", "output_dir=o", "inference.max_tokens=48"])
     line = estimate(config, 500)
     assert line.startswith("estimate: 500 questions x 3 modes, up to ~31 min on 2 CPU cores")
     assert "add prompted to modes" in line

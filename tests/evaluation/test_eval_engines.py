@@ -1,7 +1,7 @@
 """`selfrag eval` and `selfrag calibrate` build their engines with inference's build_engine (issue 29, item 6).
 
 They loaded the trained model with an hf-only loader of their own, so `engine=openai` (or vllm) could not be used
-to evaluate or calibrate the model a server serves. Here both run with engine=openai against a scripted
+to evaluate or calibrate the model a server serves. Here both run with inference.engine=openai against a scripted
 OpenAI-compatible server on loopback, backed by the hf engine over the same tiny model, and must give exactly what
 engine=hf gives.
 """
@@ -73,15 +73,15 @@ def _p_retrieve(out: Path) -> list[float | None]:
 
 
 def test_eval_runs_on_engine_openai_and_answers_as_engine_hf(model_dir: Path, data: Path, tmp_path: Path) -> None:
-    settings = {"data": data, "model": str(model_dir), "modes": ["single_pass"], "max_tokens": 6, "top_k": 2,
-                "judge": {"kind": "critic"}, "plots": False, "show": 0}
+    settings = {"data": data, "model": str(model_dir), "modes": ["single_pass"],
+                "inference": {"max_tokens": 6, "top_k": 2}, "judge": {"kind": "critic"}, "plots": False, "show": 0}
     local = run_module.run(from_dict(EvalConfig, {**settings, "output_dir": tmp_path / "hf"}))
     with scripted_server()(HFEngine(model_dir)) as server:
         remote = run_module.run(from_dict(EvalConfig, {
-            **settings, "output_dir": tmp_path / "openai", "engine": "openai",
-            "engine_options": {"base_url": server.url},
+            **settings, "output_dir": tmp_path / "openai",
+            "inference": {**settings["inference"], "engine": "openai", "engine_options": {"base_url": server.url}},
         }))
-        assert server.bodies, "eval with engine=openai sent nothing to the server"
+        assert server.bodies, "eval with inference.engine=openai sent nothing to the server"
         assert all(body["model"] == "scripted-model" for body in server.bodies)
     assert _answers(tmp_path / "openai") == _answers(tmp_path / "hf")
     assert _p_retrieve(tmp_path / "openai") == pytest.approx(_p_retrieve(tmp_path / "hf"), abs=1e-5)
@@ -95,14 +95,14 @@ def test_eval_runs_on_engine_openai_and_answers_as_engine_hf(model_dir: Path, da
 def test_calibrate_runs_on_engine_openai_and_measures_what_engine_hf_does(
     model_dir: Path, data: Path, tmp_path: Path
 ) -> None:
-    settings = {"data": data, "model": str(model_dir), "max_tokens": 6, "top_k": 2, "write": False}
+    settings = {"data": data, "model": str(model_dir), "inference": {"max_tokens": 6, "top_k": 2}, "write": False}
     local = calibrate.run(from_dict(CalibrateConfig, {**settings, "output_dir": tmp_path / "hf"}))
     with scripted_server()(HFEngine(model_dir)) as server:
         remote = calibrate.run(from_dict(CalibrateConfig, {
-            **settings, "output_dir": tmp_path / "openai", "engine": "openai",
-            "engine_options": {"base_url": server.url},
+            **settings, "output_dir": tmp_path / "openai",
+            "inference": {**settings["inference"], "engine": "openai", "engine_options": {"base_url": server.url}},
         }))
-        assert server.bodies, "calibrate with engine=openai sent nothing to the server"
+        assert server.bodies, "calibrate with inference.engine=openai sent nothing to the server"
     values = ("threshold", "relevance_threshold", "support_bound")
     assert {k: remote.calibration[k] for k in values} == {k: local.calibration[k] for k in values}
     assert remote.calibration["measured"] == pytest.approx(local.calibration["measured"], abs=1e-5)
@@ -117,28 +117,32 @@ def test_calibrate_runs_on_engine_openai_and_measures_what_engine_hf_does(
 
 def test_eval_refuses_base_model_modes_an_engine_cannot_load_before_anything_loads(data: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
-        from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out", "engine": "openai"})
+        from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out",
+                               "inference": {"engine": "openai"}})
     [problem] = caught.value.problems
-    assert "engine=openai cannot run no_retrieval, plain_rag" in problem and "drop them from modes" in problem
-    assert "engine=hf or vllm only" in problem
+    assert "inference.engine=openai cannot run no_retrieval, plain_rag" in problem and "drop them from modes" in problem
+    assert "inference.engine=hf or vllm only" in problem
     # vllm loads a base model for the one-decode baselines (VLLMEngine.plain), not for the prompted critic
-    both = {"data": data, "model": "m", "output_dir": tmp_path / "out", "engine": "vllm",
+    both = {"data": data, "model": "m", "output_dir": tmp_path / "out", "inference": {"engine": "vllm"},
             "modes": ["no_retrieval", "plain_rag", "single_pass"]}
+    vllm_at = {"inference": {"engine": "vllm", "engine_options": {"gpu_memory_utilization": 0.45}}}
     with pytest.raises(ConfigError) as caught:  # two vLLM engines at 0.9 of one GPU each: refused with the fix
         from_dict(EvalConfig, both)
     [problem] = caught.value.problems
-    assert problem.startswith("engine=vllm loads two vLLM engines here (the base model for no_retrieval, plain_rag, "
-                              "and the trained model)")
-    assert problem.endswith("now 0.9; set engine_options.gpu_memory_utilization=0.45, or run single_pass and the "
-                            "baselines in two evals")
-    accepted = from_dict(EvalConfig, {**both, "engine_options": {"gpu_memory_utilization": 0.45}})
-    assert accepted.engine == "vllm"
+    assert problem.startswith("inference.engine=vllm loads two vLLM engines here (the base model for no_retrieval, "
+                              "plain_rag, and the trained model)")
+    assert problem.endswith("now 0.9; set inference.engine_options.gpu_memory_utilization=0.45, or run single_pass "
+                            "and the baselines in two evals")
+    accepted = from_dict(EvalConfig, {**both, **vllm_at})
+    assert accepted.inference.engine == "vllm"
     assert from_dict(EvalConfig, {**both, "modes": ["plain_rag"]}).modes == ["plain_rag"]
     with pytest.raises(ConfigError) as caught:
-        from_dict(EvalConfig, {**both, "modes": ["plain_rag", "prompted", "single_pass"],
-                               "engine_options": {"gpu_memory_utilization": 0.45}})
+        from_dict(EvalConfig, {**both, **vllm_at, "modes": ["plain_rag", "prompted", "single_pass"]})
     [problem] = caught.value.problems
-    assert problem.startswith("engine=vllm cannot run prompted (") and "engine=hf only" in problem
-    with pytest.raises(ConfigError, match="at the top level"):
+    assert problem.startswith("inference.engine=vllm cannot run prompted (") and "inference.engine=hf only" in problem
+    # the engine at the top level, as eval took it once: refused naming the inference section
+    with pytest.raises(ConfigError) as caught:
         from_dict(EvalConfig, {"data": data, "model": "m", "output_dir": tmp_path / "out", "modes": ["single_pass"],
-                               "inference": {"engine": "vllm"}})
+                               "engine": "vllm"})
+    assert caught.value.problems == ["engine was removed: write inference.engine (the runtime's settings are one "
+                                     "inference section in every command)"]

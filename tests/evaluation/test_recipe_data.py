@@ -62,4 +62,4 @@ def test_generate_over_the_demo_recipe_needs_the_queries_corpus(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(capsys, ["generate", "--config", str(REPO / "configs/data_gen/squad-demo.yaml"),
                               f"queries={_questions(tmp_path, split='train')}", f"output={tmp_path / 'out'}"])
-    assert "queries= replaces the queries of" in line and "pass corpus=YOUR_CORPUS too" in line
+    assert "queries= replaces the queries of" in line and "pass passages=YOUR_CORPUS too" in line

@@ -126,7 +126,8 @@ def test_a_changed_setting_reanswers_every_mode_and_dropped_modes_leave_no_recor
     out = settings["output_dir"]
     assert (out / "records" / "no_retrieval.jsonl").is_file()
     plain_before = engines.requests["plain"]
-    result = run_module.run(from_dict(EvalConfig, {**settings, "max_tokens": 32, "modes": ["plain_rag"]}))
+    changed = {**settings, "inference": {"max_tokens": 32}, "modes": ["plain_rag"]}
+    result = run_module.run(from_dict(EvalConfig, changed))
     assert engines.requests["plain"] == plain_before + 6  # plain_rag again (max_tokens changed), nothing else
     assert set(result.summaries) == {"plain_rag"}
     assert not (out / "records" / "no_retrieval.jsonl").exists()  # not this run's: removed, never mixed in

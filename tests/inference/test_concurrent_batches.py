@@ -102,11 +102,13 @@ def test_stop_answers_every_batch_in_flight() -> None:
 def test_the_default_follows_the_engine_and_threads_need_a_remote_one() -> None:
     corpus = RetrieverConfig(corpus="c.jsonl")
     assert ServeConfig(model="m", retriever=corpus).batches_at_once() == 1
-    assert ServeConfig(model="m", retriever=corpus, engine="openai").batches_at_once() == 4
-    with pytest.raises(ConfigError, match="concurrent_batches=2 needs engine=openai: engine=hf runs in this process"):
+    assert ServeConfig(model="m", retriever=corpus, inference=InferenceConfig(engine="openai")).batches_at_once() == 4
+    with pytest.raises(ConfigError, match="concurrent_batches=2 needs inference.engine=openai: inference.engine=hf "
+                                          "runs in this process"):
         load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "concurrent_batches=2"])
     with pytest.raises(ConfigError, match="concurrent_batches must be at least 1, got 0"):
-        load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "engine=openai", "concurrent_batches=0"])
+        load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "inference.engine=openai",
+                                        "concurrent_batches=0"])
 
 
 def test_retry_after_counts_the_batches_that_drain_the_queue_at_once() -> None:

@@ -8,17 +8,25 @@ import pytest
 
 from selfrag.config import load_config
 from selfrag.errors import ConfigError
+from selfrag.inference.ask import AskConfig
 from selfrag.inference.config import InferenceConfig
+from selfrag.inference.server.config import ServeConfig
 
 RECIPE = Path(__file__).parents[2] / "configs" / "inference" / "default.yaml"
 
 
+ASK = ["model=m", "retriever.corpus=c.jsonl"]
+
+
 def test_recipe_equals_defaults() -> None:
-    assert load_config(InferenceConfig, RECIPE) == InferenceConfig()
+    """configs/inference/default.yaml lists every runtime setting as the inference section of every command."""
+    assert load_config(AskConfig, RECIPE, ASK).inference == InferenceConfig()
+    assert load_config(ServeConfig, RECIPE, ASK).inference == InferenceConfig()
 
 
 def test_overrides_and_nested_weights() -> None:
-    config = load_config(InferenceConfig, RECIPE, ["threshold=0.3", "weights.utility=0", "on_unsupported=flag"])
+    overrides = ["inference.threshold=0.3", "inference.weights.utility=0", "inference.on_unsupported=flag"]
+    config = load_config(AskConfig, RECIPE, [*ASK, *overrides]).inference
     assert config.threshold == 0.3 and config.weights.utility == 0.0 and config.on_unsupported == "flag"
 
 
@@ -42,7 +50,7 @@ def test_unset_settings_take_the_calibration_and_set_ones_are_kept_even_at_the_b
     # The built-in values given explicitly (a config, a command line, a request) are the user's: kept.
     explicit = InferenceConfig(threshold=0.2, relevance_threshold=0.5, support_bound=0.0).resolved(CALIBRATION)
     assert (explicit.threshold, explicit.relevance_threshold, explicit.support_bound) == (0.2, 0.5, 0.0)
-    mixed = load_config(InferenceConfig, RECIPE, ["relevance_threshold=0.5"]).resolved(CALIBRATION)
+    mixed = load_config(AskConfig, RECIPE, [*ASK, "inference.relevance_threshold=0.5"]).inference.resolved(CALIBRATION)
     assert (mixed.threshold, mixed.relevance_threshold, mixed.support_bound) == (0.9, 0.5, 0.3)
 
 
@@ -75,7 +83,7 @@ def test_a_removed_option_is_named_with_what_to_do(tmp_path: Path, capsys: pytes
     assert problem.startswith("engine_options.legacy_decode was removed: ") and "delete the key" in problem
     from selfrag.app.cli import main
 
-    argv = ["ask", f"model={tmp_path}", f"retriever.corpus={tmp_path}", "q", "engine_options.legacy_decode=1"]
+    argv = ["ask", f"model={tmp_path}", f"retriever.corpus={tmp_path}", "q", "inference.engine_options.legacy_decode=1"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "engine_options.legacy_decode was removed" in err[0]

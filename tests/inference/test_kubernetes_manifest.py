@@ -68,9 +68,9 @@ def test_replicas_reach_the_engine_service_on_the_port_vllm_serves(objects: dict
     replicas = objects[("Deployment", "selfrag")]
     assert replicas["spec"]["replicas"] >= 2
     config = _replica_config(_container(replicas))
-    assert config.engine == "openai"
-    assert config.engine_options.base_url == f"http://{engine_service}:{engine_port}/v1"
-    assert config.engine_options.served_model == args[args.index("--served-model-name") + 1]
+    assert config.inference.engine == "openai"
+    assert config.inference.engine_options.base_url == f"http://{engine_service}:{engine_port}/v1"
+    assert config.inference.engine_options.served_model == args[args.index("--served-model-name") + 1]
     assert config.host == "0.0.0.0"
 
 

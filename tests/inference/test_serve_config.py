@@ -1,4 +1,5 @@
-"""`selfrag serve` settings: the engines and options of `selfrag ask`, a corpus or a prebuilt index, checked at load."""
+"""`selfrag serve` settings: the engines and options of `selfrag ask` (its inference section), a corpus or a prebuilt
+index, checked at load."""
 
 from __future__ import annotations
 
@@ -22,23 +23,29 @@ def test_exactly_one_retriever() -> None:
 
 
 def test_engine_and_engine_options_are_checked_like_ask() -> None:
-    message = problems("retriever.corpus=c.jsonl", "engine=tgi")
-    assert "engine" in message and "tgi" in message
-    assert "engine_options.batch_size must be an integer, got 'abc'" in problems("retriever.corpus=c.jsonl",
-                                                                                 "engine_options.batch_size=abc")
-    assert "engine_options.batch_size must be at least 1" in problems("retriever.corpus=c.jsonl",
-                                                                      "engine_options.batch_size=0")
-    assert "did you mean" in problems("retriever.corpus=c.jsonl", "engine_options.batch_sise=4")
+    message = problems("retriever.corpus=c.jsonl", "inference.engine=tgi")
+    assert "inference.engine must be one of" in message and "tgi" in message
+    assert "inference.engine_options.batch_size must be an integer, got 'abc'" in problems(
+        "retriever.corpus=c.jsonl", "inference.engine_options.batch_size=abc")
+    [line] = problems("retriever.corpus=c.jsonl", "inference.engine_options.batch_size=0").splitlines()
+    assert line == "inference.engine_options.batch_size must be at least 1, got 0"  # said once
+    assert "did you mean" in problems("retriever.corpus=c.jsonl", "inference.engine_options.batch_sise=4")
     assert "max_queue must be at least 1, got 0" in problems("retriever.corpus=c.jsonl", "max_queue=0")
-    config = load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "engine=openai",
-                                             "engine_options.base_url=http://127.0.0.1:9/v1"])
-    assert config.engine == "openai" and config.engine_options.base_url == "http://127.0.0.1:9/v1"
+    config = load_config(ServeConfig, None, ["model=m", "retriever.corpus=c.jsonl", "inference.engine=openai",
+                                             "inference.engine_options.base_url=http://127.0.0.1:9/v1"])
+    assert config.inference.engine == "openai"
+    assert config.inference.engine_options.base_url == "http://127.0.0.1:9/v1"
+    # serve took engine and engine_options at its top level once: refused, naming the inference section
+    assert problems("retriever.corpus=c.jsonl", "engine=openai").startswith(
+        "engine was removed: write inference.engine")
+    assert problems("retriever.corpus=c.jsonl", "engine_options.base_url=http://h/v1").startswith(
+        "engine_options was removed: write inference.engine_options")
 
 
 def test_the_shipped_compose_deployment_is_consistent() -> None:
     """deploy/compose.yaml: every replica runs `selfrag serve` with deploy/serve-replica.yaml, which loads as a
-    ServeConfig with the compose command's overrides; it points engine=openai at the compose `engine` service on the
-    port that service serves, under the served name vLLM is given; the replica port is the one nginx is told and
+    ServeConfig with the compose command's overrides; it points inference.engine=openai at the compose `engine` service
+    on the port that service serves, under the served name vLLM is given; the replica port is the one nginx is told and
     the healthcheck asks; graceful shutdown fits inside the stop grace period."""
     from pathlib import Path
 
@@ -58,8 +65,9 @@ def test_the_shipped_compose_deployment_is_consistent() -> None:
         assert command[:4] == ["selfrag", "serve", "--config", "/app/deploy/serve-replica.yaml"]
         config = load_config(ServeConfig, deploy / "serve-replica.yaml", [
             arg.replace("/srv/index", "/tmp/index") for arg in command[4:]])
-        assert config.engine == "openai" and config.engine_options.base_url == f"http://engine:{engine_port}/v1"
-        assert config.engine_options.served_model == served
+        options = config.inference.engine_options
+        assert config.inference.engine == "openai" and options.base_url == f"http://engine:{engine_port}/v1"
+        assert options.served_model == served
         assert f"127.0.0.1:{config.port}/health" in " ".join(replica["healthcheck"]["test"])
         assert config.host == "0.0.0.0"
         grace = int(str(replica["stop_grace_period"]).rstrip("s"))

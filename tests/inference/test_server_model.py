@@ -72,7 +72,8 @@ def test_serve_loads_like_ask_a_prebuilt_index_and_checked_engine_options(traine
 
     build_index(IndexConfig(corpus=str(DEMO_CORPUS), output=str(tmp_path / "index")))
     config = load_config(ServeConfig, None, [f"model={trained_model}", f"retriever.index={tmp_path / 'index'}",
-                                             "engine=hf", "engine_options.batch_size=2", "inference.max_tokens=8"])
+                                             "inference.engine=hf", "inference.engine_options.batch_size=2",
+                                             "inference.max_tokens=8"])
     backend = load_backend(config)
     assert backend.engine.batch_size == 2  # type: ignore[attr-defined]  # engine_options reached the engine
     hits = backend.retriever.search("Who ruled the duchy of Normandy?", 2)  # type: ignore[union-attr]

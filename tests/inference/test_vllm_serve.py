@@ -47,9 +47,9 @@ def test_openai_engine_against_vllm_serve(server: str, add_merged: Path) -> None
 
 
 def test_selfrag_serve_over_vllm_serve(server: str, add_merged: Path) -> None:  # noqa: F811
-    """`selfrag serve engine=openai` with `vllm serve` as its engine tier: over loopback with the openai client, the
-    same answer and reflection decisions as `engine=hf` on the same model; a stream equal to the plain answer; the
-    context check reads vLLM's --max-model-len (1024) from /v1/models."""
+    """`selfrag serve inference.engine=openai` with `vllm serve` as its engine tier: over loopback with the openai
+    client, the same answer and reflection decisions as `inference.engine=hf` on the same model; a stream equal to the
+    plain answer; the context check reads vLLM's --max-model-len (1024) from /v1/models."""
     import openai
     from server_harness import LiveServer
 
@@ -64,8 +64,9 @@ def test_selfrag_serve_over_vllm_serve(server: str, add_merged: Path) -> None:  
     messages = [{"role": "user", "content": "Who ruled the duchy of Normandy?"}]
     answers = {}
     for engine in ("openai", "hf"):
-        options = [f"engine_options.base_url={server}", "engine_options.timeout=300"] if engine == "openai" else []
-        config = load_config(ServeConfig, None, [*common, f"engine={engine}", *options])
+        options = ([f"inference.engine_options.base_url={server}", "inference.engine_options.timeout=300"]
+                   if engine == "openai" else [])
+        config = load_config(ServeConfig, None, [*common, f"inference.engine={engine}", *options])
         live = LiveServer(create_app(config, load_backend(config))).start()
         try:
             client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0, timeout=600)

@@ -16,8 +16,9 @@ def _quickstart_eval(tmp_path: Path) -> dict[str, object]:
     """What the quickstart writes as eval/config.yaml, in the keys the arms touch."""
     return {"data": str(tmp_path / "test.jsonl"), "model": str(tmp_path / "model"),
             "retriever": {"corpus": str(tmp_path / "c.jsonl")},
-            "output_dir": str(tmp_path / "eval"), "top_k": 3, "max_tokens": 96, "batch_size": 4,
-            "inference": {"max_rounds": 2, "weights": {"relevance": 1.0, "support": 1.0, "utility": 0.5}},
+            "output_dir": str(tmp_path / "eval"), "batch_size": 4,
+            "inference": {"top_k": 3, "max_tokens": 96, "max_rounds": 2,
+                          "weights": {"relevance": 1.0, "support": 1.0, "utility": 0.5}},
             "judge": {"kind": "overlap"}, "modes": ["no_retrieval", "plain_rag", "single_pass"]}
 
 
@@ -32,6 +33,22 @@ def test_each_arm_is_a_valid_eval_config_that_changes_one_thing(arm: str, tmp_pa
     else:
         assert config != default
     assert settings["inference"]["max_rounds"] == 2  # a change merges into the quickstart's keys, never replaces them
+
+
+def test_a_quickstart_folder_of_before_the_inference_section_is_read_in_todays_spelling(tmp_path: Path) -> None:
+    """An eval/config.yaml written with top_k, max_tokens, engine and engine_options at the top level (and corpus, as
+    before the retriever section) is read as today's config, so an older quickstart folder still runs every arm."""
+    import yaml
+
+    new = _quickstart_eval(tmp_path)
+    old = {**new, "corpus": new["retriever"]["corpus"], "inference": {"max_rounds": 2, "weights": {  # type: ignore[index]
+        "relevance": 1.0, "support": 1.0, "utility": 0.5}}, "top_k": 3, "max_tokens": 96, "engine": "hf",
+        "engine_options": {"device": "cpu"}}
+    del old["retriever"]
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "config.yaml").write_text(yaml.safe_dump(old))
+    read = study.quickstart_eval(tmp_path)
+    assert from_dict(EvalConfig, read) == from_dict(EvalConfig, new)
 
 
 def test_merge_keeps_the_other_weights() -> None:
