@@ -1,4 +1,5 @@
-"""Every recipe in configs/data_gen loads and validates (paths relative to the repository root exist)."""
+"""Every recipe in configs/data_gen and the transfer study's arms (studies/transfer/recipes) loads and validates
+(paths relative to the repository root exist)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from selfrag.data_gen.config import GenerateConfig
 from selfrag.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = sorted((REPO / "configs" / "data_gen").glob("*.yaml"))
+RECIPES = (sorted((REPO / "configs" / "data_gen").glob("*.yaml"))
+           + sorted((REPO / "studies" / "transfer" / "recipes").glob("*.yaml")))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[path.stem for path in RECIPES])
