@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,56 @@ class World:
 @pytest.fixture
 def world_engine(reflection_tokenizer, token_ids) -> ScriptedEngine:  # type: ignore[no-untyped-def]
     return ScriptedEngine(reflection_tokenizer, token_ids, World(reflection_tokenizer, token_ids))
+
+
+class Killed(Exception):
+    """Stands for a kill: the run stops in the middle of a mode."""
+
+
+class LoaderSpy:
+    """The scripted engine behind eval's two loaders (``trained``: the Self-RAG model's, ``plain``: the base model's):
+    records the config each engine was built from and every request per loader, and raises :class:`Killed` after
+    ``die_after`` generate calls (a kill in the middle of a mode)."""
+
+    killed = Killed
+
+    def __init__(self, engine: ScriptedEngine) -> None:
+        self.engine = engine
+        self.die_after: int | None = None
+        self.calls = 0
+        self.built: list[tuple[str, Any]] = []
+        self.requests: dict[str, list[Any]] = {"trained": [], "plain": []}
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(requests) for kind, requests in self.requests.items()}
+
+    def loader(self, kind: str) -> Callable[[Any, Any], Any]:
+        outer = self
+
+        class Spied:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(outer.engine, name)
+
+            def generate(self, requests: Any) -> Any:
+                if outer.die_after is not None and outer.calls >= outer.die_after:
+                    raise Killed
+                outer.calls += 1
+                outer.requests[kind] += list(requests)
+                return outer.engine.generate(requests)
+
+        def build(config: Any, model: Any) -> Any:
+            outer.built.append((kind, config))
+            return Spied()
+
+        return build
+
+
+@pytest.fixture
+def loaders(world_engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch) -> LoaderSpy:
+    """:class:`LoaderSpy` in place of ``selfrag eval``'s engine loaders."""
+    from selfrag.evaluation import run as run_module
+
+    spy = LoaderSpy(world_engine)
+    monkeypatch.setattr(run_module, "build_engine", spy.loader("trained"))
+    monkeypatch.setattr(run_module, "build_plain_engine", spy.loader("plain"))
+    return spy

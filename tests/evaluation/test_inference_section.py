@@ -16,7 +16,6 @@ from selfrag.config import from_dict
 from selfrag.evaluation import run as run_module
 from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.resume import RESUME_DIR
-from selfrag.inference.engines import ScriptedEngine
 
 PASSAGES = [
     {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."},
@@ -26,38 +25,10 @@ PASSAGES = [
 MODES = ["no_retrieval", "plain_rag", "single_pass"]
 
 
-class Recorder:
-    """The scripted engine behind both loaders, recording the config each was built from and every request."""
-
-    def __init__(self, engine: ScriptedEngine) -> None:
-        self.engine = engine
-        self.built: list[tuple[str, Any]] = []
-        self.requests: dict[str, list[Any]] = {"trained": [], "plain": []}
-
-    def loader(self, kind: str) -> Any:
-        outer = self
-
-        class Recorded:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(outer.engine, name)
-
-            def generate(self, requests: Any) -> Any:
-                outer.requests[kind] += list(requests)
-                return outer.engine.generate(requests)
-
-        def build(config: Any, model: Any) -> Any:
-            outer.built.append((kind, config))
-            return Recorded()
-
-        return build
-
-
 @pytest.fixture
-def recorder(world_engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    recorder = Recorder(world_engine)
-    monkeypatch.setattr(run_module, "build_engine", recorder.loader("trained"))
-    monkeypatch.setattr(run_module, "build_plain_engine", recorder.loader("plain"))
-    return recorder
+def recorder(loaders: Any) -> Any:
+    """The scripted engine behind both loaders, recording the config each was built from and every request."""
+    return loaders
 
 
 @pytest.fixture
@@ -79,7 +50,7 @@ def _records(out: Path, mode: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("top_k", [1, 2])
 def test_the_baselines_read_top_k_max_tokens_and_the_engine_from_the_inference_section(
-    top_k: int, recorder: Recorder, settings: dict[str, Any]
+    top_k: int, recorder: Any, settings: dict[str, Any]
 ) -> None:
     inference = {"top_k": top_k, "max_tokens": 5, "abstain_text": "No idea.", "engine": "hf",
                  "engine_options": {"batch_size": 3}}
@@ -125,7 +96,7 @@ def _rewrite_state(out: Path, top_k: int | None = None) -> None:
 
 
 def test_a_folder_recorded_under_the_top_level_spellings_resumes(
-    recorder: Recorder, settings: dict[str, Any]
+    recorder: Any, settings: dict[str, Any]
 ) -> None:
     config = from_dict(EvalConfig, settings)
     first = run_module.run(config)
@@ -141,7 +112,7 @@ def test_a_folder_recorded_under_the_top_level_spellings_resumes(
 
 
 def test_a_folder_recorded_with_another_top_k_under_the_old_spelling_is_answered_again(
-    recorder: Recorder, settings: dict[str, Any], caplog: pytest.LogCaptureFixture
+    recorder: Any, settings: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     config = from_dict(EvalConfig, settings)
     run_module.run(config)

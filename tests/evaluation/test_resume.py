@@ -13,7 +13,6 @@ from selfrag.config import from_dict
 from selfrag.evaluation import run as run_module
 from selfrag.evaluation.config import EvalConfig
 from selfrag.evaluation.resume import RESUME_DIR, AnswerStore
-from selfrag.inference.engines import ScriptedEngine
 from selfrag.runs import run_fingerprint
 
 PARIS = {"id": "paris", "title": "Paris", "text": "Paris is the capital of France."}
@@ -21,38 +20,8 @@ LYON = {"id": "lyon", "title": "Lyon", "text": "Lyon has silk."}
 MODES = ["no_retrieval", "plain_rag", "single_pass"]
 
 
-class Killed(Exception):
-    """Stands for a kill: the run stops in the middle of a mode."""
-
-
-class Engines:
-    """One scripted engine behind both loaders, counting requests per loader; can die after N generate calls."""
-
-    def __init__(self, engine: ScriptedEngine) -> None:
-        self.engine = engine
-        self.die_after: int | None = None
-        self.requests = {"trained": 0, "plain": 0}
-        self.calls = 0
-
-    def loader(self, kind: str) -> Any:
-        outer = self
-
-        class Counted:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(outer.engine, name)
-
-            def generate(self, requests: Any) -> Any:
-                if outer.die_after is not None and outer.calls >= outer.die_after:
-                    raise Killed
-                outer.calls += 1
-                outer.requests[kind] += len(requests)
-                return outer.engine.generate(requests)
-
-        return lambda config, model: Counted()
-
-
 @pytest.fixture
-def setup(world_engine: ScriptedEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Engines, dict]:
+def setup(loaders: Any, tmp_path: Path) -> tuple[Any, dict]:
     data = tmp_path / "data.jsonl"
     rows = [
         {"id": f"q{i}", "question": f"What is the capital of France, {i}?", "answers": ["Paris"], "ctxs": [LYON, PARIS]}
@@ -62,9 +31,7 @@ def setup(world_engine: ScriptedEngine, tmp_path: Path, monkeypatch: pytest.Monk
     model = tmp_path / "model"
     model.mkdir()
     (model / "selfrag.json").write_text('{"calibration": null}')
-    engines = Engines(world_engine)
-    monkeypatch.setattr(run_module, "build_engine", engines.loader("trained"))
-    monkeypatch.setattr(run_module, "build_plain_engine", engines.loader("plain"))
+    engines = loaders
     settings = {
         "data": data,
         "model": str(model),
@@ -82,62 +49,62 @@ def answers(out: Path, mode: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "records" / f"{mode}.jsonl").read_text().splitlines()]
 
 
-def test_a_rerun_with_the_same_settings_decodes_nothing(setup: tuple[Engines, dict]) -> None:
+def test_a_rerun_with_the_same_settings_decodes_nothing(setup: tuple[Any, dict]) -> None:
     engines, settings = setup
     first = run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests["trained"] > 0 and engines.requests["plain"] == 12  # 6 questions x 2 plain modes
-    before = dict(engines.requests)
+    assert engines.counts()["trained"] > 0 and engines.counts()["plain"] == 12  # 6 questions x 2 plain modes
+    before = engines.counts()
     second = run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests == before  # every mode's answers kept
+    assert engines.counts() == before  # every mode's answers kept
     assert second.summaries == first.summaries
 
 
-def test_a_changed_model_reanswers_single_pass_only(setup: tuple[Engines, dict]) -> None:
+def test_a_changed_model_reanswers_single_pass_only(setup: tuple[Any, dict]) -> None:
     engines, settings = setup
     run_module.run(from_dict(EvalConfig, settings))
-    plain_before, trained_before = engines.requests["plain"], engines.requests["trained"]
+    plain_before, trained_before = engines.counts()["plain"], engines.counts()["trained"]
     # a calibration (or a retrained model) rewrites selfrag.json: single-pass answers can change, the base's cannot
     (Path(settings["model"]) / "selfrag.json").write_text('{"calibration": {"threshold": 0.7}}')
     run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests["plain"] == plain_before
-    assert engines.requests["trained"] == 2 * trained_before
+    assert engines.counts()["plain"] == plain_before
+    assert engines.counts()["trained"] == 2 * trained_before
 
 
 def test_a_runtime_that_decodes_differently_reanswers_single_pass_only(
-    setup: tuple[Engines, dict], monkeypatch: pytest.MonkeyPatch
+    setup: tuple[Any, dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Saved single-pass answers are the runtime's: a new BEHAVIOUR_VERSION (the same settings decoded another way)
     answers again; the base model's modes do not go through the runtime and are kept."""
     engines, settings = setup
     run_module.run(from_dict(EvalConfig, settings))
-    plain_before, trained_before = engines.requests["plain"], engines.requests["trained"]
+    plain_before, trained_before = engines.counts()["plain"], engines.counts()["trained"]
     run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests["trained"] == trained_before  # same version: kept
+    assert engines.counts()["trained"] == trained_before  # same version: kept
     versions = run_module.RUNTIME_VERSIONS
     monkeypatch.setattr(run_module, "RUNTIME_VERSIONS", {**versions, "single_pass": versions["single_pass"] + 1})
     run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests["plain"] == plain_before
-    assert engines.requests["trained"] == 2 * trained_before
+    assert engines.counts()["plain"] == plain_before
+    assert engines.counts()["trained"] == 2 * trained_before
 
 
-def test_a_changed_setting_reanswers_every_mode_and_dropped_modes_leave_no_records(setup: tuple[Engines, dict]) -> None:
+def test_a_changed_setting_reanswers_every_mode_and_dropped_modes_leave_no_records(setup: tuple[Any, dict]) -> None:
     engines, settings = setup
     run_module.run(from_dict(EvalConfig, settings))
     out = settings["output_dir"]
     assert (out / "records" / "no_retrieval.jsonl").is_file()
-    plain_before = engines.requests["plain"]
+    plain_before = engines.counts()["plain"]
     changed = {**settings, "inference": {"max_tokens": 32}, "modes": ["plain_rag"]}
     result = run_module.run(from_dict(EvalConfig, changed))
-    assert engines.requests["plain"] == plain_before + 6  # plain_rag again (max_tokens changed), nothing else
+    assert engines.counts()["plain"] == plain_before + 6  # plain_rag again (max_tokens changed), nothing else
     assert set(result.summaries) == {"plain_rag"}
     assert not (out / "records" / "no_retrieval.jsonl").exists()  # not this run's: removed, never mixed in
     assert not (out / RESUME_DIR / "single_pass.jsonl").exists()
 
 
-def test_a_killed_run_resumes_without_repeating_or_duplicating(setup: tuple[Engines, dict]) -> None:
+def test_a_killed_run_resumes_without_repeating_or_duplicating(setup: tuple[Any, dict]) -> None:
     engines, settings = setup
     engines.die_after = 4  # no_retrieval: 3 batches; plain_rag: the 1st batch, then killed in the 2nd
-    with pytest.raises(Killed):
+    with pytest.raises(engines.killed):
         run_module.run(from_dict(EvalConfig, settings))
     out = settings["output_dir"]
     assert len((out / RESUME_DIR / "plain_rag.jsonl").read_text().splitlines()) == 2
@@ -145,9 +112,9 @@ def test_a_killed_run_resumes_without_repeating_or_duplicating(setup: tuple[Engi
     with (out / RESUME_DIR / "plain_rag.jsonl").open("a") as handle:
         handle.write('{"id": "q2", "answ')
     engines.die_after = None
-    plain_before = engines.requests["plain"]
+    plain_before = engines.counts()["plain"]
     run_module.run(from_dict(EvalConfig, settings))
-    assert engines.requests["plain"] - plain_before == 4  # plain_rag's last 4 questions only
+    assert engines.counts()["plain"] - plain_before == 4  # plain_rag's last 4 questions only
     for mode in MODES:
         assert [row["id"] for row in answers(out, mode)] == [f"q{i}" for i in range(6)]
 
@@ -162,31 +129,31 @@ def test_kept_answers_for_other_examples_are_not_reused(tmp_path: Path) -> None:
     assert store.start("plain_rag", other, ["a", "b"]) == []
 
 
-def test_a_copied_output_folder_decodes_nothing(setup: tuple[Engines, dict], tmp_path: Path) -> None:
+def test_a_copied_output_folder_decodes_nothing(setup: tuple[Any, dict], tmp_path: Path) -> None:
     """The fingerprints are relative to the output folder: a copy elsewhere (``cp -r``: new file times) resumes."""
     engines, settings = setup
     first = run_module.run(from_dict(EvalConfig, settings))
-    before = dict(engines.requests)
+    before = engines.counts()
     copy = tmp_path / "elsewhere" / "eval"
     shutil.copytree(settings["output_dir"], copy, copy_function=shutil.copyfile)  # file times not kept
     shutil.rmtree(settings["output_dir"])
     model_copy = tmp_path / "model-copy"
     shutil.copytree(settings["model"], model_copy, copy_function=shutil.copyfile)  # the model copied too
     moved = run_module.run(from_dict(EvalConfig, {**settings, "output_dir": copy, "model": str(model_copy)}))
-    assert engines.requests == before
+    assert engines.counts() == before
     assert moved.summaries == first.summaries
 
 
-def test_modes_an_older_version_recorded_are_answered_again(setup: tuple[Engines, dict]) -> None:
+def test_modes_an_older_version_recorded_are_answered_again(setup: tuple[Any, dict]) -> None:
     """state.json of an older version held a bare hash per mode: nothing says what made the answers, so each mode is
     answered again (never kept), and recorded in today's format."""
     engines, settings = setup
     config = from_dict(EvalConfig, settings)
     run_module.run(config)
-    before = dict(engines.requests)
+    before = engines.counts()
     out = settings["output_dir"]
     (out / RESUME_DIR / "state.json").write_text(json.dumps({mode: {"fingerprint": "0" * 64, "finished": True}
                                                              for mode in MODES}))
     run_module.run(config)
-    assert engines.requests["plain"] == 2 * before["plain"]
+    assert engines.counts()["plain"] == 2 * before["plain"]
     assert "settings" in json.loads((out / RESUME_DIR / "state.json").read_text())["plain_rag"]
