@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import sys
+import time
 import typing
 import warnings
 from collections.abc import Callable, Sequence
@@ -41,6 +42,10 @@ from typing import Any
 
 from selfrag.errors import SelfragError, UsageError
 from selfrag.extras import missing_extra
+
+#: How long a process other than the main one waits before exiting on an error the main one reports (the launcher
+#: stops every process as soon as one exits).
+QUIET_PROCESS_GRACE_S = 5.0
 
 logger = logging.getLogger("selfrag")
 
@@ -143,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("RANK", "0") == "0" or getattr(error, "every_process", False):
             for problem in getattr(error, "problems", None) or [str(error)]:
                 print(f"selfrag {args.command}: error: {_one_line(problem)}", file=sys.stderr)
+        else:
+            # a quiet process that exits first makes the launcher stop the main one before it has said why
+            time.sleep(QUIET_PROCESS_GRACE_S)
         return 2
     except OSError as error:
         # A model or file the system cannot give (an unreachable hub id, a full disk, no permission):

@@ -191,3 +191,20 @@ def test_an_unreachable_hub_id_is_one_line_with_the_fix() -> None:
     assert "\n" not in line and line.startswith("We couldn't connect to 'https://huggingface.co'")
     assert "give a local model directory or a built-in name" in line and "HF_HUB_OFFLINE=1" in line
     assert _os_error_line(OSError("No space left on device")) == "No space left on device"
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_only_the_main_process_explains_and_the_others_wait_for_it(
+    rank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Launched as several processes, each fails alike: one line, and a quiet process does not exit first (the
+    launcher stops every process the moment one exits, which silenced the main one's line)."""
+    waited: list[float] = []
+    monkeypatch.setattr("selfrag.app.cli.time.sleep", waited.append)
+    monkeypatch.setenv("RANK", rank)
+    assert main(["train", "records=r.jsonl", "model=m", f"output_dir={tmp_path}", "training.max_steps=many"]) == 2
+    lines = stderr_lines(capsys)
+    if rank == "0":
+        assert len(lines) == 1 and lines[0].startswith("selfrag train: error:") and waited == []
+    else:
+        assert lines == [] and waited == [5.0]
