@@ -44,7 +44,7 @@ MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-
 
 @dataclass
 class QuickstartInference(InferenceConfig):
-    """The runtime's settings (:class:`InferenceConfig`), with the quickstart's answer length."""
+    """How the runtime decides, ranks and answers (:class:`InferenceConfig`), with the quickstart's answer length."""
 
     max_tokens: int = help_field(
         "most new tokens per decode, in calibration and every evaluated mode: a whole-sentence answer and its "

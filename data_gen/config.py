@@ -93,17 +93,18 @@ class TeacherConfig:
     )
     device: str = help_field("engine=hf: torch device (cpu, cuda, cuda:1, mps).", default="cpu")
 
-    def validate(self) -> list[str]:
-        problems = at_least_one(self, ("concurrency", "batch_size")) + retry_problems(self)
+    def validate(self, prefix: str = "") -> list[str]:
+        """Problems, each naming its key (and the fix's) after ``prefix``, the section's dotted path (``teacher.``)."""
+        problems = at_least_one(self, ("concurrency", "batch_size"), prefix) + retry_problems(self, prefix)
         if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
             problems.append(
-                f"stop_after_connection_failures must be >= 1 or null, got {self.stop_after_connection_failures}; "
-                "null never stops early"
+                f"{prefix}stop_after_connection_failures must be >= 1 or null, got "
+                f"{self.stop_after_connection_failures}; null never stops early"
             )
         if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
             problems.append(
-                f"api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
-                "write e.g. api_key_env=OPENAI_API_KEY and export the key in your shell"
+                f"{prefix}api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
+                f"write e.g. {prefix}api_key_env=OPENAI_API_KEY and export the key in your shell"
             )
         return problems
 
