@@ -309,8 +309,8 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
     if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
         # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences); the
         # further sources train only: the test questions stay the demo's whatever the recipe adds
-        return {**settings, "limit": None, "more_queries": [], "more_corpora": [], "more_answers": []}
-    for key in ("more_queries", "more_corpora", "more_answers"):
+        return {**settings, "limit": None, "more_queries": [], "more_passages": [], "more_answers": []}
+    for key in ("more_queries", "more_passages", "more_answers"):
         settings[key] = [_in_repo(path) for path in settings.get(key) or []]
     return settings
 
@@ -321,10 +321,10 @@ def _in_repo(path: str | Path) -> Path:
 
 
 def data_files(config: Any) -> dict[str, Path]:
-    """The data recipe's further files (more_corpora, more_queries, answers, more_answers) as the data stage's
+    """The data recipe's further files (more_passages, more_queries, answers, more_answers) as the data stage's
     inputs, keyed as generate keys them (only those set: older folders' inputs stay unchanged): an edited file
     relabels."""
-    files = {f"{key}[{number}]": Path(path) for key in ("more_corpora", "more_queries")
+    files = {f"{key}[{number}]": Path(path) for key in ("more_passages", "more_queries")
              for number, path in enumerate(getattr(config, key))}
     files.update({"answers": Path(config.answers)} if config.answers is not None else {})
     return {**files, **{f"more_answers[{number}]": Path(path) for number, path in enumerate(config.more_answers)}}

@@ -4,7 +4,7 @@ Every setting is ``key=value`` over an optional ``--config FILE``; the retriever
 runtime's settings the ``inference`` section (ask, serve, eval, calibrate, quickstart). The options that once named a
 setting (``ask --model/--corpus/--index``, ``serve --port`` ...), the top-level ``corpus=`` / ``index=`` keys, the
 runtime's keys at the top level (``ask top_k=5``, ``eval engine=vllm``, ``serve engine_options.*``: each key under it)
-and generate's ``corpus=`` are refused in one line that names the new spelling, exit code 2,
+and generate's ``corpus=`` and ``more_corpora=`` are refused in one line that names the new spelling, exit code 2,
 before any work; so is a runtime key a command never took at its top level (``eval mode=always``).
 """
 
@@ -399,6 +399,12 @@ def test_generate_names_the_data_sets_passages_passages(tmp_path: Path, capsys: 
     [line] = error_lines(capsys)
     assert line.startswith("selfrag generate: error: corpus was removed: write passages=FILE"), line
     assert not (tmp_path / "out").exists()
+    assert call(["generate", "passages=c.jsonl", "queries=q.jsonl", "more_corpora=[d.jsonl]",
+                 f"output={tmp_path / 'out'}"]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("selfrag generate: error: more_corpora was removed: write more_passages=[FILE, ...]"), line
+    assert not (tmp_path / "out").exists()
     assert call(["generate", "--help-config"]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert any(line.startswith("passages (") and "The data set's passages" in line for line in shown)
+    assert any(line.startswith("more_passages (") for line in shown)
