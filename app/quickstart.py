@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from selfrag.artifacts import META_FILE
 from selfrag.config import deep_merge, from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
 from selfrag.fsutil import claim_output, write_json
-from selfrag.inference.config import InferenceConfig
+from selfrag.inference.config import InferenceConfig, misplaced_inference_keys
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 from selfrag.runs import Ledger, run_fingerprint, setting_defaults, setting_renames
@@ -54,6 +54,9 @@ class QuickstartInference(InferenceConfig):
 @dataclass
 class QuickstartConfig:
     """Settings of ``selfrag quickstart`` (training settings come from the CPU recipe, ``recipe``)."""
+
+    #: the runtime's settings written at the top level: each names its key in the inference section
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = misplaced_inference_keys(skip=())
 
     output_dir: Path = help_field("where data, model, calibration, evaluation and stages.json go",
                                   Path("selfrag-quickstart"))

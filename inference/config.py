@@ -323,9 +323,8 @@ def inference_keys(names: tuple[str, ...] | None = None) -> dict[str, str]:
 def misplaced_inference_keys(skip: tuple[str, ...] = FORMER_TOP_LEVEL) -> dict[str, str]:
     """``MISPLACED_KEYS`` entries for the runtime's settings written at the top level of a command that never took
     them there (those in ``skip`` it took once: its ``REMOVED_KEYS``), each naming ``inference.<key>``."""
-    why = "the runtime's settings are the inference section in every command"
-    return {spec.name: f"{why}; write inference.{spec.name}" for spec in dataclasses.fields(InferenceConfig)
-            if spec.name not in skip}
+    fields = tuple(spec.name for spec in dataclasses.fields(InferenceConfig) if spec.name not in skip)
+    return moved_keys("inference", fields, "the runtime's settings are the inference section in every command")
 
 
 def inference_renames(names: tuple[str, ...] = FORMER_TOP_LEVEL) -> dict[str, str | None]:

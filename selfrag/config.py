@@ -55,8 +55,9 @@ def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[st
 
 
 class MovedKey(str):
-    """A ``REMOVED_KEYS`` entry of a key that moved to ``key`` (``"write inference.top_k (why)"``): a mapping given
-    under the old key (``engine_options.device=cuda``) is refused key by key, each naming its new key."""
+    """A ``REMOVED_KEYS`` (or ``MISPLACED_KEYS``) entry of a key whose place is ``key`` (``"write inference.top_k
+    (why)"``): a mapping given under the old key (``engine_options.device=cuda``) is refused key by key, each naming
+    its new key."""
 
     key: str
     why: str
@@ -66,12 +67,13 @@ class MovedKey(str):
         entry.key, entry.why = key, why
         return entry
 
-    def refusals(self, old: str, value: Any) -> list[str]:
-        """The refusal of ``value`` given under the old dotted key ``old``: one line, or one per key of a mapping."""
+    def refusals(self, old: str, value: Any, line: str = "{key} was removed: {fix}") -> list[str]:
+        """The refusal of ``value`` given under the old dotted key ``old``: one ``line``, or one per key of a
+        mapping."""
         leaves = _leaf_keys(value) if isinstance(value, Mapping) else []
         if not leaves:
-            return [f"{old} was removed: {self}"]
-        return [f"{old}.{leaf} was removed: write {self.key}.{leaf} ({self.why})" for leaf in leaves]
+            return [line.format(key=old, fix=self)]
+        return [line.format(key=f"{old}.{leaf}", fix=f"write {self.key}.{leaf} ({self.why})") for leaf in leaves]
 
 
 def _leaf_keys(value: Mapping[str, Any]) -> list[str]:
@@ -246,7 +248,7 @@ def _build(
     problems += gone
     for key in data:
         if key in misplaced and key not in fields:
-            problems.append(f"unknown config key {_show(f'{prefix}{key}')}: {misplaced[key]}")
+            problems += _removed(misplaced[key], f"{prefix}{key}", data[key], "unknown config key '{key}': {fix}")
         elif key not in fields and key not in removed:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
@@ -303,9 +305,12 @@ def _build(
     return None if bad and not partial else instance
 
 
-def _removed(entry: str, old: str, value: Any) -> list[str]:
-    """The refusal of a removed key ``old`` given ``value`` (a moved section: one line per key under it)."""
-    return entry.refusals(old, value) if isinstance(entry, MovedKey) else [f"{old} was removed: {entry}"]
+def _removed(entry: str, old: str, value: Any, line: str = "{key} was removed: {fix}") -> list[str]:
+    """The refusal (``line``) of a removed or misplaced key ``old`` given ``value`` (a section moved: one line per key
+    under it)."""
+    if isinstance(entry, MovedKey):
+        return entry.refusals(old, value, line)
+    return [line.format(key=old, fix=entry)]
 
 
 def _names_any(problem: str, keys: set[str]) -> bool:

@@ -310,12 +310,15 @@ def test_a_moved_section_is_refused_key_by_key(nothing_runs: dict[str, Any], tmp
 MISPLACED = [
     ("eval", "mode=always", "unknown config key 'mode': the runtime's mode is inference.mode (e.g. "
                             "inference.mode=always"),
-    ("eval", "threshold=0.3", "unknown config key 'threshold': the runtime's settings are the inference section in "
-                              "every command; write inference.threshold"),
-    ("calibrate", "on_unsupported=flag", "unknown config key 'on_unsupported': the runtime's settings are the "
-                                         "inference section in every command; write inference.on_unsupported"),
+    ("eval", "threshold=0.3", "unknown config key 'threshold': write inference.threshold (the runtime's settings "
+                              "are the inference section in every command)"),
+    ("eval", "pruning.margin=0.2", "unknown config key 'pruning.margin': write inference.pruning.margin ("),
+    ("calibrate", "on_unsupported=flag", "unknown config key 'on_unsupported': write inference.on_unsupported ("),
     ("calibrate", "threshold=0.3", "unknown config key 'threshold': calibrate measures threshold"),
     ("quickstart", "eval.mode=always", "unknown config key 'eval.mode': the runtime's mode is inference.mode"),
+    ("quickstart", "top_k=5", "unknown config key 'top_k': write inference.top_k ("),
+    ("quickstart", "engine_options.device=cuda",
+     "unknown config key 'engine_options.device': write inference.engine_options.device ("),
 ]
 
 
