@@ -102,11 +102,12 @@ def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
 
 
 def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool,
-             rag_steps: int | None = None, data_recipe: Path | None = None) -> None:
+             rag_steps: int | None = None, data_recipe: Path | None = None, sp_train: list[str] = ()) -> None:
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
     recipe = [f"data_recipe={data_recipe.resolve()}"] if data_recipe else []
-    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget, *recipe)
+    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget, *recipe,
+            *(f"train.{setting}" for setting in sp_train))
     sft = seed_dir / "model"
     rag_budget = rag_steps or steps
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
@@ -220,12 +221,15 @@ def main() -> None:
                         "or single names, comma-separated")
     parser.add_argument("--steps", type=int, help="training steps of both models (default: the recipe's)")
     parser.add_argument("--rag-steps", type=int,
-                        help="the fine-tuned RAG baseline's steps when not --steps (fewer: a handicapped baseline)")
+                        help="the fine-tuned RAG baseline's steps, if not --steps' (fewer: a handicapped baseline)")
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
     parser.add_argument("--dev-calibrated", action="store_true",
                         help="also judge the SFT model calibrated on the dev sets")
     parser.add_argument("--data-recipe", type=Path,
                         help="the labelling recipe of both models' records (default: the quickstart's)")
+    parser.add_argument("--sp-train", action="append", default=[], metavar="KEY=VALUE",
+                        help="a training setting of the single-pass model alone (e.g. training.loss_weights.text=4); "
+                        "the fine-tuned RAG baseline keeps the recipe's")
     parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
     args = parser.parse_args()
     if not args.table:
@@ -236,7 +240,7 @@ def main() -> None:
             parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
         for seed in (int(s) for s in args.seeds.split(",")):
             run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps,
-                     args.data_recipe)
+                     args.data_recipe, args.sp_train)
     text = table(args.out)
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
