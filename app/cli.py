@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"selfrag {args.command}: error: {_one_line(str(missing))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"selfrag {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        print(f"selfrag {args.command}: {INTERRUPTED[args.command]}", file=sys.stderr)
         return 130
 
 
@@ -473,6 +473,27 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "audit": _audit,
     "pg": _pg,
+}
+
+_RESUME = "interrupted; run the same command again to resume"
+_START_OVER = "interrupted; this command does not resume: run the same command again to start over"
+#: what Ctrl-C leaves, said as what running the same command again does (the promise to resume only where it does)
+INTERRUPTED: dict[str, str] = {
+    "generate": _RESUME,  # the journal keeps every finished question
+    "train": _RESUME,  # SaveOnInterrupt: a checkpoint at the end of the step
+    "rl": _RESUME,
+    "index": _RESUME,  # the passage store and finished shards are kept
+    "eval": _RESUME,  # each mode's answers are kept batch by batch
+    "quickstart": _RESUME,  # each stage resumes or is skipped when done
+    "calibrate": _START_OVER,
+    "export": _START_OVER,  # staged: the output appears whole or not at all
+    "paper-data": _START_OVER,  # written atomically
+    "generate-merge": "interrupted; its output folder may hold part of the merge: delete it, then run the same "
+                      "command again",  # the merge refuses a non-empty output
+    "ask": "interrupted",
+    "serve": "interrupted",
+    "audit": "interrupted",
+    "pg": "interrupted",
 }
 
 

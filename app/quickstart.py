@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from selfrag.artifacts import META_FILE
 from selfrag.config import deep_merge, from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
 from selfrag.fsutil import claim_output, write_json
-from selfrag.inference.config import InferenceConfig
+from selfrag.inference.config import InferenceConfig, misplaced_inference_keys
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
 from selfrag.runs import Ledger, run_fingerprint, setting_defaults, setting_renames
@@ -44,7 +44,7 @@ MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-
 
 @dataclass
 class QuickstartInference(InferenceConfig):
-    """The runtime's settings (:class:`InferenceConfig`), with the quickstart's answer length."""
+    """How the runtime decides, ranks and answers (:class:`InferenceConfig`), with the quickstart's answer length."""
 
     max_tokens: int = help_field(
         "most new tokens per decode, in calibration and every evaluated mode: a whole-sentence answer and its "
@@ -54,6 +54,9 @@ class QuickstartInference(InferenceConfig):
 @dataclass
 class QuickstartConfig:
     """Settings of ``selfrag quickstart`` (training settings come from the CPU recipe, ``recipe``)."""
+
+    #: the runtime's settings written at the top level: each names its key in the inference section
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = misplaced_inference_keys(skip=())
 
     output_dir: Path = help_field("where data, model, calibration, evaluation and stages.json go",
                                   Path("selfrag-quickstart"))
@@ -309,8 +312,8 @@ def data_settings(config: QuickstartConfig, corpus: Path, queries: Path, output:
     if split != "train":  # the held-out questions' labels: every one of them, answering in the trained form (the
         # recipe's answers file where it lists them: a sentence-trained model's support is judged on sentences); the
         # further sources train only: the test questions stay the demo's whatever the recipe adds
-        return {**settings, "limit": None, "more_queries": [], "more_corpora": [], "more_answers": []}
-    for key in ("more_queries", "more_corpora", "more_answers"):
+        return {**settings, "limit": None, "more_queries": [], "more_passages": [], "more_answers": []}
+    for key in ("more_queries", "more_passages", "more_answers"):
         settings[key] = [_in_repo(path) for path in settings.get(key) or []]
     return settings
 
@@ -321,10 +324,10 @@ def _in_repo(path: str | Path) -> Path:
 
 
 def data_files(config: Any) -> dict[str, Path]:
-    """The data recipe's further files (more_corpora, more_queries, answers, more_answers) as the data stage's
+    """The data recipe's further files (more_passages, more_queries, answers, more_answers) as the data stage's
     inputs, keyed as generate keys them (only those set: older folders' inputs stay unchanged): an edited file
     relabels."""
-    files = {f"{key}[{number}]": Path(path) for key in ("more_corpora", "more_queries")
+    files = {f"{key}[{number}]": Path(path) for key in ("more_passages", "more_queries")
              for number, path in enumerate(getattr(config, key))}
     files.update({"answers": Path(config.answers)} if config.answers is not None else {})
     return {**files, **{f"more_answers[{number}]": Path(path) for number, path in enumerate(config.more_answers)}}

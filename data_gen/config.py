@@ -93,17 +93,18 @@ class TeacherConfig:
     )
     device: str = help_field("engine=hf: torch device (cpu, cuda, cuda:1, mps).", default="cpu")
 
-    def validate(self) -> list[str]:
-        problems = at_least_one(self, ("concurrency", "batch_size")) + retry_problems(self)
+    def validate(self, prefix: str = "") -> list[str]:
+        """Problems, each naming its key (and the fix's) after ``prefix``, the section's dotted path (``teacher.``)."""
+        problems = at_least_one(self, ("concurrency", "batch_size"), prefix) + retry_problems(self, prefix)
         if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
             problems.append(
-                f"stop_after_connection_failures must be >= 1 or null, got {self.stop_after_connection_failures}; "
-                "null never stops early"
+                f"{prefix}stop_after_connection_failures must be >= 1 or null, got "
+                f"{self.stop_after_connection_failures}; null never stops early"
             )
         if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
             problems.append(
-                f"api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
-                "write e.g. api_key_env=OPENAI_API_KEY and export the key in your shell"
+                f"{prefix}api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
+                f"write e.g. {prefix}api_key_env=OPENAI_API_KEY and export the key in your shell"
             )
         return problems
 
@@ -178,16 +179,18 @@ class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
     #: the teacher's keys a run recorded before they were spelled as engine_options: resumed as spelled now
-    #: and the data set's passages (an input, by content) before they were called passages
+    #: and the data set's passages (inputs, by content) before they were called passages
     RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
         "teacher.backend": "teacher.engine", "teacher.max_concurrency": "teacher.concurrency",
         "teacher.timeout_s": "teacher.timeout", "teacher.backoff_s": "teacher.backoff",
-        "teacher.engine_args": "teacher.vllm_args", "corpus": "passages",
+        "teacher.engine_args": "teacher.vllm_args", "corpus": "passages", "more_corpora": "more_passages",
     }
-    #: the data set's passages were ``corpus=`` once, beside the retriever section's corpus (what is searched)
+    #: the data set's passages were ``corpus=`` and ``more_corpora=`` once, beside the retriever section's corpus
+    #: (what is searched)
     REMOVED_KEYS: ClassVar[dict[str, str]] = {
         "corpus": "write passages=FILE (the data set's passages: gold passages by id, or those the teacher writes "
                   "questions from); a corpus only to search is retriever.corpus=FILE",
+        "more_corpora": "write more_passages=[FILE, ...] (further passage files joined to passages)",
     }
 
     output: str = help_field(
@@ -220,7 +223,7 @@ class GenerateConfig:
         "from sampled passages.",
         default=None,
     )
-    more_corpora: list[Path] = help_field(
+    more_passages: list[Path] = help_field(
         "Further passage files (the same formats as passages), joined to them (labeler=gold): the gold passages of "
         "further sources' questions (more_queries), e.g. the shipped slices data_gen/slices/*/corpus.jsonl. Passage "
         "ids must be unique across all of them.",
@@ -385,8 +388,8 @@ class GenerateConfig:
             if self.answer_form != "output":
                 problems.append(f"answer_form={self.answer_form} is for labeler=gold (the teacher writes its own "
                                 "answers); remove it, or use labeler=gold")
-            if self.more_queries or self.answers is not None or self.more_answers or self.more_corpora:
-                problems.append("more_corpora, more_queries, answers and more_answers are read by labeler=gold only "
+            if self.more_queries or self.answers is not None or self.more_answers or self.more_passages:
+                problems.append("more_passages, more_queries, answers and more_answers are read by labeler=gold only "
                                 "(the teacher writes its own answers); remove them, or use labeler=gold")
         if self.executor == "ray" and self.labeler != "llm":
             problems.append("executor=ray runs the teacher labeller (labeler=llm); the gold labeler runs locally")

@@ -111,11 +111,11 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     passages = load_corpus(config.passages)
     # the splitter too: answers' and erased passages' sentences split another way are other records
     digests = {"passages": passages_digest(passages), "queries": file_digest(config.queries), "sentences": SPLITTER}
-    for number, extra_corpus in enumerate(config.more_corpora):  # keys only when set: older runs' inputs stay
-        more = load_corpus(extra_corpus)
-        digests[f"more_corpora[{number}]"] = passages_digest(more)
+    for number, extra_passages in enumerate(config.more_passages):  # keys only when set: older runs' inputs stay
+        more = load_corpus(extra_passages)
+        digests[f"more_passages[{number}]"] = passages_digest(more)
         passages += more
-    passages_by_id = joined_passages(passages, [config.passages, *config.more_corpora])
+    passages_by_id = joined_passages(passages, [config.passages, *config.more_passages])
     queries = load_queries(config.queries)
     logger.info("loaded %d passages and %d queries", len(passages), len(queries))
     for number, extra in enumerate(config.more_queries):
@@ -136,7 +136,7 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     templated = sum(before.output != after.output for before, after in zip(answered, selected, strict=True))
     check_support_labels(selected, str(config.queries))
     labeler = GoldLabeler(passages_by_id, config.abstain_text, config.train_abstain_text)
-    corpora = ", ".join(str(path) for path in (config.passages, *config.more_corpora))
+    corpora = ", ".join(str(path) for path in (config.passages, *config.more_passages))
     check_gold_ids(selected, labeler.gold_ids_used, passages_by_id, [Path(config.queries), *config.more_queries],
                    f"passages {corpora}")
 
@@ -317,12 +317,12 @@ def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 def joined_passages(passages: Sequence[Passage], files: Sequence[Path | None]) -> dict[str, Passage]:
-    """Passages by id across corpus and more_corpora; ``InputError`` for an id two of them share."""
+    """Passages by id across passages and more_passages; ``InputError`` for an id two of them share."""
     by_id: dict[str, Passage] = {}
     for passage in passages:
         if passage.id in by_id:
             raise InputError(
-                f"passage id {passage.id!r} is in more than one of corpus / more_corpora "
+                f"passage id {passage.id!r} is in more than one of passages / more_passages "
                 f"({', '.join(map(str, files))}); each source's passage ids must be unique across them: prefix them "
                 "with the source's name"
             )
@@ -367,7 +367,7 @@ def missing_inputs(config: GenerateConfig) -> None:
     """``InputError`` naming the first further input file that is not there (the setting, the path and the fix), before
     any slow work: a missing more_queries[1] would otherwise be found after the corpora are loaded. (passages and
     queries are read first, by loaders that say so themselves.)"""
-    files = [*((f"more_corpora[{number}]", Path(path)) for number, path in enumerate(config.more_corpora)),
+    files = [*((f"more_passages[{number}]", Path(path)) for number, path in enumerate(config.more_passages)),
              *((f"more_queries[{number}]", Path(path)) for number, path in enumerate(config.more_queries)),
              *answers_files(config)]
     for key, path in files:

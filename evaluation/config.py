@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from selfrag.config import at_least_one, help_field
-from selfrag.inference.config import FORMER_TOP_LEVEL, InferenceConfig, inference_keys, inference_renames
+from selfrag.inference.config import (
+    FORMER_TOP_LEVEL,
+    InferenceConfig,
+    inference_keys,
+    inference_renames,
+    misplaced_inference_keys,
+)
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 DataFormat = Literal["auto", "qa", "choice", "claim", "popqa", "triviaqa", "pubhealth", "arc_challenge"]
@@ -77,14 +83,15 @@ class JudgeConfig:
         0.5,
     )
 
-    def validate(self) -> list[str]:
+    def validate(self, prefix: str = "") -> list[str]:
+        """Problems, each naming its key after ``prefix`` (the section's dotted path: ``judge.``, ``reward.judge.``)."""
         problems = []
         if self.kind not in JUDGES:
-            problems.append(f"kind must be one of {list(JUDGES)}, got {self.kind!r}")
+            problems.append(f"{prefix}kind must be one of {list(JUDGES)}, got {self.kind!r}")
         if not 0 <= self.threshold <= 1:
-            problems.append(f"threshold must be in [0, 1], got {self.threshold}")
+            problems.append(f"{prefix}threshold must be in [0, 1], got {self.threshold}")
         if self.kind == "nli" and not self.model:
-            problems.append("kind=nli needs judge.model: a local NLI model directory or a hub id (e.g. "
+            problems.append(f"{prefix}kind=nli needs {prefix}model: a local NLI model directory or a hub id (e.g. "
                             "cross-encoder/nli-deberta-v3-xsmall)")
         return problems
 
@@ -94,6 +101,12 @@ class EvalConfig:
     """Settings of one evaluation run (``selfrag eval --config FILE key=value ...``)."""
 
     REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **RUNTIME_KEYS}
+    #: the runtime's other settings written at the top level; mode beside modes, the modes eval compares
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = {
+        **misplaced_inference_keys(),
+        "mode": "the runtime's mode is inference.mode (e.g. inference.mode=always: how single_pass and prompted "
+                "decide to retrieve); modes=[...] picks the modes eval compares (e.g. modes=[plain_rag, single_pass])",
+    }
     #: a mode's answers recorded top_k, max_tokens, engine and engine_options at the top level, and the inference
     #: section as the keys given (an empty one as one key): resumed as spelled now
     RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {**inference_renames(), "inference": None}
@@ -183,6 +196,10 @@ class CalibrateConfig:
     """Settings of ``selfrag calibrate``: measure the retrieval threshold and support bound on a dev split."""
 
     REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **RUNTIME_KEYS}
+    #: the runtime's other settings written at the top level; what calibrate measures, said as in validate()
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = {**misplaced_inference_keys(), **{
+        name: f"calibrate measures {name} (and writes it into the model's selfrag.json); leave it unset"
+        for name in CALIBRATED}}
     #: top_k, max_tokens, engine and engine_options as a run recorded them at the top level (the quickstart's
     #: calibrate stage): resumed as spelled now
     RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = inference_renames()

@@ -195,38 +195,41 @@ class InferenceConfig:
     skip: SkipConfig = help_field("rounds and passages not worth decoding (short form)", default_factory=SkipConfig)
     long_form: LongFormConfig = help_field("segment beam search settings (form=long)", default_factory=LongFormConfig)
 
-    def validate(self) -> list[str]:
-        """Problems with the values, each naming the field, the value and the fix (empty when valid)."""
+    def validate(self, prefix: str = "") -> list[str]:
+        """Problems with the values, each naming the field, the value and the fix (empty when valid); ``prefix``: the
+        section's dotted path (``inference.``), before every key a problem or its fix names."""
+        p = prefix
         problems = []
         if self.mode not in MODES:
-            problems.append(f"mode must be one of {list(MODES)}, got {self.mode!r}")
+            problems.append(f"{p}mode must be one of {list(MODES)}, got {self.mode!r}")
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             problems.append(
-                f"threshold must be in [0, 1], got {self.threshold}; use mode=always to always retrieve "
-                "or mode=never to never retrieve"
+                f"{p}threshold must be in [0, 1], got {self.threshold}; use {p}mode=always to always retrieve "
+                f"or {p}mode=never to never retrieve"
             )
         if self.top_k < 1:
-            problems.append(f"top_k must be at least 1, got {self.top_k}; use mode=never to answer without passages")
+            problems.append(f"{p}top_k must be at least 1, got {self.top_k}; use {p}mode=never to answer without "
+                            "passages")
         if self.max_tokens < 1:
-            problems.append(f"max_tokens must be at least 1, got {self.max_tokens}")
+            problems.append(f"{p}max_tokens must be at least 1, got {self.max_tokens}")
         if self.on_unsupported not in ON_UNSUPPORTED:
-            problems.append(f"on_unsupported must be one of {list(ON_UNSUPPORTED)}, got {self.on_unsupported!r}")
+            problems.append(f"{p}on_unsupported must be one of {list(ON_UNSUPPORTED)}, got {self.on_unsupported!r}")
         if self.support_bound is not None and not 0.0 <= self.support_bound <= 1.0:
-            problems.append(f"support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the token")
+            problems.append(f"{p}support_bound must be in [0, 1], got {self.support_bound}; use 0 to rely on the "
+                            "token")
         if self.relevance_threshold is not None and not 0.0 <= self.relevance_threshold <= 1.0:
-            problems.append(
-                f"relevance_threshold must be in [0, 1], got {self.relevance_threshold}; 0.5 is the model's own choice"
-            )
+            problems.append(f"{p}relevance_threshold must be in [0, 1], got {self.relevance_threshold}; 0.5 is the "
+                            "model's own choice")
         if self.read == "together" and self.form == "long":
-            problems.append("read=together is for the short form; the long form's beam reads one passage a segment: "
-                            "use form=short or read=each")
+            problems.append(f"{p}read=together is for the short form; the long form's beam reads one passage a "
+                            f"segment: use {p}form=short or {p}read=each")
         if not self.abstain_text.strip():
-            problems.append("abstain_text is empty; give the sentence shown when the runtime abstains")
-        problems += self._validate_policy()
+            problems.append(f"{p}abstain_text is empty; give the sentence shown when the runtime abstains")
+        problems += self._validate_policy(p)
         for name in ("relevance", "support", "utility"):
             value = getattr(self.weights, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
-                problems.append(f"weights.{name} must be a finite number, got {value!r}")
+                problems.append(f"{p}weights.{name} must be a finite number, got {value!r}")
         return problems
 
     def resolved(self, calibration: Mapping[str, Any] | None = None) -> InferenceConfig:
@@ -259,15 +262,16 @@ class InferenceConfig:
         """``support_bound`` as the runtime reads it (the built-in value where unset and not resolved)."""
         return DEFAULT_SUPPORT_BOUND if self.support_bound is None else self.support_bound
 
-    def _validate_policy(self) -> list[str]:
+    def _validate_policy(self, p: str) -> list[str]:
         problems = []
         if self.form not in FORMS:
-            problems.append(f"form must be one of {list(FORMS)}, got {self.form!r}")
+            problems.append(f"{p}form must be one of {list(FORMS)}, got {self.form!r}")
         if self.max_rounds < 0:
-            problems.append(f"max_rounds must be >= 0, got {self.max_rounds}; use 0 to never re-retrieve")
+            problems.append(f"{p}max_rounds must be >= 0, got {self.max_rounds}; use {p}max_rounds=0 to never "
+                            "re-retrieve")
         if "{question}" not in self.rewrite:
             problems.append(
-                f"rewrite must contain {{question}}, got {self.rewrite!r}; e.g. '{{question}} {{generated}}'"
+                f"{p}rewrite must contain {{question}}, got {self.rewrite!r}; e.g. '{{question}} {{generated}}'"
             )
         for name, template, slot in (
             ("rewrite", self.rewrite, None),
@@ -276,28 +280,30 @@ class InferenceConfig:
             try:
                 template.format(question="", generated="", text="")
             except (KeyError, IndexError, ValueError) as error:
-                problems.append(f"{name} has a bad placeholder ({error}); use {{question}}, {{generated}} or {{text}}")
+                problems.append(f"{p}{name} has a bad placeholder ({error}); use {{question}}, {{generated}} or "
+                                "{text}")
             if slot and "{" + slot + "}" not in template:
-                problems.append(f"{name} must contain {{{slot}}}, got {template!r}")
+                problems.append(f"{p}{name} must contain {{{slot}}}, got {template!r}")
         if self.on_all_irrelevant not in ON_ALL_IRRELEVANT:
             problems.append(
-                f"on_all_irrelevant must be one of {list(ON_ALL_IRRELEVANT)}, got {self.on_all_irrelevant!r}"
+                f"{p}on_all_irrelevant must be one of {list(ON_ALL_IRRELEVANT)}, got {self.on_all_irrelevant!r}"
             )
         if self.on_partial not in ON_PARTIAL:
-            problems.append(f"on_partial must be one of {list(ON_PARTIAL)}, got {self.on_partial!r}")
+            problems.append(f"{p}on_partial must be one of {list(ON_PARTIAL)}, got {self.on_partial!r}")
         for name in ("relevance_bound", "margin"):
             value = getattr(self.pruning, name)
             if not 0.0 <= value <= 1.0:
                 problems.append(
-                    f"pruning.{name} must be in [0, 1], got {value}; use pruning.enabled=false to turn it off"
+                    f"{p}pruning.{name} must be in [0, 1], got {value}; use {p}pruning.enabled=false to turn it off"
                 )
         gap = self.skip.relevance_gap
         if gap is not None and not 0.0 <= gap <= 1.0:
-            problems.append(f"skip.relevance_gap must be in [0, 1], got {gap}; skip.relevance_gap=null turns it off")
+            problems.append(f"{p}skip.relevance_gap must be in [0, 1], got {gap}; {p}skip.relevance_gap=null turns "
+                            "it off")
         for name in ("width", "depth", "max_segments", "segment_tokens"):
             value = getattr(self.long_form, name)
             if value < (0 if name == "depth" else 1):
-                problems.append(f"long_form.{name} must be at least {0 if name == 'depth' else 1}, got {value}")
+                problems.append(f"{p}long_form.{name} must be at least {0 if name == 'depth' else 1}, got {value}")
         return problems
 
 
@@ -312,6 +318,13 @@ def inference_keys(names: tuple[str, ...] | None = None) -> dict[str, str]:
     field of :class:`InferenceConfig` when None), each refused naming ``inference.<key>``."""
     fields = names if names is not None else tuple(spec.name for spec in dataclasses.fields(InferenceConfig))
     return moved_keys("inference", fields, ONE_SECTION)
+
+
+def misplaced_inference_keys(skip: tuple[str, ...] = FORMER_TOP_LEVEL) -> dict[str, str]:
+    """``MISPLACED_KEYS`` entries for the runtime's settings written at the top level of a command that never took
+    them there (those in ``skip`` it took once: its ``REMOVED_KEYS``), each naming ``inference.<key>``."""
+    fields = tuple(spec.name for spec in dataclasses.fields(InferenceConfig) if spec.name not in skip)
+    return moved_keys("inference", fields, "the runtime's settings are the inference section in every command")
 
 
 def inference_renames(names: tuple[str, ...] = FORMER_TOP_LEVEL) -> dict[str, str | None]:

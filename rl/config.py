@@ -154,6 +154,8 @@ class RewardConfig:
 
 @dataclasses.dataclass
 class RLTrainingOptions:
+    """GRPO's optimisation: steps, questions per step, the group of rollouts per question, the KL coefficient."""
+
     learning_rate: float = help_field("AdamW learning rate of the LoRA weights.", 1e-4)
     max_steps: int = help_field("GRPO optimizer steps.", 50)
     questions_per_step: int = help_field("Questions per step; each is answered `generations` times.", 2)

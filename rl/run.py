@@ -17,6 +17,8 @@ it as any trained model), ``trained-questions.json`` (the starting model's and R
 the summary says to run ``selfrag calibrate`` on the RL model (:func:`carried_calibration`). Checkpoints go to
 ``output_dir/checkpoints``; a killed run started again with the same settings resumes from the last one
 (:func:`selfrag.runs.check_rerun`, as ``selfrag train``); different settings are refused unless ``restart=true``.
+Ctrl-C finishes the step, saves a checkpoint and stops (:class:`selfrag.training.interrupt.SaveOnInterrupt`), so
+the same command resumes there even before the first ``training.save_steps`` checkpoint.
 """
 
 from __future__ import annotations
@@ -122,16 +124,22 @@ def run(config: RLConfig) -> RLResult:
     policy = load_policy(config)
 
     # --- GRPO: rollouts through the runtime's decode, the reward's terms, passage tokens masked ------
+    from selfrag.training.interrupt import SaveOnInterrupt  # transformers, as the trainer
+
     from .trainer import grpo_trainer  # torch, TRL: loaded once the inputs are checked
 
     trainer = grpo_trainer(config, policy, questions, retriever, reward, output_dir / CHECKPOINTS, engine)
+    interrupt = SaveOnInterrupt()  # Ctrl-C: a checkpoint at the end of the step, so the same command resumes
+    trainer.add_callback(interrupt)
     resume = last_checkpoint(output_dir / CHECKPOINTS) if state == "resume" else None
     if resume:
         logger.info("resuming from %s", resume)
     try:
-        trainer.train(resume_from_checkpoint=resume)
+        with interrupt.listening(trainer.accelerator.num_processes):  # several: left to the launcher
+            trainer.train(resume_from_checkpoint=resume)
     finally:
         trainer.rollout_func.close()  # vLLM's engine processes and memory, where it decoded the rollouts
+    interrupt.stop_if_interrupted()
 
     # --- Save: adapter, tokenizer, selfrag.json, resolved config, rewards per term ------------------
     # the LoRA and the trained reflection rows, not the grown embedding matrix (selfrag.loading grows the base again)

@@ -5,9 +5,11 @@
 Every problem is collected and reported together (unknown keys with a suggestion, wrong types,
 missing required values, values a ``validate()`` method rejects), each naming the field, the value and
 the fix. Config dataclasses document each field in ``field(metadata={"help": ...})``. A class may declare
-``REMOVED_KEYS`` (a key it once had -> what to write instead) and ``REFUSED_VALUES`` (field -> {a string value it
-refuses -> what to write instead}), so an old spelling fails in one line that names the new one; :func:`moved_keys`
-writes the entries of keys that moved into a section.
+``REMOVED_KEYS`` (a key it once had -> what to write instead), ``REFUSED_VALUES`` (field -> {a string value it
+refuses -> what to write instead}) and ``MISPLACED_KEYS`` (a key it never had that belongs elsewhere -> where), so an
+old or misplaced spelling fails in one line that names the new one; :func:`moved_keys` writes the entries of keys that
+moved into a section (a section given under its old key is refused key by key, each naming its new key). A
+``validate(prefix)`` is given the section's dotted path, so its hints name sibling keys as the user writes them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import inspect
 import math
 import re
 import types
@@ -31,6 +34,7 @@ from selfrag.fsutil import read_text, write_text
 T = TypeVar("T")
 _MISSING = object()
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
 def help_field(
@@ -50,10 +54,42 @@ def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[st
             if getattr(config, name) < 1]
 
 
+class MovedKey(str):
+    """A ``REMOVED_KEYS`` (or ``MISPLACED_KEYS``) entry of a key whose place is ``key`` (``"write inference.top_k
+    (why)"``): a mapping given under the old key (``engine_options.device=cuda``) is refused key by key, each naming
+    its new key."""
+
+    key: str
+    why: str
+
+    def __new__(cls, key: str, why: str) -> MovedKey:
+        entry = super().__new__(cls, f"write {key} ({why})")
+        entry.key, entry.why = key, why
+        return entry
+
+    def refusals(self, old: str, value: Any, line: str = "{key} was removed: {fix}") -> list[str]:
+        """The refusal of ``value`` given under the old dotted key ``old``: one ``line``, or one per key of a
+        mapping."""
+        leaves = _leaf_keys(value) if isinstance(value, Mapping) else []
+        if not leaves:
+            return [line.format(key=old, fix=self)]
+        return [line.format(key=f"{old}.{leaf}", fix=f"write {self.key}.{leaf} ({self.why})") for leaf in leaves]
+
+
+def _leaf_keys(value: Mapping[str, Any]) -> list[str]:
+    """The dotted keys of the leaves of a nested mapping (``{a: {b: 1}, c: 2}`` -> ``a.b``, ``c``)."""
+    keys = []
+    for key, child in value.items():
+        below = _leaf_keys(child) if isinstance(child, Mapping) else []
+        keys += [f"{_key_text(key)}.{leaf}" for leaf in below] if below else [_key_text(key)]
+    return keys
+
+
 def moved_keys(section: str, names: Sequence[str], why: str) -> dict[str, str]:
     """``REMOVED_KEYS`` entries for top-level keys that moved into ``section``, each naming its new key (``top_k``:
-    "write inference.top_k (...)"); ``why``: the reason, said in every entry."""
-    return {name: f"write {section}.{name} ({why})" for name in names}
+    "write inference.top_k (...)"; ``engine_options.device``: "write inference.engine_options.device (...)");
+    ``why``: the reason, said in every entry."""
+    return {name: MovedKey(f"{section}.{name}", why) for name in names}
 
 
 def retry_problems(config: Any, prefix: str = "") -> list[str]:
@@ -206,10 +242,14 @@ def _build(
     # a value a field refuses with what to write instead: one it took once (a renamed value, a section that was a
     # flat value), or one a sibling command's field of the same name takes
     refused: Mapping[str, Mapping[str, str]] = getattr(cls, "REFUSED_VALUES", {})
-    gone = [f"{prefix}{key} was removed: {removed[key]}" for key in data if key in removed]
+    # a key it never had that a user may write for one elsewhere (eval's mode: inference.mode), said before a guess
+    misplaced: Mapping[str, str] = getattr(cls, "MISPLACED_KEYS", {})
+    gone = [line for key in data if key in removed for line in _removed(removed[key], f"{prefix}{key}", data[key])]
     problems += gone
     for key in data:
-        if key not in fields and key not in removed:
+        if key in misplaced and key not in fields:
+            problems += _removed(misplaced[key], f"{prefix}{key}", data[key], "unknown config key '{key}': {fix}")
+        elif key not in fields and key not in removed:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
             problems.append(f"unknown config key {_show(f'{prefix}{key}')}{hint}")
@@ -252,7 +292,10 @@ def _build(
     validate = getattr(instance, "validate", None)
     if callable(validate) and not gone:  # a removed key's value went nowhere: its consequence is not a 2nd problem
         try:
-            found = [f"{prefix}{problem}" for problem in validate()]
+            if "prefix" in inspect.signature(validate).parameters:  # it names its keys (and its hints') in full
+                found = list(validate(prefix=prefix))
+            else:
+                found = [f"{prefix}{problem}" for problem in validate()]
         except (TypeError, ValueError, ArithmeticError) as error:
             found = [f"{where}: a value is invalid ({error}); check the values against --help-config"]
         # A problem about a field already reported (its default stood in for the bad value) is not repeated, nor one
@@ -260,6 +303,14 @@ def _build(
         problems += [problem for problem in found if problem[len(prefix) :].split(" ")[0].split(".")[0] not in bad
                      and not _names_any(problem, stood_in)]
     return None if bad and not partial else instance
+
+
+def _removed(entry: str, old: str, value: Any, line: str = "{key} was removed: {fix}") -> list[str]:
+    """The refusal (``line``) of a removed or misplaced key ``old`` given ``value`` (a section moved: one line per key
+    under it)."""
+    if isinstance(entry, MovedKey):
+        return entry.refusals(old, value, line)
+    return [line.format(key=old, fix=entry)]
 
 
 def _names_any(problem: str, keys: set[str]) -> bool:
@@ -471,12 +522,16 @@ def write_resolved(config: Any, directory: str | Path, name: str = "config.yaml"
 
 
 def describe(cls: type[Any], prefix: str = "") -> list[str]:
-    """One line per field: ``key (type, default): help`` — for ``--help-config``."""
+    """One line per field: ``key (type, default): help``, and one per section before its fields: ``key (section):
+    what the section class is (its docstring's first paragraph) — what it is here (the field's help)``; for
+    ``--help-config``."""
     lines = []
     hints = typing.get_type_hints(cls)
     for spec in dataclasses.fields(cls):
         hint = hints[spec.name]
         if dataclasses.is_dataclass(hint):
+            about = [text for text in (section_help(typing.cast(type, hint)), spec.metadata.get("help", "")) if text]
+            lines.append(f"{prefix}{spec.name} (section): {' — '.join(about)}")
             lines += describe(typing.cast(type, hint), f"{prefix}{spec.name}.")
             continue
         if spec.default is not dataclasses.MISSING:
@@ -488,6 +543,15 @@ def describe(cls: type[Any], prefix: str = "") -> list[str]:
         type_name = getattr(hint, "__name__", str(hint)).replace("typing.", "")
         lines.append(f"{prefix}{spec.name} ({type_name}, {default}): {spec.metadata.get('help', '')}")
     return lines
+
+
+def section_help(cls: type) -> str:
+    """The first paragraph of a section class's docstring, on one line ("" where it has none of its own)."""
+    doc = cls.__dict__.get("__doc__") or ""
+    if not doc or doc.startswith(f"{cls.__name__}("):  # the signature dataclasses writes where a class has no docstring
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
+    return _RST_ROLE.sub(r"\1", text).replace("``", "")  # :mod:`selfrag.x` -> selfrag.x, ``form=long`` -> form=long
 
 
 def check_recipe_pairs(

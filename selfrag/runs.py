@@ -194,12 +194,16 @@ def differences(
 
 
 def _renamed(recorded: Mapping[str, Any], renamed: Mapping[str, str | None]) -> dict[str, Any]:
-    """``recorded`` (dotted keys) with each key as ``renamed`` spells it now; a key renamed to None is left out."""
+    """``recorded`` (dotted keys) with each key as ``renamed`` spells it now; a key renamed to None is left out; an
+    item of a renamed list (an input ``more_corpora[0]``) is renamed with its list."""
     sections = {key: now for key, now in renamed.items() if key.endswith(".")}
     result = {}
     for key, value in recorded.items():
+        listed = key.split("[", 1)[0]
         if key in renamed:
             now = renamed[key]
+        elif "[" in key and listed in renamed:
+            now = None if renamed[listed] is None else f"{renamed[listed]}{key[len(listed):]}"
         else:
             section = next((old for old in sections if key.startswith(old)), None)
             now = key if section is None else (None if sections[section] is None

@@ -50,7 +50,7 @@ def arm_recipe(arm: str, output: Path) -> dict[str, Any]:
     settings["output"] = output
     for key in ("passages", "queries", "answers"):
         settings[key] = REPO / settings[key]
-    for key in ("more_corpora", "more_queries", "more_answers"):
+    for key in ("more_passages", "more_queries", "more_answers"):
         settings[key] = [REPO / path for path in settings[key]]
     left_out = arm[1:] if arm.startswith("-") else None
     if left_out is None:
@@ -63,11 +63,11 @@ def arm_recipe(arm: str, output: Path) -> dict[str, Any]:
         lines = [line for line in (DEMO / "queries.jsonl").read_text(encoding="utf-8").splitlines()
                  if line.strip() and json.loads(line)["meta"].get("source") != "squad_v2"]
         kept.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        settings.update(queries=kept, passages=settings["more_corpora"][0], answers=None, limit=None)
-        settings["more_corpora"] = settings["more_corpora"][1:]
+        settings.update(queries=kept, passages=settings["more_passages"][0], answers=None, limit=None)
+        settings["more_passages"] = settings["more_passages"][1:]
         return settings
     part = SLICES / left_out
-    for key in ("more_corpora", "more_queries", "more_answers"):
+    for key in ("more_passages", "more_queries", "more_answers"):
         settings[key] = [path for path in settings[key] if path.parent != part]
     return settings
 

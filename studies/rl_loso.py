@@ -52,7 +52,7 @@ def data_recipe(recipe: Path, left_out: list[str], output: Path) -> dict[str, An
         if settings.get(key):
             settings[key] = str(REPO / settings[key])
     dropped = {SLICES / name for name in left_out}
-    for key in ("more_corpora", "more_queries", "more_answers"):
+    for key in ("more_passages", "more_queries", "more_answers"):
         settings[key] = [str(REPO / path) for path in settings.get(key) or [] if (REPO / path).parent not in dropped]
     return settings
 

@@ -53,6 +53,8 @@ BALANCE_KEYS = LOSS_WEIGHT_KEYS[:4]
 
 @dataclasses.dataclass
 class TokensConfig:
+    """How the reflection tokens enter the tokenizer: new tokens, or reserved ones renamed."""
+
     strategy: Literal["auto", "add", "reserved"] = help_field(
         "How the reflection tokens get ids: 'add' new special tokens (trained via PEFT trainable tokens; serve the "
         "`selfrag export` merged model with vLLM), 'reserved': rename 15 unused Llama-3 style "
@@ -70,6 +72,8 @@ class TokensConfig:
 
 @dataclasses.dataclass
 class LoraOptions:
+    """The LoRA adapter: rank, alpha, dropout, the modules and the blocks it wraps."""
+
     r: int = help_field("LoRA rank.", default=16)
     alpha: int = help_field("LoRA alpha (the update is scaled by alpha / r).", default=32)
     dropout: float = help_field("Dropout on the LoRA input.", default=0.05)
@@ -116,6 +120,9 @@ def _check_target_modules(modules: str | list[str]) -> list[str]:
 
 @dataclasses.dataclass
 class TrainingOptions:
+    """Optimisation: learning rate, epochs or steps, batch size, checkpoints, and how the reflection tokens' loss is
+    weighted."""
+
     learning_rate: float = help_field(
         "Peak learning rate. 2e-4 collapsed SmolLM2-135M to constant reflection tokens; 1e-3 learned.", default=1e-3
     )

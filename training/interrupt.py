@@ -1,4 +1,5 @@
-"""Ctrl-C while ``selfrag train`` steps: finish the step, save a checkpoint, stop; the same command resumes there.
+"""Ctrl-C while ``selfrag train`` or ``selfrag rl`` steps: finish the step, save a checkpoint, stop; the same command
+resumes there.
 
     interrupt = SaveOnInterrupt()
     trainer = SelfRAGSFTTrainer(..., callbacks=[..., interrupt])

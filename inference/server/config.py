@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from selfrag.config import at_least_one, help_field
-from selfrag.inference.config import InferenceConfig, inference_keys
+from selfrag.inference.config import InferenceConfig, inference_keys, misplaced_inference_keys
 from selfrag.inference.retrievers.spec import RETRIEVER_KEYS, RetrieverConfig
 
 
@@ -22,6 +22,8 @@ class ServeConfig:
 
     #: the retriever's and the engine's top-level keys (serve took engine and engine_options there once): refused
     REMOVED_KEYS: ClassVar[dict[str, str]] = {**RETRIEVER_KEYS, **inference_keys(("engine", "engine_options"))}
+    #: the runtime's other settings written at the top level: each named under inference
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = misplaced_inference_keys(("engine", "engine_options"))
 
     model: str = help_field("a model directory trained by selfrag (merged model or LoRA adapter with selfrag.json)")
     retriever: RetrieverConfig = help_field(

@@ -3,8 +3,9 @@
 Every setting is ``key=value`` over an optional ``--config FILE``; the retriever is the ``retriever`` section, the
 runtime's settings the ``inference`` section (ask, serve, eval, calibrate, quickstart). The options that once named a
 setting (``ask --model/--corpus/--index``, ``serve --port`` ...), the top-level ``corpus=`` / ``index=`` keys, the
-runtime's keys at the top level (``ask top_k=5``, ``eval engine=vllm``, ``serve engine_options.*``) and generate's
-``corpus=`` are refused in one line that names the new spelling, exit code 2, before any work.
+runtime's keys at the top level (``ask top_k=5``, ``eval engine=vllm``, ``serve engine_options.*``: each key under it)
+and generate's ``corpus=`` and ``more_corpora=`` are refused in one line that names the new spelling, exit code 2,
+before any work; so is a runtime key a command never took at its top level (``eval mode=always``).
 """
 
 from __future__ import annotations
@@ -253,9 +254,10 @@ def test_the_runtime_settings_are_one_inference_section_in_every_command(
 
 
 def _moved(key: str) -> str:
-    """The refusal of a top-level runtime key (``engine_options.device=cuda``: its section, engine_options)."""
-    name = key.split("=")[0].split(".")[0]
-    return f"{name} was removed: write inference.{name}"
+    """The refusal of a top-level runtime key, named in full (``engine_options.device=cuda``: the key under
+    inference.engine_options, not the section)."""
+    name = key.split("=")[0]
+    return f"{name} was removed: write inference.{name} ("
 
 
 #: (command, an old spelling, the start of its one-line refusal)
@@ -266,7 +268,10 @@ OLD_RUNTIME_KEYS = [
     *[(command, key, _moved(key)) for command in ("eval", "calibrate")
       for key in ("top_k=3", "max_tokens=96", "engine=vllm", "engine_options.device=cuda")],
     ("serve", "engine=openai", "engine was removed: write inference.engine"),
-    ("serve", "engine_options.base_url=http://h:8000/v1", "engine_options was removed: write inference.engine_options"),
+    ("serve", "engine_options.base_url=http://h:8000/v1",
+     "engine_options.base_url was removed: write inference.engine_options.base_url ("),
+    ("quickstart", "eval.engine_options.device=cuda",
+     "eval.engine_options.device was removed: write inference.engine_options.device ("),
     ("quickstart", "eval.top_k=3", "eval.top_k was removed: write inference.top_k"),
     ("quickstart", "eval.engine=vllm", "eval.engine was removed: write inference.engine"),
     ("quickstart", "eval.inference.top_k=3", "eval.inference: the quickstart's inference section applies to "
@@ -283,6 +288,79 @@ def test_an_old_runtime_key_is_refused_in_one_line_naming_the_inference_section(
     assert call([command, *required, key]) == 2
     [line] = error_lines(capsys)
     assert line.startswith(f"selfrag {command}: error: {fix}"), line
+    assert not nothing_runs
+
+
+def test_a_moved_section_is_refused_key_by_key(nothing_runs: dict[str, Any], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Each key under a moved section is named with its own new key, in one line each."""
+    argv = ["eval", *_required("eval", tmp_path), "retriever.index=runs/index", "engine_options.device=cuda",
+            "engine_options.vllm_args.kv_cache_dtype=fp8"]
+    assert call(argv) == 2
+    why = "(the runtime's settings are one inference section in every command)"
+    assert error_lines(capsys) == [
+        f"selfrag eval: error: engine_options.device was removed: write inference.engine_options.device {why}",
+        "selfrag eval: error: engine_options.vllm_args.kv_cache_dtype was removed: write "
+        f"inference.engine_options.vllm_args.kv_cache_dtype {why}",
+    ]
+    assert not nothing_runs
+
+
+#: (command, a runtime key at the top level of a command that never took it there, the start of its line)
+MISPLACED = [
+    ("eval", "mode=always", "unknown config key 'mode': the runtime's mode is inference.mode (e.g. "
+                            "inference.mode=always"),
+    ("eval", "threshold=0.3", "unknown config key 'threshold': write inference.threshold (the runtime's settings "
+                              "are the inference section in every command)"),
+    ("eval", "pruning.margin=0.2", "unknown config key 'pruning.margin': write inference.pruning.margin ("),
+    ("calibrate", "on_unsupported=flag", "unknown config key 'on_unsupported': write inference.on_unsupported ("),
+    ("calibrate", "threshold=0.3", "unknown config key 'threshold': calibrate measures threshold"),
+    ("quickstart", "eval.mode=always", "unknown config key 'eval.mode': the runtime's mode is inference.mode"),
+    ("quickstart", "top_k=5", "unknown config key 'top_k': write inference.top_k ("),
+    ("quickstart", "engine_options.device=cuda",
+     "unknown config key 'engine_options.device': write inference.engine_options.device ("),
+    ("serve", "top_k=5", "unknown config key 'top_k': write inference.top_k ("),
+    ("serve", "mode=always", "unknown config key 'mode': write inference.mode ("),
+]
+
+
+@pytest.mark.parametrize(("command", "key", "fix"), MISPLACED, ids=lambda value: str(value)[:40])
+def test_a_runtime_key_a_command_never_took_at_its_top_level_names_the_inference_section(
+    command: str, key: str, fix: str, nothing_runs: dict[str, Any], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """eval's mode= is not modes=: the line says where the runtime's mode goes, and what modes= picks."""
+    required = [] if command == "quickstart" else [*_required(command, tmp_path), "retriever.index=runs/index"]
+    assert call([command, *required, key]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith(f"selfrag {command}: error: {fix}"), line
+    assert "did you mean" not in line
+    if key.endswith("mode=always") and command != "serve":
+        assert "modes=[...] picks the modes eval compares" in line
+    assert not nothing_runs
+
+
+@pytest.mark.parametrize(("command", "key", "line"), [
+    ("ask", "inference.threshold=1.5", "inference.threshold must be in [0, 1], got 1.5; use inference.mode=always to "
+                                       "always retrieve or inference.mode=never to never retrieve"),
+    ("eval", "inference.top_k=0", "inference.top_k must be at least 1, got 0; use inference.mode=never to answer "
+                                  "without passages"),
+    ("quickstart", "inference.pruning.margin=2", "inference.pruning.margin must be in [0, 1], got 2.0; use "
+                                                 "inference.pruning.enabled=false to turn it off"),
+    ("generate", "teacher.api_key_env=sk-123", "teacher.api_key_env must be the NAME of an environment variable, got "
+                                               "'sk-123'; write e.g. teacher.api_key_env=OPENAI_API_KEY"),
+])
+def test_a_sections_hints_name_its_keys_as_the_user_writes_them(
+    command: str, key: str, line: str, nothing_runs: dict[str, Any], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The fix a section's check suggests names the key with its section (inference.mode=always, not mode=always)."""
+    required = {"quickstart": [], "generate": ["labeler=llm", "teacher.model=m", "passages=p.jsonl",
+                                               f"output={tmp_path / 'out'}"]}.get(command)
+    required = [*_required(command, tmp_path), "retriever.index=runs/index"] if required is None else required
+    assert call([command, *required, key]) == 2
+    [shown] = error_lines(capsys)
+    assert shown.startswith(f"selfrag {command}: error: {line}"), shown
     assert not nothing_runs
 
 
@@ -311,6 +389,12 @@ def test_help_config_lists_the_runtime_under_inference(command: str, line: str,
     assert any(shown.startswith(line) for shown in lines), line
     assert any(shown.startswith("inference.engine_options.device (str, 'cpu'): ") for shown in lines)
     assert not [shown for shown in lines if shown.split(" ")[0] in ("top_k", "max_tokens", "engine", "mode")]
+    # a line for each section, from its class's docstring, before its keys
+    [section] = [number for number, shown in enumerate(lines) if shown.startswith("inference (section): ")]
+    assert "How the runtime decides, ranks and answers" in lines[section], lines[section]
+    assert lines[section + 1].startswith("inference.")
+    assert any(shown.startswith("inference.engine_options (section): Options of the three backends (hf: ")
+               for shown in lines)
 
 
 def test_generate_names_the_data_sets_passages_passages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -320,6 +404,12 @@ def test_generate_names_the_data_sets_passages_passages(tmp_path: Path, capsys: 
     [line] = error_lines(capsys)
     assert line.startswith("selfrag generate: error: corpus was removed: write passages=FILE"), line
     assert not (tmp_path / "out").exists()
+    assert call(["generate", "passages=c.jsonl", "queries=q.jsonl", "more_corpora=[d.jsonl]",
+                 f"output={tmp_path / 'out'}"]) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("selfrag generate: error: more_corpora was removed: write more_passages=[FILE, ...]"), line
+    assert not (tmp_path / "out").exists()
     assert call(["generate", "--help-config"]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert any(line.startswith("passages (") and "The data set's passages" in line for line in shown)
+    assert any(line.startswith("more_passages (") for line in shown)

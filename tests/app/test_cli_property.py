@@ -138,8 +138,11 @@ def test_random_overrides_never_give_a_traceback(
     run()
 
 
-def test_quickstart_random_overrides(capsys: pytest.CaptureFixture[str], no_model_loads: None) -> None:
+def test_quickstart_random_overrides(capsys: pytest.CaptureFixture[str], no_model_loads: None, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from selfrag.app.quickstart import QuickstartConfig
+
+    monkeypatch.chdir(tmp_path)  # a valid output_dir (nan, 0) is made relative to here: not in the checkout
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(items=overrides(QuickstartConfig))

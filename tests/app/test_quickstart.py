@@ -179,12 +179,14 @@ def _stage_configs(out: Path) -> dict[str, Any]:
 
 def _as_the_quickstart_of_before_recorded(state: dict[str, Any]) -> dict[str, Any]:
     """stages.json as a quickstart wrote it before the inference section and generate's passages= (issue 54): the
-    data stage's passages an input named corpus; calibrate's and eval's top_k, max_tokens, engine and engine_options
-    at the top level, eval's inference the keys given (none: one key), calibrate's none."""
+    data stage's passages an input named corpus, its further passage files a setting named more_corpora; calibrate's
+    and eval's top_k, max_tokens, engine and engine_options at the top level, eval's inference the keys given (none:
+    one key), calibrate's none."""
     from selfrag.inference.config import FORMER_TOP_LEVEL
     from selfrag.runs import fingerprint_digest
 
     state["data"]["inputs"]["corpus"] = state["data"]["inputs"].pop("passages")
+    state["data"]["settings"]["more_corpora"] = state["data"]["settings"].pop("more_passages")
     for stage in ("calibrate", "eval"):
         old: dict[str, Any] = {"inference": {}} if stage == "eval" else {}
         for key, value in state[stage]["settings"].items():
@@ -215,6 +217,7 @@ def test_stages_recorded_under_the_old_spellings_are_kept(tmp_path: Path) -> Non
     path = tmp_path / "stages.json"
     recorded = json.loads(path.read_text())
     assert recorded["calibrate"]["settings"]["inference.max_tokens"] == 96 and "passages" in recorded["data"]["inputs"]
+    assert recorded["data"]["settings"]["more_passages"]  # the data recipe's further sources
     path.write_text(json.dumps(_as_the_quickstart_of_before_recorded(recorded)))
     digests = {stage: entry["fingerprint"] for stage, entry in json.loads(path.read_text()).items()}
 

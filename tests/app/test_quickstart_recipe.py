@@ -51,7 +51,7 @@ def test_the_data_recipe_files_resolve_from_the_repository_and_test_labels_take_
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("labeler: gold\nlimit: 200\nmore_queries: [data_gen/demo/general-knowledge.jsonl]\n"
                       "answers: data_gen/demo/general-knowledge.jsonl\n"
-                      "more_corpora: [data_gen/slices/nq-open/corpus.jsonl]\n"
+                      "more_passages: [data_gen/slices/nq-open/corpus.jsonl]\n"
                       "more_answers: [data_gen/slices/nq-open/answers-sentences.jsonl]\n")
     monkeypatch.chdir(tmp_path)  # not the repository root
     config = from_dict(QuickstartConfig, {"data_recipe": recipe})
@@ -59,12 +59,12 @@ def test_the_data_recipe_files_resolve_from_the_repository_and_test_labels_take_
     assert train["limit"] == 200
     assert train["more_queries"] == [REPO / "data_gen/demo/general-knowledge.jsonl"]
     assert train["answers"] == REPO / "data_gen/demo/general-knowledge.jsonl"
-    assert train["more_corpora"] == [REPO / "data_gen/slices/nq-open/corpus.jsonl"]
+    assert train["more_passages"] == [REPO / "data_gen/slices/nq-open/corpus.jsonl"]
     assert train["more_answers"] == [REPO / "data_gen/slices/nq-open/answers-sentences.jsonl"]
     test = data_settings(config, DEMO_CORPUS, DEMO_QUERIES, tmp_path / "gold-test", "test")
     # every held-out question labelled, answering in the trained form (support judged on what the model writes)
     assert test["limit"] is None and test["more_queries"] == []
-    assert test["more_corpora"] == [] and test["more_answers"] == []  # further sources train only
+    assert test["more_passages"] == [] and test["more_answers"] == []  # further sources train only
     assert test["answers"] == REPO / "data_gen/demo/general-knowledge.jsonl"
 
 

@@ -1,4 +1,4 @@
-"""Several sources in one gold run (issue #33 item 1): ``more_corpora`` joins further corpora, ``more_queries`` are
+"""Several sources in one gold run (issue #33 item 1): ``more_passages`` joins further corpora, ``more_queries`` are
 selected by split and shard like ``queries``, ``more_answers`` adds answers files; ids clash with one clear line, and
 an edited further file is new input, never reused."""
 
@@ -46,7 +46,7 @@ def sources(tmp_path: Path) -> dict[str, Path]:
 
 
 def _run(sources: dict[str, Path], output: Path, **extra: object) -> list[Record]:
-    settings = {"more_corpora": f"[{sources['b_corpus']}]", "more_queries": f"[{sources['b_queries']}]",
+    settings = {"more_passages": f"[{sources['b_corpus']}]", "more_queries": f"[{sources['b_queries']}]",
                 "heldout": 0, "easy_negatives": 1, "hard_negatives": 0, "support_negatives": 0, **extra}
     config = load_config(GenerateConfig, None, [f"{key}={value}" for key, value in settings.items()],
                          passages=str(sources["a_corpus"]), queries=str(sources["a_queries"]), output=str(output))
@@ -80,10 +80,10 @@ def test_split_and_shard_select_from_the_further_files_too(sources: dict[str, Pa
 
 
 def test_clashing_ids_are_one_line_naming_both_places(sources: dict[str, Path], tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"passage id 'a/0' is in more than one of corpus / more_corpora.*prefix"):
-        _run(sources, tmp_path / "p", more_corpora=f"[{sources['b_corpus']},{sources['a_corpus']}]")
+    with pytest.raises(InputError, match=r"passage id 'a/0' is in more than one of passages / more_passages.*prefix"):
+        _run(sources, tmp_path / "p", more_passages=f"[{sources['b_corpus']},{sources['a_corpus']}]")
     with pytest.raises(InputError, match=r"a-queries\.jsonl: query id 'a-0' is also in .*a-queries\.jsonl"):
-        _run(sources, tmp_path / "q", more_queries=f"[{sources['a_queries']}]", more_corpora="[]")
+        _run(sources, tmp_path / "q", more_queries=f"[{sources['a_queries']}]", more_passages="[]")
     with pytest.raises(InputError, match=r"id 'b-0' is answered in .*b-answers\.jsonl too"):
         _run(sources, tmp_path / "a", answers=sources["b_answers"], more_answers=f"[{sources['b_answers']}]")
 
@@ -93,7 +93,7 @@ def test_an_edited_further_corpus_or_answers_file_is_not_reused(sources: dict[st
     first = _run(sources, tmp_path / "out", more_answers=answers)
     assert _run(sources, tmp_path / "out", more_answers=answers) == first  # unchanged: resumes, the same records
     sources["b_corpus"].write_text(sources["b_corpus"].read_text().replace("far to the north", "far to the south"))
-    with pytest.raises(ConfigError, match=r"more_corpora\[0\]"):
+    with pytest.raises(ConfigError, match=r"more_passages\[0\]"):
         _run(sources, tmp_path / "out", more_answers=answers)
     sources["b_answers"].write_text(sources["b_answers"].read_text().replace("flows into", "runs into"))
     with pytest.raises(ConfigError, match=r"more_answers\[0\]"):
@@ -111,9 +111,9 @@ def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
     recipe = yaml.safe_load((REPO / "configs" / "data_gen" / "mixed-sources.yaml").read_text(encoding="utf-8"))
     slices = sorted(p.name for p in SLICES.iterdir() if p.is_dir())
     assert slices == ["begin", "hotpotqa", "nq-open", "retrievalqa"]
-    assert recipe["more_corpora"] == [f"data_gen/slices/{s}/corpus.jsonl" for s in ["hotpotqa", "nq-open",
+    assert recipe["more_passages"] == [f"data_gen/slices/{s}/corpus.jsonl" for s in ["hotpotqa", "nq-open",
                                                                                       "retrievalqa", "begin"]]
-    for path in recipe["more_corpora"] + recipe["more_queries"] + recipe["more_answers"] + [recipe["answers"]]:
+    for path in recipe["more_passages"] + recipe["more_queries"] + recipe["more_answers"] + [recipe["answers"]]:
         assert (REPO / path).is_file(), path
     # every answerable slice question with a span answer has a whole-sentence answer (BEGIN's are its responses)
     for name in ("hotpotqa", "nq-open", "retrievalqa"):
@@ -122,7 +122,7 @@ def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
         assert {q["id"] for q in questions if q.get("answerable", True) and q.get("answers")} <= answered
 
 
-@pytest.mark.parametrize("key", ["more_queries", "more_answers", "more_corpora", "answers"])
+@pytest.mark.parametrize("key", ["more_queries", "more_answers", "more_passages", "answers"])
 def test_a_missing_further_file_is_one_line_before_any_output(sources: dict[str, Path], tmp_path: Path,
                                                               key: str) -> None:
     missing = tmp_path / "nowhere.jsonl"
@@ -130,3 +130,28 @@ def test_a_missing_further_file_is_one_line_before_any_output(sources: dict[str,
     with pytest.raises(InputError, match=rf"^{where}: file '{missing}' not found; check the path, or {fix}$"):
         _run(sources, tmp_path / "out", **{key: missing if key == "answers" else f"[{missing}]"})
     assert not (tmp_path / "out").exists()  # refused before any work: the folder it made is gone, nothing written
+
+
+def test_a_folder_written_when_more_passages_was_more_corpora_resumes(sources: dict[str, Path],
+                                                                      tmp_path: Path) -> None:
+    """generate's ``more_passages=`` was ``more_corpora=`` (its files' digests inputs named more_corpora[N]): the old
+    spelling is refused naming the new one, such a folder resumes, and an edited file is refused named as spelled
+    now."""
+    with pytest.raises(ConfigError) as refused:
+        _run(sources, tmp_path / "refused", more_corpora=f"[{sources['b_corpus']}]")
+    assert refused.value.problems == ["more_corpora was removed: write more_passages=[FILE, ...] (further passage "
+                                      "files joined to passages)"]
+    out = tmp_path / "out"
+    first = _run(sources, out)
+    fingerprint_file = out / "fingerprint.json"
+    fingerprint = json.loads(fingerprint_file.read_text())
+    fingerprint["inputs"]["more_corpora[0]"] = fingerprint["inputs"].pop("more_passages[0]")
+    fingerprint_file.write_text(json.dumps(fingerprint))
+    assert _run(sources, out) == first  # resumed: nothing relabelled
+    assert "more_passages[0]" in json.loads(fingerprint_file.read_text())["inputs"]  # recorded as spelled now
+    fingerprint = json.loads(fingerprint_file.read_text())
+    fingerprint["inputs"]["more_corpora[0]"] = "sha256:" + "0" * 64  # an old run over other further passages
+    del fingerprint["inputs"]["more_passages[0]"]
+    fingerprint_file.write_text(json.dumps(fingerprint))
+    with pytest.raises(ConfigError, match=r"more_passages\[0\]: content changed \(000000000000 -> "):
+        _run(sources, out)

@@ -39,7 +39,7 @@ def test_engine_and_engine_options_are_checked_like_ask() -> None:
     assert problems("retriever.corpus=c.jsonl", "engine=openai").startswith(
         "engine was removed: write inference.engine")
     assert problems("retriever.corpus=c.jsonl", "engine_options.base_url=http://h/v1").startswith(
-        "engine_options was removed: write inference.engine_options")
+        "engine_options.base_url was removed: write inference.engine_options.base_url (")
 
 
 def test_the_shipped_compose_deployment_is_consistent() -> None:

@@ -123,7 +123,7 @@ def test_the_trl_functions_are_named_after_the_terms_and_read_the_rollout_column
 
 def test_weights_are_validated() -> None:
     assert RewardConfig(support=-1).validate() == ["support must be a weight >= 0, got -1; 0 drops the term"]
-    with pytest.raises(ConfigError, match=r"^reward\.judge\.kind=nli needs judge\.model"):
+    with pytest.raises(ConfigError, match=r"^reward\.judge\.kind=nli needs reward\.judge\.model"):
         from_dict(Sections, {"reward": {"judge": {"kind": "nli"}}})
 
 

@@ -169,6 +169,38 @@ def test_a_killed_run_resumes_into_the_same_run(rl_files: dict[str, Path], tmp_p
     assert run(_config(rl_files, *steps)).already_trained
 
 
+def test_ctrl_c_before_the_first_checkpoint_saves_one_and_the_rerun_resumes_from_it(
+    rl_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 56: the CLI says "run the same command again to resume", but SIGINT stopped the step where it was and a
+    # run interrupted before its first training.save_steps checkpoint started again from step 0
+    import os
+    import signal
+
+    from selfrag.rl.trainer import SelfRAGGRPOTrainer
+
+    steps = ["training.max_steps=3", "training.save_steps=100"]
+    real_step = SelfRAGGRPOTrainer.training_step
+
+    def sigint_in_step_2(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self.state.global_step == 1 and not getattr(self, "_interrupted_once", False):
+            self._interrupted_once = True
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of step 2
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SelfRAGGRPOTrainer, "training_step", sigint_in_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        run(_config(rl_files, *steps))
+    monkeypatch.setattr(SelfRAGGRPOTrainer, "training_step", real_step)
+    saved = sorted(path.name for path in (rl_files["out"] / "checkpoints").glob("checkpoint-*"))
+    assert saved == ["checkpoint-2"]  # step 2 finished, then saved
+    assert not (rl_files["out"] / "adapter_model.safetensors").exists()  # not a finished run
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    again = run(_config(rl_files, *steps))
+    assert again.resumed_from is not None and again.resumed_from.endswith("checkpoint-2")
+    assert [row["step"] for row in again.history] == [1, 2, 3]
+
+
 def test_the_adapter_loads_as_a_trained_model_and_answers(rl_files: dict[str, Path]) -> None:
     from selfrag.inference.config import InferenceConfig
     from selfrag.inference.engines.hf import HFEngine

@@ -12,7 +12,7 @@ import yaml
 
 
 def _files(settings: dict[str, object]) -> list[str]:
-    keys = ("passages", "queries", "answers", "more_corpora", "more_queries", "more_answers")
+    keys = ("passages", "queries", "answers", "more_passages", "more_queries", "more_answers")
     paths: list[str] = []
     for key in keys:
         value = settings.get(key)

@@ -22,7 +22,7 @@ LEFT_OUT = ["nq-open", "retrievalqa"]
 def test_each_arm_keeps_every_source_but_the_left_out_ones(arm: str, tmp_path: Path) -> None:
     shipped = yaml.safe_load(rl_loso.RECIPES[arm].read_text(encoding="utf-8"))
     settings = rl_loso.data_recipe(rl_loso.RECIPES[arm], LEFT_OUT, tmp_path / "data")
-    for key in ("more_corpora", "more_queries", "more_answers"):
+    for key in ("more_passages", "more_queries", "more_answers"):
         kept = [Path(path) for path in settings[key]]
         assert all(path.is_file() for path in kept)
         assert not any(name in path.parts for path in kept for name in LEFT_OUT)
