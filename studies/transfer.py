@@ -21,8 +21,8 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
 4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
 5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
-   judge), ``inference.top_k=3``, ``inference.max_tokens=96``, batch 4. Plain RAG (the untuned base) answers each set
-   once.
+   judge), ``inference.top_k=3``, ``inference.max_tokens=96``, batch 8 (results/transfer.md names each run's
+   batch). Plain RAG (the untuned base) answers each set once.
 
 Question sets (``studies/transfer/``, written by ``studies/transfer_data.py``; none is in any training slice):
 
@@ -57,14 +57,14 @@ DEMO_CORPUS = REPO / "data_gen" / "demo" / "corpus.jsonl"
 TRAIN_RECIPE = REPO / "configs" / "train" / "smollm2-135m-cpu.yaml"
 RL_RECIPE = REPO / "configs" / "rl" / "smollm2-135m-cpu.yaml"
 DEV, TEST = ("nq-open", "retrievalqa"), ("popqa", "triviaqa", "hotpotqa")
-EVAL_SETTINGS = ["inference.top_k=3", "inference.max_tokens=96", "batch_size=4", "judge.kind=overlap"]
+EVAL_SETTINGS = ["inference.top_k=3", "inference.max_tokens=96", "batch_size=8", "judge.kind=overlap"]
 #: form=rag's examples hold their question's passages in the prompt: 635 ids at the 99th percentile of the
 #: quickstart's records (the recipe's 320 would drop half of them)
 RAG_LENGTH = 640
 FLAGGING = "single-pass SFT, dev-calibrated, flagging"
 ARMS = ("plain RAG", "fine-tuned RAG", "single-pass SFT", "single-pass SFT, dev-calibrated", FLAGGING,
         "single-pass SFT+RL")
-#: each single-pass arm's eval folder under seed-s/eval/<set>/
+#: each single-pass arm's eval folder under seed-s/evals/<set>/ (beside the quickstart's own eval/, which `eval` owns)
 FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-devcal", FLAGGING: "sft-devcal-flag",
            "single-pass SFT+RL": "sft+rl"}
 
@@ -132,10 +132,10 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
         plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # the same questions
         selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
         selfrag("eval", *common, f"model={sft}", f"ft_rag_model={seed_dir / 'ft-rag'}", "modes=[ft_rag]",
-                f"output_dir={seed_dir / 'eval' / name / 'ft-rag'}")
+                f"output_dir={seed_dir / 'evals' / name / 'ft-rag'}")
         for arm, (model, settings) in models.items():
             selfrag("eval", *common, f"model={model}", "modes=[single_pass]", *settings,
-                    f"output_dir={seed_dir / 'eval' / name / FOLDERS[arm]}")
+                    f"output_dir={seed_dir / 'evals' / name / FOLDERS[arm]}")
 
 
 def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
@@ -152,7 +152,7 @@ def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
 
 def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[str, Any]] | None]:
     plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"
-    folder = seed_dir / "eval" / name
+    folder = seed_dir / "evals" / name
     return {"plain RAG": records(plain, "plain_rag"), "fine-tuned RAG": records(folder / "ft-rag", "ft_rag"),
             **{arm: records(folder / name, "single_pass") for arm, name in FOLDERS.items()}}
 

@@ -39,7 +39,7 @@ def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path:
     questions = [f"q{i}" for i in range(4)]
     write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
     for seed, right in ((0, 1), (1, 3)):
-        folder = tmp_path / f"seed-{seed}" / "eval" / "popqa"
+        folder = tmp_path / f"seed-{seed}" / "evals" / "popqa"
         write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
         write_arm(folder / "sft", "single_pass",
                   {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
