@@ -6,11 +6,11 @@ Starts an OpenAI-compatible chat server on loopback that answers every call afte
 for a remote teacher: the time is the network and the model), then runs ``selfrag generate labeler=llm`` on the same
 synthetic questions into fresh output directories, each with its own empty teacher cache: once in this process
 (``executor=local``, the baseline), once with ``executor=ray ray.workers=2`` on a local Ray (each worker with the
-same ``teacher.concurrency``) and once as Ray Data stages (``ray.stages=true``, ``--stage-workers`` tasks a
-stage, each with the same ``teacher.concurrency``). Prints questions per second with the ratio to the baseline
-(Ray's start-up included and, separately, the labelling alone), the staged run's ratio to the per-question workers,
-per-question teacher calls and tokens (the server counts a token as 4 characters), and whether all runs wrote the
-same bytes. Then both again with their journals deleted: every call
+same ``teacher.engine_options.concurrency``) and once as Ray Data stages (``ray.stages=true``, ``--stage-workers``
+tasks a stage, each with the same ``teacher.engine_options.concurrency``). Prints questions per second with the ratio
+to the baseline (Ray's start-up included and, separately, the labelling alone), the staged run's ratio to the
+per-question workers, per-question teacher calls and tokens (the server counts a token as 4 characters), and whether
+all runs wrote the same bytes. Then both again with their journals deleted: every call
 answered from the cache (in process vs through the Ray cache keeper), questions and cache lookups per second.
 """
 
@@ -29,7 +29,7 @@ STAGE_NAMES = tuple(STAGE_FUNCTIONS)
 
 
 def main() -> None:
-    parser = teacher_parser(__doc__, 4, "teacher.concurrency of each process/worker")
+    parser = teacher_parser(__doc__, 4, "teacher.engine_options.concurrency of each process/worker")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--stage-workers", type=int, default=1, help="ray.stage_workers.* of the staged run")
     args = parser.parse_args()
@@ -72,7 +72,7 @@ def main() -> None:
     per_question = {key: teacher[key] / args.questions for key in ("calls", "prompt_tokens", "completion_tokens")}
     print(
         f"{args.questions} questions, teacher latency {args.latency * 1000:.0f} ms per call, "
-        f"teacher.concurrency={args.concurrency} per process"
+        f"teacher.engine_options.concurrency={args.concurrency} per process"
     )
     print("| run | seconds | questions/s | ratio |")
     print("| --- | ---: | ---: | ---: |")

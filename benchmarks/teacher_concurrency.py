@@ -5,7 +5,7 @@
 Starts an OpenAI-compatible chat server on loopback that answers every call after ``--latency`` seconds
 (a stand-in for a remote teacher: the time is the network and the model, not this machine), then runs
 ``selfrag generate labeler=llm`` on the same synthetic questions twice into fresh output directories (no
-cache hits): with ``teacher.concurrency=1`` (the baseline) and with ``--concurrency`` (default 16).
+cache hits): with ``teacher.engine_options.concurrency=1`` (the baseline) and with ``--concurrency`` (default 16).
 Prints questions per second, teacher calls per second and the ratio to the baseline; both runs must
 write identical records.
 """
@@ -101,8 +101,8 @@ def measure(url: str, data: tuple[Path, Path], output: Path, concurrency: int, *
         [
             "labeler=llm",
             "teacher.model=bench",
-            f"teacher.base_url={url}",
-            f"teacher.concurrency={concurrency}",
+            f"teacher.engine_options.base_url={url}",
+            f"teacher.engine_options.concurrency={concurrency}",
             f"teacher.cache={output}.sqlite",  # its own, empty: the per-teacher default would answer the 2nd run
             "split=all",
             f"passages={data[0]}",
@@ -126,7 +126,8 @@ def teacher_parser(description: str | None, concurrency: int, concurrency_help: 
 
 
 def main() -> None:
-    args = teacher_parser(__doc__, 16, "teacher.concurrency of the second run (the first: 1)").parse_args()
+    parser = teacher_parser(__doc__, 16, "teacher.engine_options.concurrency of the second run (the first: 1)")
+    args = parser.parse_args()
     server = serve(args.latency)
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     with tempfile.TemporaryDirectory() as tmp:

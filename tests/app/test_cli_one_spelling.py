@@ -336,8 +336,12 @@ def test_a_runtime_key_at_a_commands_top_level_is_refused_in_one_line_naming_the
                                   "without passages"),
     ("quickstart", "inference.pruning.margin=2", "inference.pruning.margin must be in [0, 1], got 2.0; use "
                                                  "inference.pruning.enabled=false to turn it off"),
-    ("generate", "teacher.api_key_env=sk-123", "teacher.api_key_env must be the NAME of an environment variable, got "
-                                               "'sk-123'; write e.g. teacher.api_key_env=OPENAI_API_KEY"),
+    ("generate", "teacher.engine_options.api_key_env=sk-123",
+     "teacher.engine_options.api_key_env must be the NAME of an environment variable, got 'sk-123'; write e.g. "
+     "teacher.engine_options.api_key_env=OPENAI_API_KEY"),
+    ("serve", "inference.engine_options.api_key_env=sk-123",
+     "inference.engine_options.api_key_env must be the NAME of an environment variable, got 'sk-123'; write e.g. "
+     "inference.engine_options.api_key_env=OPENAI_API_KEY"),
 ])
 def test_a_sections_hints_name_its_keys_as_the_user_writes_them(
     command: str, key: str, line: str, nothing_runs: dict[str, Any], tmp_path: Path,

@@ -31,7 +31,7 @@ QUERIES = [
 
 
 def _config(url: str, output: Path, *extra: str) -> GenerateConfig:
-    settings = ["labeler=llm", "teacher.model=scripted-teacher", f"teacher.base_url={url}", "split=all",
+    settings = ["labeler=llm", "teacher.model=scripted-teacher", f"teacher.engine_options.base_url={url}", "split=all",
                 f"output={output}", *extra]
     return load_config(GenerateConfig, None, settings)
 

@@ -38,7 +38,7 @@ def test_workers_on_nodes_without_the_key_call_the_teacher_with_it(tmp_path: Pat
         data = write_inputs(tmp_path, QUERIES[:3])
         with TeacherServer() as server:
             result = generate(server.url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}",
-                              "ray.workers=2", "ray.batch_size=1", f"teacher.api_key_env={KEY}")
+                              "ray.workers=2", "ray.batch_size=1", f"teacher.engine_options.api_key_env={KEY}")
         assert not result.problems and result.stats["questions"] == 3
         assert server.authorization == {"Bearer sk-driver-only"}
         assert "sk-driver-only" not in "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*")

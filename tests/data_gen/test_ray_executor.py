@@ -55,7 +55,7 @@ def labelling_workers(name: bytes = b"Labeller") -> list[int]:
 def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     data = write_inputs(tmp_path, MANY)
     ray_settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "ray.batch_size=3",
-                    "ray.shard_records=5", "teacher.concurrency=2"]
+                    "ray.shard_records=5", "teacher.engine_options.concurrency=2"]
     killed: list[int] = []
     with TeacherServer(latency=0.02) as server:
         local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
@@ -80,8 +80,8 @@ def test_ray_run_matches_the_single_process_run_through_a_killed_worker(cluster,
     assert calls >= local.stats["run"]["teacher_calls_made"]  # a killed batch's calls in flight may be asked again
     # every reply paid is booked by the cache keeper as it comes, so the killed worker's finished calls count though its
     # batch never came back; only what was between the server and the keeper when it died can go uncounted: its calls
-    # in flight (teacher.concurrency=2) and, for each of its questions in flight (ray.batch_size=3), a reply
-    # received whose booking had not reached the keeper (seen once: 3 of 120 uncounted)
+    # in flight (teacher.engine_options.concurrency=2) and, for each of its questions in flight (ray.batch_size=3), a
+    # reply received whose booking had not reached the keeper (seen once: 3 of 120 uncounted)
     assert calls - (2 + 3) <= first.stats["run"]["teacher_calls_made"] <= calls
     # only the unusable replies (never cached) were asked again
     assert again.stats["run"]["teacher_calls_made"] == len(server.answered) - calls
@@ -103,7 +103,7 @@ def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Pa
     started = time.monotonic()
     with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
         generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
-                 "teacher.backoff=0.2", f"ray.stages={stages}")
+                 "teacher.engine_options.backoff=0.2", f"ray.stages={stages}")
     assert time.monotonic() - started < 60
 
 
@@ -132,8 +132,9 @@ def test_rerun_with_questions_dealt_to_other_workers_makes_no_call(  # type: ign
     data = write_inputs(tmp_path, MANY)
     url = f"memory://selfrag-tests/{tmp_path.name}/ray-run"
     fs, root = fsspec.core.url_to_fs(url)
-    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2", "teacher.concurrency=2",
-                "ray.shard_records=5", f"teacher.cache={tmp_path / 'ray.sqlite'}", f"ray.stages={stages}"]
+    settings = ["executor=ray", f"ray.address={cluster.address}", "ray.workers=2",
+                "teacher.engine_options.concurrency=2", "ray.shard_records=5",
+                f"teacher.cache={tmp_path / 'ray.sqlite'}", f"ray.stages={stages}"]
     with TeacherServer(latency=0.01) as server:
         generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
         server.answered.clear()
@@ -175,7 +176,7 @@ def test_staged_run_matches_the_single_process_run_call_for_call_through_a_kille
     data = write_inputs(tmp_path, MANY)
     settings = ["executor=ray", f"ray.address={cluster.address}", "ray.stages=true", "ray.workers=1",
                 "ray.stage_workers.relevance=2", "ray.batch_size=3", "ray.shard_records=5",
-                "teacher.concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+                "teacher.engine_options.concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
     killed: list[int] = []
     with TeacherServer(latency=0.02) as server:
         local = generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")
@@ -243,7 +244,7 @@ def test_run_killed_mid_run_resumes_without_redoing_or_doubling_a_question(  # t
     data = write_inputs(tmp_path, MANY)
     out = tmp_path / "ray"
     settings = ["executor=ray", f"ray.address={cluster.address}", *executor,
-                "teacher.concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
+                "teacher.engine_options.concurrency=2", f"teacher.cache={tmp_path / 'ray.sqlite'}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with TeacherServer(latency=0.05) as server:
         generate(server.url, data, tmp_path / "local", f"teacher.cache={tmp_path / 'local.sqlite'}")

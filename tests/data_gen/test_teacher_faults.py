@@ -61,14 +61,14 @@ def test_wrong_base_url_warns_at_once_and_stops_in_seconds(
     url = closed_port_url()
     started = time.monotonic()
     # the default retries and back-off (5 retries a call, 1 s doubling): before, ~50 s of silence, then exit 0
-    settings = ["labeler=llm", "teacher.model=m", f"teacher.base_url={url}", "split=all"]
+    settings = ["labeler=llm", "teacher.model=m", f"teacher.engine_options.base_url={url}", "split=all"]
     paths = [f"passages={data[0]}", f"queries={data[1]}", f"output={tmp_path / 'out'}"]
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as error:
         run(load_config(GenerateConfig, None, [*settings, *paths]))
     assert time.monotonic() - started < 10
     message = str(error.value)
     assert f"{url}/chat/completions is unreachable" in message and "Connect" in message
-    assert "teacher.base_url" in message and "0 of 3 questions are finished" in message
+    assert "teacher.engine_options.base_url" in message and "0 of 3 questions are finished" in message
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert any(url in warning and "not reachable" in warning for warning in warnings), warnings
 
@@ -91,9 +91,11 @@ def test_server_killed_mid_run_stops_early_keeps_finished_and_resumes(data: tupl
         killer = threading.Thread(target=kill_when_some_are_done, daemon=True)
         killer.start()
         started = time.monotonic()
-        # refused at once, or (on a machine busy enough that the refusal comes after teacher.timeout) timed out
+        # refused at once, or (on a machine busy enough that the refusal comes after teacher.engine_options.timeout)
+        # timed out
         with pytest.raises(ConfigError, match=r"unreachable: connection (error \(Connect|timeout after)"):
-            generate(url, data, tmp_path / "out", "teacher.concurrency=2", "teacher.backoff=0.5")
+            generate(url, data, tmp_path / "out", "teacher.engine_options.concurrency=2",
+                     "teacher.engine_options.backoff=0.5")
         assert time.monotonic() - started < 20
     finally:
         server.kill()
@@ -119,7 +121,8 @@ def test_failed_questions_exit_non_zero_saying_how_many_and_how_to_retry(
                 answer(handler, body)
 
         server.handle = handle  # type: ignore[method-assign]
-        code = main(["generate", *overrides(server.url, data, tmp_path / "out", "teacher.max_retries=1")])
+        retries = "teacher.engine_options.max_retries=1"
+        code = main(["generate", *overrides(server.url, data, tmp_path / "out", retries)])
     err = capsys.readouterr().err
     assert code == 1
     assert "1 of 3 questions failed on the teacher" in err and "HTTP 503" in err

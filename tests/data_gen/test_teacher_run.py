@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from teacher_inputs import write_inputs
 from teacher_server import TeacherServer
 
@@ -50,9 +51,9 @@ def overrides(url: str, data: tuple[Path, Path], output: Path, *extra: str) -> l
     return [
         "labeler=llm",
         "teacher.model=scripted-teacher",
-        f"teacher.base_url={url}",
-        "teacher.timeout=0.3",
-        "teacher.backoff=0.01",
+        f"teacher.engine_options.base_url={url}",
+        "teacher.engine_options.timeout=0.3",
+        "teacher.engine_options.backoff=0.01",
         "split=all",
         f"passages={data[0]}",
         f"queries={data[1]}",
@@ -123,7 +124,8 @@ def test_rerun_answers_from_the_cache_and_writes_the_same_bytes(data: tuple[Path
 def test_other_settings_refused_unless_restart(data: tuple[Path, Path], tmp_path: Path) -> None:
     with TeacherServer() as server:
         generate(server.url, data, tmp_path / "out")
-        generate(server.url, data, tmp_path / "out", "teacher.concurrency=2")  # speed settings may change
+        # speed settings may change
+        generate(server.url, data, tmp_path / "out", "teacher.engine_options.concurrency=2")
         with pytest.raises(ConfigError) as error:
             generate(server.url, data, tmp_path / "out", "top_k=2", "teacher.model=other")
         message = str(error.value)
@@ -132,17 +134,42 @@ def test_other_settings_refused_unless_restart(data: tuple[Path, Path], tmp_path
     assert result.stats["run"]["questions_already_done"] == 0
 
 
+def test_a_folder_written_when_the_seed_was_teacher_seed_resumes(data: tuple[Path, Path], tmp_path: Path) -> None:
+    """teacher.seed is teacher.engine_options.seed now (the runtime's engine options): a folder whose fingerprint
+    recorded teacher.seed resumes (and records it as spelled now); one made with another seed is refused, the key
+    named as spelled now."""
+    out = tmp_path / "out"
+    fingerprint_file = out / "fingerprint.json"
+
+    def record_as_before(seed: int) -> None:
+        fingerprint = json.loads(fingerprint_file.read_text())
+        del fingerprint["settings"]["teacher.engine_options.seed"]
+        fingerprint["settings"]["teacher.seed"] = seed
+        fingerprint_file.write_text(json.dumps(fingerprint))
+
+    with TeacherServer() as server:
+        first = generate(server.url, data, out)
+        record_as_before(0)
+        again = generate(server.url, data, out)
+        assert again.stats["run"]["questions_already_done"] == len(QUERIES) == first.stats["questions"]
+        assert again.stats["run"]["teacher_calls_made"] == 0
+        assert "teacher.engine_options.seed" in json.loads(fingerprint_file.read_text())["settings"]
+        record_as_before(5)
+        with pytest.raises(ConfigError, match=r"teacher\.engine_options\.seed=0 \(was 5\)"):
+            generate(server.url, data, out)
+
+
 def test_api_key_is_sent_but_never_stored(data: tuple[Path, Path], tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     secret = "sk-test-DO-NOT-STORE-1234567890"
     monkeypatch.setenv("SELFRAG_TEST_KEY", secret)
     with TeacherServer() as server:
-        generate(server.url, data, tmp_path / "out", "teacher.api_key_env=SELFRAG_TEST_KEY")
+        generate(server.url, data, tmp_path / "out", "teacher.engine_options.api_key_env=SELFRAG_TEST_KEY")
     assert server.authorization == {f"Bearer {secret}"}
     for path in (tmp_path / "out").iterdir():
         assert secret.encode() not in path.read_bytes(), path
     monkeypatch.delenv("SELFRAG_TEST_KEY")
     with TeacherServer() as server, pytest.raises(Exception, match="SELFRAG_TEST_KEY is empty"):
-        generate(server.url, data, tmp_path / "fresh", "teacher.api_key_env=SELFRAG_TEST_KEY")
+        generate(server.url, data, tmp_path / "fresh", "teacher.engine_options.api_key_env=SELFRAG_TEST_KEY")
 
 
 def test_heldout_split_is_by_question(data: tuple[Path, Path], tmp_path: Path) -> None:
@@ -185,6 +212,21 @@ def test_shards_merge_to_the_unsharded_output(data: tuple[Path, Path], tmp_path:
         assert (tmp_path / "merged" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     with pytest.raises(ConfigError, match="missing"):
         merge(load_config(MergeConfig, None, [f"shards=[{shards[0]},{shards[2]}]", f"output={tmp_path / 'bad'}"]))
+    # a shard an older version wrote (its config.yaml says teacher.seed) merges with the others, read as spelled now
+    written = shards[1] / "config.yaml"
+
+    def spelled_before(seed: int) -> None:
+        config = yaml.safe_load(written.read_text())
+        config["teacher"]["engine_options"].pop("seed", None)
+        config["teacher"]["seed"] = seed
+        written.write_text(yaml.safe_dump(config))
+
+    every = f"shards=[{','.join(map(str, shards))}]"
+    spelled_before(0)
+    merge(load_config(MergeConfig, None, [every, f"output={tmp_path / 'old-and-new'}"]))
+    spelled_before(5)
+    with pytest.raises(ConfigError, match=r"teacher\.engine_options\.seed=5 differs from 0"):
+        merge(load_config(MergeConfig, None, [every, f"output={tmp_path / 'other-seed'}"]))
 
 
 def test_teacher_writes_questions_when_there_are_none(data: tuple[Path, Path], tmp_path: Path) -> None:
@@ -220,7 +262,7 @@ def _cached_keys(cache: Path) -> set[str]:
 
 def _command(url: str, data: tuple[Path, Path], output: Path) -> list[str]:
     # a cache of the killed runs' own (the reference run's shared cache would answer every call)
-    extra = ["teacher.concurrency=2", f"teacher.cache={output / 'teacher-cache.sqlite'}"]
+    extra = ["teacher.engine_options.concurrency=2", f"teacher.cache={output / 'teacher-cache.sqlite'}"]
     return [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(url, data, output, *extra)]
 
 
@@ -229,7 +271,8 @@ def test_sigkill_at_several_points_then_resume_is_byte_identical(data: tuple[Pat
     data[1].write_text("".join(json.dumps(row) + "\n" for row in many))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with TeacherServer(latency=0.02) as server:
-        generate(server.url, data, tmp_path / "whole", "teacher.concurrency=2")  # the uninterrupted reference
+        # the uninterrupted reference
+        generate(server.url, data, tmp_path / "whole", "teacher.engine_options.concurrency=2")
         total = len(server.usable_answered())
         server.answered.clear()
         out = tmp_path / "killed"
@@ -267,7 +310,7 @@ def test_hf_teacher_labels_with_the_real_small_model(data: tuple[Path, Path], tm
             "labeler=llm",
             "teacher.engine=hf",
             "teacher.model=smollm2-135m-instruct",
-            "teacher.batch_size=8",
+            "teacher.engine_options.batch_size=8",
             "label_retries=0",
             "split=all",
             "limit=2",
@@ -286,7 +329,8 @@ def test_hf_teacher_labels_with_the_real_small_model(data: tuple[Path, Path], tm
 def test_permanent_teacher_error_stops_with_a_config_error(data: tuple[Path, Path], tmp_path: Path) -> None:
     with TeacherServer() as server:
         server.handle = lambda handler, body: server._send(handler, 404, {"error": "no such model"}, {}, "404")  # type: ignore[method-assign]
-        with pytest.raises(ConfigError, match="teacher: HTTP 404 .* check teacher.base_url, teacher.model"):
+        fix = "check teacher.engine_options.base_url, teacher.model"
+        with pytest.raises(ConfigError, match=f"teacher: HTTP 404 .* {fix}"):
             generate(server.url, data, tmp_path / "out")
 
 
@@ -302,7 +346,7 @@ def test_folder_corpus_without_queries(tmp_path: Path) -> None:
             [
                 "labeler=llm",
                 "teacher.model=scripted-teacher",
-                f"teacher.base_url={server.url}",
+                f"teacher.engine_options.base_url={server.url}",
                 f"passages={docs}",
                 "queries=null",
                 "chunk_words=60",

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from teacher_server import TeacherServer
 
-from selfrag.config import from_dict
+from selfrag import models
+from selfrag.config import from_dict, load_config
 from selfrag.data_gen.cache import CachedReply, CallCache, call_key
-from selfrag.data_gen.config import TeacherConfig
+from selfrag.data_gen.config import GenerateConfig, TeacherConfig
 from selfrag.data_gen.labelers import LabelItem, LLMLabeler, parse_label, prompt_hash
 from selfrag.data_gen.teachers import (
     BatchingTeacher,
@@ -22,15 +25,19 @@ from selfrag.data_gen.teachers import (
     ChatRequest,
     HTTPTeacher,
     TeacherError,
+    vllm_teacher,
 )
+from selfrag.inference.engines import options as options_module
 from selfrag.retries import retry_after
 from selfrag.trajectory import Passage
 
 REQUEST = ChatRequest((("user", "hello"),), max_tokens=8)
 
 
-def teacher_config(url: str, **extra: object) -> TeacherConfig:
-    return from_dict(TeacherConfig, {"model": "m", "base_url": url, "backoff": 0.5, "timeout": 0.3, **extra})
+def teacher_config(url: str, **options: object) -> TeacherConfig:
+    """A teacher at ``url`` with ``options`` laid over these engine options (teacher.engine_options.*)."""
+    engine_options = {"base_url": url, "backoff": 0.5, "timeout": 0.3, **options}
+    return from_dict(TeacherConfig, {"model": "m", "engine_options": engine_options})
 
 
 class Script:
@@ -100,6 +107,59 @@ def test_timeouts_are_retried() -> None:
         script = Script(server, [(-1, {}, {})])  # status -1: answer only after the client's timeout
         reply = run_chat(teacher_config(server.url, max_retries=3, timeout=0.2), sleeps)
     assert reply.text == "ok" and script.calls == 2 and len(sleeps) == 1
+
+
+def engine_config(*overrides: str) -> TeacherConfig:
+    """The teacher section as ``selfrag generate`` reads it from ``overrides`` (teacher.engine, .engine_options)."""
+    required = ["labeler=llm", "teacher.model=m", "passages=p.jsonl", "output=runs/data"]
+    return load_config(GenerateConfig, None, [*required, *overrides]).teacher
+
+
+def test_the_http_teacher_is_built_from_its_engine_options() -> None:
+    """teacher.engine_options.* (the runtime's engine options) reach the HTTP teacher as its old keys did."""
+    config = engine_config("teacher.engine_options.base_url=http://127.0.0.1:9/v1/",
+                           "teacher.engine_options.concurrency=3", "teacher.engine_options.timeout=7",
+                           "teacher.engine_options.api_key_env=")
+    teacher = HTTPTeacher(config)
+    try:
+        assert teacher._url == "http://127.0.0.1:9/v1/chat/completions"
+        assert teacher._semaphore._value == 3 and teacher._client.timeout.read == 7.0
+        assert teacher._headers() == {"Content-Type": "application/json"}  # an empty api_key_env sends no key
+    finally:
+        asyncio.run(teacher.aclose())
+    defaults = engine_config().engine_options  # the teacher's own defaults, as before they were engine options
+    assert (defaults.concurrency, defaults.timeout, defaults.max_retries, defaults.backoff) == (16, 60.0, 5, 1.0)
+    assert (defaults.api_key_env, defaults.batch_size, defaults.seed) == ("", 16, 0)
+
+
+def test_the_vllm_teacher_gets_the_runtimes_vllm_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine_options.tensor_parallel_size, max_model_len, dtype, seed ... reach vllm.LLM as the runtime's vLLM
+    engine passes them (one llm_arguments), vllm_args over them; batch_size sizes the batches."""
+    built: list[dict[str, object]] = []
+
+    class LLM:
+        def __init__(self, **arguments: object) -> None:
+            built.append(arguments)
+
+        def chat(self, messages: list[object], **_: object) -> list[object]:
+            output = SimpleNamespace(text="ok", token_ids=[1])
+            return [SimpleNamespace(outputs=[output], prompt_token_ids=[1, 2]) for _ in messages]
+
+    stub = SimpleNamespace(LLM=LLM, SamplingParams=lambda **kw: kw, __version__="stub")
+    monkeypatch.setattr(options_module, "import_vllm", lambda setting: stub)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # vllm.platforms cannot be imported: a GPU build
+    monkeypatch.setattr(models, "resolve_model", lambda name: "/models/teacher")
+    config = engine_config("teacher.engine=vllm", "teacher.engine_options.tensor_parallel_size=2",
+                           "teacher.engine_options.max_model_len=4096", "teacher.engine_options.dtype=bfloat16",
+                           "teacher.engine_options.seed=7", "teacher.engine_options.batch_size=4",
+                           "teacher.engine_options.vllm_args={kv_cache_dtype: fp8, max_model_len: 2048}")
+    teacher = vllm_teacher(config)
+    assert teacher.batch_size == 4 and not built  # vLLM starts at the first call
+    assert [reply.text for reply in teacher.generate_batch([REQUEST, REQUEST])] == ["ok", "ok"]
+    [arguments] = built
+    assert arguments["model"] == arguments["tokenizer"] == "/models/teacher"
+    assert (arguments["tensor_parallel_size"], arguments["dtype"], arguments["seed"]) == (2, "bfloat16", 7)
+    assert (arguments["kv_cache_dtype"], arguments["max_model_len"]) == ("fp8", 2048)  # vllm_args win
 
 
 def test_batching_teacher_gathers_concurrent_calls() -> None:

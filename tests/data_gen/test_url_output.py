@@ -141,9 +141,10 @@ def test_file_url_killed_mid_run_resumes_without_redoing_journaled_questions(tmp
     url = f"file://{tmp_path}/remote/run"
     journal = tmp_path / "remote" / "run" / "journal"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    extra = ["teacher.concurrency=2", "output_sync_s=0.05", f"teacher.cache={tmp_path / 'killed.sqlite'}"]
+    extra = ["teacher.engine_options.concurrency=2", "output_sync_s=0.05",
+             f"teacher.cache={tmp_path / 'killed.sqlite'}"]
     with TeacherServer(latency=0.02) as server:
-        generate(server.url, data, tmp_path / "whole", "teacher.concurrency=2")
+        generate(server.url, data, tmp_path / "whole", "teacher.engine_options.concurrency=2")
         total = len(server.usable_answered())
         server.answered.clear()
         command = [sys.executable, "-m", "selfrag.app.cli", "generate", *overrides(server.url, data, url, *extra)]

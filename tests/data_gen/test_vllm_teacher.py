@@ -74,7 +74,7 @@ def test_vllm_teacher_labels_batches_and_resumes_from_the_cache(
     output = tmp_path / "out"
     overrides = [
         f"teacher.model={MODEL}",
-        "teacher.batch_size=16",
+        "teacher.engine_options.batch_size=16",
         "label_retries=0",
         "heldout=0",
         f"passages={data[0]}",
