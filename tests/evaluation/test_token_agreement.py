@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from selfrag import reflection as rf  # noqa: E402
+from selfrag.evaluation.counting import CountingEngine  # noqa: E402
 from selfrag.evaluation.data import LabelExample  # noqa: E402
 from selfrag.evaluation.token_agreement import predict  # noqa: E402
 from selfrag.inference.engines import Generation, GenerationRequest, PrefixScorer  # noqa: E402
@@ -66,13 +67,15 @@ def test_one_forward_per_item_gives_the_per_prefix_rows(engine: HFEngine) -> Non
         assert mine["score"] == pytest.approx(theirs["score"], abs=1e-4)
 
 
-def test_the_hf_engine_takes_the_one_forward_path(engine: HFEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("wrapped", [False, True], ids=["engine", "as-eval-wraps-it"])
+def test_the_hf_engine_takes_the_one_forward_path(engine: HFEngine, wrapped: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(engine, PrefixScorer) and not isinstance(PerPrefix(engine), PrefixScorer)
     forwards: list[int] = []
     handle = engine.model.register_forward_hook(lambda _module, _args, _output: forwards.append(1))
     monkeypatch.setattr(engine, "generate", lambda requests: pytest.fail("predict decoded instead of scoring"))
     try:
-        predict(engine, ITEMS)
+        predict(CountingEngine(engine) if wrapped else engine, ITEMS)  # type: ignore[arg-type]
     finally:
         handle.remove()
     assert len(forwards) == 3  # seven items, batch_size 3: three forwards (one decode per row would take five)
