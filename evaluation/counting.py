@@ -42,7 +42,9 @@ class CountingEngine:
         self.inner = engine
         self.usage = Usage()
 
-    def __getattr__(self, name: str) -> Any:  # tokenizer, token_ids, prompt_template, name, calibration, ...
+    # tokenizer, token_ids, prompt_template, name, calibration, ...; and score_prefixes where the engine has one (the
+    # label scoring's, uncounted: no mode's usage), so a wrapped engine is a PrefixScorer exactly when its engine is
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def reset(self) -> Usage:

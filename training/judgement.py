@@ -33,11 +33,11 @@ import torch
 
 from selfrag import reflection as rf
 from selfrag.fsutil import write_json
+from selfrag.logits import logits_at
 from selfrag.reflection import Group, ReflectionIds
 from selfrag.scores import first_of_two_terms, support_terms
 from selfrag.splits import stable_hash
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
-from selfrag.training.logits import logits_at
 
 RELEVANCE_NEGATIVES = ("easy", "hard", "article", "erased", "distractor", "own-passage")
 SUPPORT_NEGATIVE = "support-negative"

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from selfrag import reflection as rf
+from selfrag.logits import logits_at
 from selfrag.reflection import Group, ReflectionIds
-from selfrag.training.logits import logits_at
 
 
 def loss_weight_table(

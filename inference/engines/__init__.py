@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from selfrag.errors import ConfigError
 
-from .base import Engine, FinishReason, Generation, GenerationRequest
+from .base import Engine, FinishReason, Generation, GenerationRequest, PrefixScorer, PrefixScoreRequest
 from .fake import Script, ScriptedEngine
 from .options import ENGINE_NAMES, EngineOptions, resolve_options
 
@@ -106,6 +106,8 @@ __all__ = [
     "FinishReason",
     "Generation",
     "GenerationRequest",
+    "PrefixScoreRequest",
+    "PrefixScorer",
     "Script",
     "ScriptedEngine",
     "build_engine",

@@ -2,7 +2,8 @@
 
 The Self-RAG algorithm talks to a model only through :class:`Engine`, so it never imports torch,
 transformers or vLLM. A backend decodes a batch of :class:`GenerationRequest` and returns one
-:class:`Generation` per request, in order.
+:class:`Generation` per request, in order. A backend that can also read many prefixes of one record in one forward
+pass (teacher-forced scoring: :class:`PrefixScoreRequest`) is a :class:`PrefixScorer` as well.
 """
 
 from __future__ import annotations
@@ -96,6 +97,39 @@ class Generation:
     def prompt_tokens_computed(self) -> int:
         """The prompt ids this request cost: ``computed_prompt_tokens`` where the backend reported it, else all."""
         return self.prompt_tokens if self.computed_prompt_tokens is None else self.computed_prompt_tokens
+
+
+@dataclass(frozen=True)
+class PrefixScoreRequest:
+    """Teacher-forced scoring of one record: what a one-token decode after each of some of its prefixes reports.
+
+    ``prompt_ids`` is the record (a prompt and the ids forced after it); ``prefix_lengths`` the lengths of the
+    prefixes to read, each in ``1..len(prompt_ids)``. For each length the engine reports the log-prob of every
+    ``score_token_ids`` id as the id after ``prompt_ids[:length]``: the ``score_logprobs[0]`` of
+    ``GenerationRequest(prompt_ids[:length], max_tokens=1, score_token_ids=...)``, from one forward pass over the
+    record instead of one prefill per prefix. Ids after the longest prefix are not read.
+    """
+
+    prompt_ids: tuple[int, ...]
+    prefix_lengths: tuple[int, ...]
+    score_token_ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.prompt_ids:
+            raise ValueError("prompt_ids is empty; encode a prompt with selfrag.prompting.encode_prompt")
+        wrong = [length for length in self.prefix_lengths if not 1 <= length <= len(self.prompt_ids)]
+        if not self.prefix_lengths or wrong:
+            raise ValueError(f"prefix_lengths must be one or more lengths in 1..{len(self.prompt_ids)} (the record's "
+                             f"length), got {self.prefix_lengths}")
+
+
+@runtime_checkable
+class PrefixScorer(Protocol):
+    """An engine that scores :class:`PrefixScoreRequest` records (the hf engine). ``score_prefixes`` returns, per
+    request in order, one dict per prefix length (in the request's order): the log-prob of each score id. A caller
+    checks ``isinstance(engine, PrefixScorer)`` and otherwise sends one :class:`GenerationRequest` per prefix."""
+
+    def score_prefixes(self, requests: Sequence[PrefixScoreRequest]) -> list[tuple[dict[int, float], ...]]: ...
 
 
 @runtime_checkable

@@ -26,9 +26,10 @@ from typing import Any, cast
 import torch
 
 from selfrag.loading import describe_model, load_plain_model, load_weights
+from selfrag.logits import logits_at
 from selfrag.reflection import ReflectionIds
 
-from .base import FinishReason, Generation, GenerationRequest, finish_reason_of
+from .base import FinishReason, Generation, GenerationRequest, PrefixScoreRequest, finish_reason_of
 from .cancel import abandoned
 from .options import EngineOptions, resolve_options
 
@@ -162,6 +163,34 @@ class HFEngine:
                 for index, generation in zip(chunk, self._decode([requests[i] for i in chunk]), strict=True):
                     results[index] = generation
         return [generation for generation in results if generation is not None]
+
+    @torch.inference_mode()
+    def score_prefixes(self, requests: Sequence[PrefixScoreRequest]) -> list[tuple[dict[int, float], ...]]:
+        """Teacher-forced log-probs (:class:`~selfrag.inference.engines.base.PrefixScorer`): one forward pass per batch
+        of ``batch_size`` records, similar lengths together, left-padded as :meth:`generate` prefills; the output
+        head projects only the read positions (:func:`selfrag.logits.logits_at`), log-probs in fp32 as a decode's."""
+        records = [request.prompt_ids[: max(request.prefix_lengths)] for request in requests]
+        results: list[tuple[dict[int, float], ...]] = [() for _ in requests]
+        order = sorted(range(len(requests)), key=lambda i: len(records[i]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            input_ids, attention_mask = self._left_pad([records[i] for i in chunk])
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (batch, width)
+            width = input_ids.shape[1]
+            keep = torch.zeros_like(input_ids, dtype=torch.bool)  # (batch, width): the logits after each prefix
+            for row, i in enumerate(chunk):
+                keep[row, [width - len(records[i]) + length - 1 for length in requests[i].prefix_lengths]] = True
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                      "use_cache": False}
+            logits = logits_at(self.model, inputs, keep)[0].float()  # (kept, vocab), row by row, left to right
+            first = 0
+            for i in chunk:
+                lengths = sorted(set(requests[i].prefix_lengths))
+                scores = _score_logprobs(logits[first : first + len(lengths)], requests[i].score_token_ids)
+                first += len(lengths)
+                by_length = dict(zip(lengths, scores, strict=True))
+                results[i] = tuple(by_length[length] for length in requests[i].prefix_lengths)
+        return results
 
     @torch.inference_mode()
     def _decode(self, batch: Sequence[GenerationRequest]) -> list[Generation]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from selfrag.training import logits as logits_module
-from selfrag.training.logits import logits_at
+from selfrag import logits as logits_module
+from selfrag.logits import logits_at
 
 
 @pytest.fixture()

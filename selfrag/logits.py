@@ -1,4 +1,5 @@
-"""Logits only where they are read: the training loss and the judgement score a few positions of each sequence.
+"""Logits only where they are read: the training loss, the judgement score and the hf engine's teacher-forced scoring
+read a few positions of each sequence.
 
 Projecting every position onto a 49k-152k vocabulary is most of a small model's forward pass on CPU, and on a GPU
 the full ``length x vocab`` logits and their gradient are gigabytes (Llama-3.1-8B, 4 x 1857 tokens x 128k
