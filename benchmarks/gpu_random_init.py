@@ -38,6 +38,7 @@ the table) for the estimate to be corrected, not failed.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shutil
@@ -45,6 +46,8 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -446,6 +449,18 @@ def parity_stage(device: str, sequences: int = 4, length: int = 128) -> dict[str
 # --- The whole check -------------------------------------------------------------------------------------------
 
 
+def guarded(name: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One stage: its result logged as one JSON line the moment it ends (a call cut at its time limit keeps what
+    finished), or ``{"error": ...}`` with the traceback logged, so one failing stage does not lose the later ones."""
+    try:
+        result = run()
+    except Exception as error:  # noqa: BLE001 - a one-shot GPU call reports every stage it can
+        log(f"{name}: FAILED {type(error).__name__}: {error}\n{traceback.format_exc()}")
+        return {"error": f"{type(error).__name__}: {error}"}
+    log(f"{name}: result {json.dumps(result, default=str)}")
+    return result
+
+
 def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """Every stage, in order, into one report (the JSON beside the markdown table)."""
     import yaml
@@ -468,23 +483,29 @@ def random_init_run(args: Any, plan: dict[str, Any]) -> dict[str, Any]:
     report["data"] = longest_records(data["train"], shape, per_step * args.steps, int(training["max_length"]), subset)
     log(f"data: {report['data']}")
     variants = list(getattr(args, "train_variants", None) or ["recipe"])
-    report["train"] = [train_stage(shape, subset, report["data"], folder, strategy, args.steps, args.device, extra,
-                                   variant, variant == variants[0])
-                       for strategy in args.strategies for variant in variants]
-    if "rl" in args.stages:
-        if "reserved" not in args.strategies:
-            raise SystemExit("gpu_check: --stages rl trains on train-reserved's adapter; keep reserved in --strategies")
-        report["rl"] = rl_stage(folder, args.rl_steps, args.device, list(args.rl_override))
-    if "resume" in args.stages:
-        report["resume"] = resume_stage(shape, subset, folder, args.device, extra)
-    if "engine" in args.stages:
-        report["engine"] = engine_stage(shape, args.device, args.questions)
+    report["train"] = []
+    for strategy in args.strategies:
+        for variant in variants:
+            row = guarded(f"train {strategy} ({variant})", functools.partial(
+                train_stage, shape, subset, report["data"], folder, strategy, args.steps, args.device, extra, variant,
+                variant == variants[0]))
+            report["train"].append(row | {"strategy": strategy, "variant": variant} if "error" in row else row)
+    # vLLM before rl: serving is the stage never measured on CUDA, and rl's rollouts use vLLM where it imports.
     if "vllm" in args.stages:
         from gpu_vllm import serving_stage
 
-        report["vllm"] = serving_stage(shape, folder / "train-reserved", args.device, args.questions, log=log)
+        report["vllm"] = guarded("vllm", lambda: serving_stage(shape, folder / "train-reserved", args.device,
+                                                               args.questions, log=log))
+    if "rl" in args.stages:
+        if "reserved" not in args.strategies:
+            raise SystemExit("gpu_check: --stages rl trains on train-reserved's adapter; keep reserved in --strategies")
+        report["rl"] = guarded("rl", lambda: rl_stage(folder, args.rl_steps, args.device, list(args.rl_override)))
+    if "resume" in args.stages:
+        report["resume"] = guarded("resume", lambda: resume_stage(shape, subset, folder, args.device, extra))
+    if "engine" in args.stages:
+        report["engine"] = guarded("engine", lambda: engine_stage(shape, args.device, args.questions))
     if "parity" in args.stages:
-        report["parity"] = parity_stage(args.device)
+        report["parity"] = guarded("parity", lambda: parity_stage(args.device))
     report["seconds"] = round(time.monotonic() - started, 1)
     return report
 
@@ -509,6 +530,9 @@ def markdown(report: dict[str, Any]) -> str:
              "| within 15% |",
              "|---|---|---|---|---|---|---|---|"]
     for row in report["train"]:
+        if "error" in row:
+            lines.append(f"| {row['strategy']} | {row['variant']} | FAILED: {row['error']} | | | | | |")
+            continue
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
         peak = row["peak_memory"]
         kind = f"device; allocated {peak['allocated_gb']}" if peak["device"] == "cuda" else "RSS"
@@ -521,6 +545,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {row['strategy']} | {variant} | {row['throughput'].get('tokens_per_second')} | {mfu} | "
                      f"{row['measured_gb']} ({kind}) | {row['estimate_gb']} | {row['estimate_ratio']} | "
                      f"{'yes' if row['estimate_within_tolerance'] else 'NO'} |")
+    failed = [stage for stage in ("rl", "resume", "engine", "vllm", "parity") if "error" in report.get(stage, {})]
+    lines += [line for stage in failed for line in ("", f"{stage}: FAILED {report[stage]['error']}")]
+    report = {key: value for key, value in report.items() if key not in failed}
     if "resume" in report:
         resume = report["resume"]
         lines += ["", f"resume: killed (SIGKILL) with {resume['killed_at']} written, resumed from "
@@ -557,7 +584,12 @@ def markdown(report: dict[str, Any]) -> str:
 
 def failures(report: dict[str, Any]) -> list[str]:
     """What did not hold (the exit status): a resume that did not resume, fp32 parity out of tolerance."""
-    found = []
+    found = [f"train {row['strategy']} ({row['variant']}): {row['error']}" for row in report["train"]
+             if "error" in row]
+    found += [f"{stage}: {report[stage]['error']}" for stage in ("rl", "resume", "engine", "vllm", "parity")
+              if "error" in report.get(stage, {})]
+    if found:
+        return found
     if "rl" in report and not (report["rl"]["adapter"] and report["rl"]["steps"]):
         found.append(f"rl: {report['rl']}")
     if "resume" in report and not report["resume"]["ok"]:
