@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM for the lent GPU, in parts that travel over consecutive `run` calls (bash scripts/gpu_wheels.sh --vllm).
 #
-#     bash scripts/gpu_wheels.sh --vllm      # -> .whl-vllm/part-NN (<= 56 MiB each) + SHA256SUMS; the call sequence
+#     bash scripts/gpu_wheels.sh --vllm      # -> .whl-vllm/part-NN (<= 48 MiB each: VLLM_PART_MIB) + SHA256SUMS; the call sequence
 #     bash scripts/gpu_wheels.sh --vllm --check-only   # the round trip again on the parts already there
 #
 # The lent machine reaches no registry and a call carries at most 64 MiB (the tracked tree, ~7 MiB, included). vllm
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 DIR=.whl-vllm
-PART=$((56 * 1024 * 1024))
+PART=$((${VLLM_PART_MIB:-48} * 1024 * 1024))  # the tracked tree travels beside each part: 64 MiB a call in all
 VLLM=vllm==0.26.0
 # what vLLM's offline engine (LLM, LoRARequest, load_format=dummy) imports that the image lacks, pinned where vllm pins
 VLLM_DEPS="${VLLM_DEPS:-blake3 cachetools cbor2 cloudpickle compressed-tensors==0.17.0 depyf==0.20.0 astor einops \
