@@ -20,6 +20,7 @@ memory, so everything but vLLM itself is exercised; the report names the engine.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -121,11 +122,15 @@ def serving_stage(shape: Path, adapter: Path, device: str, questions: int, top_k
         started = time.monotonic()
         engine = build(mode == "plain RAG")
         report.setdefault("load_seconds", {})[mode] = round(time.monotonic() - started, 1)
+        log(f"vllm stage: {mode} engine ready in {report['load_seconds'][mode]} s")
         try:
             report["decode"][mode] = decode_rate(engine)
+            log(f"vllm stage: {mode} decode {json.dumps(report['decode'][mode])}")
             run = (plain_runner(engine, retriever, top_k, max_tokens, config.abstain_text, True)
                    if mode == "plain RAG" else selfrag_runner(SelfRAG(engine, retriever, config)))
-            report["rows"] += [{"mode": mode, **timed_batches(run, examples, batch)} for batch in BATCHES]
+            for batch in BATCHES:  # each row logged as it is measured: a call cut at its limit keeps it
+                report["rows"].append({"mode": mode, **timed_batches(run, examples, batch)})
+                log(f"vllm stage: {json.dumps(report['rows'][-1])}")
         finally:
             close = getattr(engine, "close", None)
             if callable(close):

@@ -63,6 +63,11 @@ if [ "$random" = 1 ] && [ -d .whl ]; then
         echo "gpu_check: vLLM joined from $(ls .whl-vllm/part-* | wc -l) parts (sha256 equal) and installed"
     fi
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    # Seen on the lent H200 (2026-11-29), vLLM 0.26.0 from the carried parts: its sampler imports flashinfer, which is
+    # not carried, unless told not to; and the LoRA engine failed saving its AOT-compiled graph (pickling), where the
+    # plain one saved it. A fresh machine gains nothing from the compile cache, so it is off here (the second untested).
+    python3 -c "import flashinfer" 2>/dev/null || export VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
+    export VLLM_USE_AOT_COMPILE="${VLLM_USE_AOT_COMPILE:-0}" VLLM_DISABLE_COMPILE_CACHE="${VLLM_DISABLE_COMPILE_CACHE:-1}"
     python3 -c "import importlib.metadata as m; print('gpu_check: image', {n: m.version(n) for n in \
 ('torch', 'transformers', 'peft', 'accelerate', 'pyarrow', 'trl', 'datasets', 'selfrag')})"
     exec python3 benchmarks/gpu_check.py "$@"

@@ -23,13 +23,31 @@ VLLM=vllm==0.26.0
 # what vLLM's offline engine (LLM, LoRARequest, load_format=dummy) imports that the image lacks, pinned where vllm pins
 VLLM_DEPS="${VLLM_DEPS:-blake3 cachetools cbor2 cloudpickle compressed-tensors==0.17.0 depyf==0.20.0 astor einops \
 gguf ijson msgspec partial-json-parser py-cpuinfo pybase64 python-json-logger pyzmq sentencepiece setproctitle \
-tiktoken openai-harmony prometheus_client diskcache lark==1.2.2 outlines_core==0.2.14 xgrammar llguidance \
+tiktoken openai-harmony prometheus_client diskcache lark==1.2.2 outlines_core==0.2.14 xgrammar==0.2.7 llguidance==1.7.6 \
 mistral_common pydantic-extra-types pycountry jsonschema jsonschema-specifications referencing rpds-py watchfiles \
-openai distro jiter httpx httpcore h11 anyio sniffio fastapi starlette pydantic pydantic-core annotated-types \
+openai httpx2 httpcore2 truststore distro jiter httpx httpcore h11 anyio sniffio fastapi==0.136.3 starlette==1.10.0 \
+pydantic pydantic-core annotated-types loguru jmespath \
 typing-inspection prometheus-fastapi-instrumentator lm-format-enforcer==0.11.3 interegular ninja \
 model-hosting-container-standards nvtx==0.2.15 apache-tvm-ffi==0.1.10}"
+# what the lent image holds (device/KINDS.md, read 2026-11-17; versions where a session saw them)
+IMAGE_HAS="absl-py accelerate==1.15.0 aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs certifi \
+charset-normalizer click cloudpickle cmake colorama cuda-bindings cuda-core cuda-pathfinder cuda-toolkit einops \
+filelock frozenlist fsspec h11 hf-xet httpcore httpx huggingface-hub==1.33.0 idna jinja2 markdown-it-py markupsafe \
+matplotlib mdurl ml-dtypes mpmath msgpack multidict networkx ninja numba numpy==2.5.2 nvidia-cublas nvidia-cuda-cupti \
+nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver \
+nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 \
+nvidia-nvtx opencv-python-headless packaging pandas peft pillow pip propcache protobuf psutil pyarrow py-cpuinfo \
+pygments pyyaml regex requests rich safetensors==0.8.0 scipy sentencepiece==0.2.2 setuptools shellingham six sympy \
+tiktoken==0.14.0 tokenizers==0.23.2 torch==2.11.0 torchaudio==2.11.0 torchvision==0.26.0 tqdm transformers==5.17.0 \
+triton==3.6.0 typer typing-extensions urllib3 uvloop werkzeug wheel wrapt xxhash yarl zipp"
+# declared by vLLM (kernels, video, tracing, servers) or its helpers but not imported by the offline engine's path;
+# numpy: mistral_common asks < 2.4 where the image has 2.5.2, numba: vLLM pins 0.65.0 for n-gram speculation, the
+# image has its own (both stay); pypdf: selfrag reads PDFs only when given one
+UNUSED_BY_OFFLINE="anthropic mcp opentelemetry-sdk opentelemetry-api opentelemetry-exporter-otlp \
+opentelemetry-semantic-conventions-ai torchcodec pynvvideocodec flashinfer-python tilelang nvidia-cudnn-frontend \
+fastsafetensors nvidia-cutlass-dsl quack-kernels tokenspeed-mla humming-kernels supervisor numpy numba pypdf"
 PLATFORM=(--python-version 3.12 --implementation cp --only-binary=:all:
-          --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+          --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
 mib() { awk -v bytes="$1" 'BEGIN { printf "%.1f MiB", bytes / 1048576 }'; }
 started=$(date +%s)
@@ -80,6 +98,11 @@ mkdir "$scratch/wheels"
 tar -xf "$scratch/$name" -C "$scratch/wheels" && rm -f "$scratch/$name"
 (cd "$scratch/wheels" && sha256sum --quiet -c "$OLDPWD/$DIR/wheels.sha256") \
     && echo "gpu_wheels --vllm: $(ls "$scratch/wheels" | wc -l) wheels: every sha256 equal"
+# every carried wheel's requirements met by the bundle, .whl/ or the image (device/KINDS.md's list, versions where
+# seen): two lent-GPU calls were lost to an openai that imports httpx2 and an xgrammar too new for vLLM's tvm-ffi pin
+"$PY" scripts/wheel_requirements.py "$scratch/wheels" $( [ -d .whl ] && echo .whl ) --have $IMAGE_HAS \
+    --ignore $UNUSED_BY_OFFLINE || { echo "gpu_wheels --vllm: requirements unmet (above): fix VLLM_DEPS" >&2; exit 1; }
+echo "gpu_wheels --vllm: every wheel's requirements met (bundle, .whl/, image)"
 # for the image's CPython 3.12 on x86-64 (the .venv's python may differ): pip checks every wheel's tags against it
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --no-compile "${PLATFORM[@]}" \
     --target "$scratch/site" "$scratch"/wheels/*.whl
