@@ -27,6 +27,14 @@ class Script:
     token_ids: tuple[int, ...]
     logprobs: tuple[Mapping[int, float], ...] = field(default=())
 
+    def after(self, prompt_ids: Sequence[int]) -> Script:
+        """The rest of this script for a prompt that already ends with its first ids (a branch resumed after its
+        relevance verdict is sent its own verdict back), else the whole script."""
+        for start in range(len(self.token_ids), 0, -1):
+            if len(prompt_ids) >= start and tuple(prompt_ids[-start:]) == self.token_ids[:start]:
+                return Script(self.token_ids[start:], tuple(self.logprobs[start:]))
+        return self
+
 
 Scripter = Callable[[GenerationRequest], Script]
 

@@ -98,12 +98,16 @@ class ScriptedBackendEngine(ScriptedEngine):
     def _pick(self, request: GenerationRequest) -> Script:
         tokenizer, ids = self.tokenizer, self.token_ids
         prompt = tokenizer.decode(list(request.prompt_ids), skip_special_tokens=False)
-        if rf.PARAGRAPH_OPEN in prompt:
+        if rf.PARAGRAPH_OPEN in prompt:  # a branch, or its rest after a verdict (its own, or one set by a threshold)
             if MAYOR in prompt:
-                return _continuation(tokenizer, ids, MAYOR_ANSWER, 0.6, (0.05, 0.15, 0.8))
-            if f"{rf.PARAGRAPH_OPEN}{PARIS.title}" in prompt:
-                return _continuation(tokenizer, ids, CAPITAL_ANSWER, 0.95, (0.8, 0.15, 0.05))
-            return _continuation(tokenizer, ids, "A city.", 0.3, (0.3, 0.5, 0.2))
+                script = _continuation(tokenizer, ids, MAYOR_ANSWER, 0.6, (0.05, 0.15, 0.8))
+            elif f"{rf.PARAGRAPH_OPEN}{PARIS.title}" in prompt:
+                script = _continuation(tokenizer, ids, CAPITAL_ANSWER, 0.95, (0.8, 0.15, 0.05))
+            else:
+                script = _continuation(tokenizer, ids, "A city.", 0.3, (0.3, 0.5, 0.2))
+            if request.prompt_ids[-1] in ids.ids(Group.RELEVANCE):
+                return Script(script.token_ids[1:], tuple(script.logprobs[1:]))
+            return script
         if request.prompt_ids[-1] == ids.id(rf.NO_RETRIEVAL):
             return Script((*encode_text(tokenizer, ARITHMETIC_ANSWER), ids.id("[Utility:4]")))
         if CAPITAL in prompt or MAYOR in prompt:

@@ -49,7 +49,7 @@ class BranchEngine(ScriptedEngine):
         if _ends(prompt, self.gold):
             return Script(verdict.token_ids + self.after.token_ids, verdict.logprobs + self.after.logprobs)
         if _ends(prompt, self.gold + self.relevant):
-            return self.text if request.banned_token_ids else self.after
+            return self.text if request.min_tokens else self.after  # text first, or the rest after the verdict
         for cut in range(1, len(self.text.token_ids)):  # the rest after the text-first opening
             if _ends(prompt, self.gold + self.relevant + self.text.token_ids[:cut]):
                 return Script(self.text.token_ids[cut:], self.text.logprobs[cut:])
@@ -87,7 +87,7 @@ def test_relevant_branch_without_text_is_decoded_again_text_first(reflection_tok
     assert gold.score is not None and gold.score.relevance == pytest.approx(0.998)  # the verdict's own log-probs
     retry = next(step for step in answer.to_json()["trace"] if step["step"] == "retry")
     assert retry["chosen"] == [GOLD.id] and "text first" in retry["reason"]
-    constrained = [r for call in engine.calls for r in call if r.banned_token_ids]
+    constrained = [r for call in engine.calls for r in call if r.min_tokens]  # the text-first decode
     assert len(constrained) == 1 and constrained[0].min_tokens == 1 and constrained[0].max_tokens == 1
     assert token_ids.id(rf.FULLY_SUPPORTED) in constrained[0].banned_token_ids
     assert constrained[0].prompt_ids[-1] == token_ids.id(rf.RELEVANT)
@@ -101,7 +101,7 @@ def test_a_branch_with_text_is_not_decoded_again(reflection_tokenizer, token_ids
     answer = _rag(engine).answer(Q)
     assert answer.answer == "Ada." and answer.candidates[0].retried is None
     assert not any(step["step"] == "retry" for step in answer.to_json()["trace"])
-    assert not any(r.banned_token_ids for call in engine.calls for r in call)
+    assert not any(r.min_tokens for call in engine.calls for r in call)  # no text-first decode
 
 
 def test_trace_and_ask_output_say_what_a_malformed_branch_wrote_and_why(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -134,3 +134,29 @@ def test_long_generated_text_is_shortened_in_the_trace(reflection_tokenizer, tok
     gold = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")["candidates"][0]
     assert len(gold["generated"]) <= 160 and gold["generated"].endswith("…")
     assert encode_text  # the helper stays imported for scripts that need raw ids
+
+
+def test_the_rest_after_a_verdict_cannot_loop_back_to_another_verdict(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
+    """A 150-step CPU model looped ``[Relevant]For</paragraph>[Relevant]For</paragraph>…`` to max_tokens on one seed in
+    three (4x plain RAG's latency, a malformed branch). After its verdict a branch may not write a second relevance
+    verdict or ``</paragraph>``: the model writes on, and the branch is answered and well-formed."""
+    segments = Segments(reflection_tokenizer, token_ids)
+    close, relevant = token_ids.id(rf.PARAGRAPH_CLOSE), token_ids.id(rf.RELEVANT)
+    loop = segments.script("For")
+    loop = Script((*loop.token_ids, close, relevant) * 20)  # what the model wants after [Relevant], unconstrained
+    written = segments.script("For the record, Ada Byrne.", (rf.FULLY_SUPPORTED, FULL), U5)
+
+    class LoopingEngine(BranchEngine):
+        def find(self, request: GenerationRequest) -> Script:
+            if _ends(request.prompt_ids, self.gold + self.relevant):
+                return written if close in request.banned_token_ids else loop
+            return super().find(request)
+
+    engine = LoopingEngine(reflection_tokenizer, token_ids, loop)
+    answer = _rag(engine, max_tokens=64).answer(Q)
+    assert answer.answer == "For the record, Ada Byrne." and answer.citations == (GOLD,)
+    gold = answer.candidates[0]
+    assert gold.well_formed and gold.finish_reason == "stop" and gold.retried is None
+    rest = [r for call in engine.calls for r in call if _ends(r.prompt_ids, engine.gold + engine.relevant)]
+    assert len(rest) == 1
+    assert {close, relevant, token_ids.id(rf.IRRELEVANT)} <= set(rest[0].banned_token_ids)
