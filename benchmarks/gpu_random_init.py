@@ -72,6 +72,8 @@ TRAIN_VARIANTS: dict[str, list[str]] = {
     "packed": ["training.padding_free=true"],
     "packed-no-checkpointing": ["training.padding_free=true", "trl.gradient_checkpointing=false"],
     "packed-plan": ["training.padding_free=true", "training.memory_plan=true"],
+    # the recipe with torch.profiler over 2 steps after the first: profile.txt's top operators in the report
+    "profile": ["training.profile_steps=2"],
 }
 
 
@@ -213,6 +215,9 @@ def train_stage(shape: Path, records: Path, data: dict[str, Any], folder: Path, 
         "estimate_within_tolerance": (abs(estimate.total_gb / measured - 1) <= MEMORY_TOLERANCE) if measured else None,
         "model_flops_per_token": flops, "mfu": round(mfu, 4) if mfu is not None else None,
         "losses": [entry["loss"] for entry in metrics["train_losses"]],
+        # training.profile_steps (the "profile" variant): the operators' table, top rows, where a step's time goes
+        "profile": (output / "profile.txt").read_text(encoding="utf-8").splitlines()[:30]
+        if (output / "profile.txt").is_file() else None,
     }
 
 
@@ -548,6 +553,10 @@ def markdown(report: dict[str, Any]) -> str:
     failed = [stage for stage in ("rl", "resume", "engine", "vllm", "parity") if "error" in report.get(stage, {})]
     lines += [line for stage in failed for line in ("", f"{stage}: FAILED {report[stage]['error']}")]
     report = {key: value for key, value in report.items() if key not in failed}
+    for row in report["train"]:
+        if row.get("profile"):
+            lines += ["", f"profile of {row['strategy']} ({row['variant']}), training.profile_steps:", "```",
+                      *row["profile"], "```"]
     if "resume" in report:
         resume = report["resume"]
         lines += ["", f"resume: killed (SIGKILL) with {resume['killed_at']} written, resumed from "

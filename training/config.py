@@ -202,6 +202,13 @@ class TrainingOptions:
         "keeps packed records apart (sdpa, eager, flash attention) and batch_size > 1. false: padded batches.",
         default=False,
     )
+    profile_steps: int = help_field(
+        "Profile this many optimizer steps after the first with torch.profiler and write profile.txt into "
+        "output_dir: the operators by their own time (the device's on a GPU, else the CPU's), to see where a step's "
+        "time goes before changing settings. The profiled steps run slower, and metrics.json's throughput counts "
+        "them. 0: off.",
+        default=0,
+    )
     memory_plan: bool = help_field(
         "On a CUDA GPU, choose gradient checkpointing and the micro-batch from selfrag.training.memory's estimate "
         "and the card's memory, printed at start: checkpointing off where the card holds the micro-batch without "
@@ -219,6 +226,8 @@ class TrainingOptions:
             problems.append(f"epochs must be > 0 when max_steps is -1, got {self.epochs}")
         if self.max_steps == 0 or self.max_steps < -1:
             problems.append(f"max_steps must be -1 (use epochs) or >= 1, got {self.max_steps}")
+        if self.profile_steps < 0:
+            problems.append(f"profile_steps must be >= 0 (0: off), got {self.profile_steps}")
         for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -68,6 +68,60 @@ class StepTimer(TrainerCallback):
                 "first_step_seconds": first}
 
 
+class StepProfiler(TrainerCallback):
+    """``training.profile_steps``: torch.profiler over ``steps`` optimizer steps after the first (which warms up), then
+    ``path`` holds the operators' table by self time (CUDA time where the GPU ran, else CPU time) and a header line."""
+
+    def __init__(self, steps: int, path: Path) -> None:
+        self.steps, self.path = steps, path
+        self.profiler: Any = None
+        self.seen = 0
+        self.started = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profiler is not None or self.seen >= self.steps or int(state.global_step) < 1:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+        _synchronize()
+        self.profiler = profile(activities=activities, record_shapes=False)
+        self.profiler.__enter__()
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profiler is None:
+            return
+        self.seen += 1
+        if self.seen < self.steps:
+            return
+        _synchronize()
+        seconds = time.perf_counter() - self.started
+        self.profiler.__exit__(None, None, None)
+        self.write(self.profiler, seconds, int(state.global_step))
+        self.profiler = None
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.profiler is not None:  # fewer steps left than asked for: what was profiled
+            _synchronize()
+            seconds = time.perf_counter() - self.started
+            self.profiler.__exit__(None, None, None)
+            self.write(self.profiler, seconds, int(state.global_step))
+            self.profiler = None
+
+    def write(self, profiler: Any, seconds: float, step: int) -> None:
+        events = profiler.key_averages()
+        device = any(getattr(event, "self_device_time_total", 0) for event in events)
+        sort = "self_cuda_time_total" if device else "self_cpu_time_total"
+        header = (f"training.profile_steps: {self.seen} optimizer step(s) ending at step {step}, {seconds:.2f} s wall "
+                  f"with the profiler on; operators by their own {'device' if device else 'CPU'} time\n\n")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(header + events.table(sort_by=sort, row_limit=40) + "\n", encoding="utf-8")
+        logger.info("profile of %d step(s) written to %s", self.seen, self.path)
+
+
 STATUS = Path("/proc/self/status")
 
 

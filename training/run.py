@@ -47,7 +47,7 @@ from selfrag.training.model import prepare_model
 from selfrag.training.packing import PackedCollator, isolates_packed, packed_attention, use_padding_free
 from selfrag.training.plan import plan_run
 from selfrag.training.rag_form import QUESTION_KEY, rag_records
-from selfrag.training.resources import StepTimer, peak_memory, reset_peak_memory
+from selfrag.training.resources import StepProfiler, StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
     accuracy_callback,
@@ -68,6 +68,7 @@ CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.json"
 JUDGEMENT_FILE = "judgement.json"
 PLOT_FILE = "training.png"
+PROFILE_FILE = "profile.txt"  # training.profile_steps
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ def run(config: TrainConfig) -> TrainResult:
     timer = StepTimer()
     interrupt = SaveOnInterrupt()  # Ctrl-C: a checkpoint at the end of the step, so the same command resumes
     callbacks: list[Any] = [timer, interrupt]
+    if config.training.profile_steps:
+        callbacks.append(StepProfiler(config.training.profile_steps, output_dir / PROFILE_FILE))
     if held_out_set.examples or judgement_examples:
         during_items = max(1, config.judgement_items // 3)
         callbacks.append(
@@ -303,7 +306,8 @@ def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
     # what training.bf16=auto became on this machine: a run resumed where it resolves otherwise is a different run
     settings["training"]["bf16"] = use_bf16(config.training.bf16)
     return run_fingerprint(
-        "train", settings, {"records": config.records}, ignore=("output_dir", "restart", "records")
+        "train", settings, {"records": config.records},
+        ignore=("output_dir", "restart", "records", "training.profile_steps"),  # profiling changes no weight
     )
 
 

@@ -70,14 +70,15 @@ def test_the_issue_53_stages_rehearse_on_the_cpu(gpu_check, tmp_path: Path) -> N
     """Training before/after (padded vs padding-free; memory_plan is ignored without a GPU) and the serving stage on
     the HF stand-in (vLLM is not installed here): what the first call of a lent GPU runs, scaled to a toy."""
     code = gpu_check.main(["--random-init", "--device", "cpu", "--shape", "1b", "--scale", *TOY, "--steps", "2",
-                           "--strategies", "reserved", "--train-variants", "recipe", "packed-plan",
+                           "--strategies", "reserved", "--train-variants", "recipe", "packed-plan", "profile",
                            "--train-override", "training.batch_size=2", "training.gradient_accumulation_steps=1",
                            "training.max_length=512", "--questions", "2", "--stages", "vllm",
                            "--output", str(tmp_path)])
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert code == 0, report
-    assert [(row["variant"], row["padding_free"]) for row in report["train"]] == [("recipe", False),
-                                                                                 ("packed-plan", True)]
+    assert [(row["variant"], row["padding_free"]) for row in report["train"]] == [
+        ("recipe", False), ("packed-plan", True), ("profile", False)]
+    assert report["train"][2]["profile"][0].startswith("training.profile_steps: 1 optimizer step(s)")
     assert all(row["throughput"]["tokens_per_second"] > 0 and len(row["losses"]) == 2 for row in report["train"])
     serving = report["vllm"]
     assert serving["engine"] == "hf"
@@ -87,3 +88,4 @@ def test_the_issue_53_stages_rehearse_on_the_cpu(gpu_check, tmp_path: Path) -> N
     assert serving["decode"]["single-pass"]["tokens"] > 0 and serving["single_pass_p50_over_plain_batch_1"] > 0
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| reserved | packed-plan |" in table and "serving on the hf engine" in table
+    assert "profile of reserved (profile), training.profile_steps:" in table and "aten::" in table

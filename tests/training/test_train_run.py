@@ -457,3 +457,19 @@ def test_sharded_launches_refuse_what_shards_break(sharded: bool, tiny_base_dir:
         check_sharding(trainer, "add", full)
     with pytest.raises(ConfigError, match="tokens.strategy=reserved keeps the other rows"):
         check_sharding(trainer, "reserved", lora)
+
+
+def test_profile_steps_write_where_the_time_goes_without_changing_the_run(tiny_base_dir: Path, records_path: Path,  # type: ignore[no-untyped-def]
+                                                                          tmp_path: Path) -> None:
+    from selfrag.training.run import train_fingerprint
+
+    config = make_config(tiny_base_dir, records_path, tmp_path / "profiled", max_steps=3, eval_fraction=0.0,
+                         profile_steps=1)
+    run(config)
+    text = (tmp_path / "profiled" / "profile.txt").read_text()
+    assert text.startswith("training.profile_steps: 1 optimizer step(s) ending at step 2")
+    assert "Self CPU" in text and "aten::" in text  # the operators' table
+    plain = make_config(tiny_base_dir, records_path, tmp_path / "plain", max_steps=3, eval_fraction=0.0)
+    assert train_fingerprint(config)["settings"] == train_fingerprint(plain)["settings"]  # the same run, resumable
+    with pytest.raises(Exception, match="profile_steps must be >= 0"):
+        make_config(tiny_base_dir, records_path, tmp_path / "bad", profile_steps=-1)
