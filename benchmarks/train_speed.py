@@ -3,12 +3,14 @@ every block, in one run: seconds per step and the loss.
 
     .venv/bin/python benchmarks/train_speed.py --records runs/qs/data/records.jsonl --steps 20 --repeats 2
     .venv/bin/python benchmarks/train_speed.py --records ... --sides fp32 bf16     # the precision alone
+    .venv/bin/python benchmarks/train_speed.py --records ... --sides recipe recipe-dropout0 recipe-top10   # levers
 
 Every side runs ``selfrag train`` with the quickstart's recipe (``configs/train/smollm2-135m-cpu.yaml``: LoRA r=16,
 the reflection rows, the weighted loss and the ranking term, questions side by side) on the same records for the same
-steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only ``training.bf16`` and
-``lora.layers`` differ (:data:`SIDES`); the baseline is fp32 with LoRA on every block. No held-out scoring, no
-checkpoints.
+steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only the overrides of
+:data:`SIDES` differ (``training.bf16`` and ``lora.layers``; the ``recipe-*`` sides: the recipe as it ships against
+one lever each, ``lora.dropout=0`` or LoRA on the top 10 blocks); the first side given is the baseline. No held-out
+scoring, no checkpoints.
 
 Prints per side the training loop's seconds per step (the Trainer's own ``train_runtime``), its speed-up over the
 baseline, and the mean training loss over the last half of the steps (what each side learns in as many steps), and
@@ -31,6 +33,10 @@ SIDES: dict[str, list[str]] = {
     "bf16": ["training.bf16=true", "lora.layers=null"],
     "fp32-top15": ["training.bf16=false", "lora.layers=15"],
     "bf16-top15": ["training.bf16=true", "lora.layers=15"],
+    # the recipe as it ships (training.bf16=auto, the top half of the blocks, padding-free), and one lever each
+    "recipe": [],
+    "recipe-dropout0": ["lora.dropout=0"],
+    "recipe-top10": ["lora.layers=10"],
 }
 
 
