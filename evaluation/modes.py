@@ -108,6 +108,7 @@ def plain_runner(
                 "passages": [hit.passage.to_json() for hit in found],
                 "cited": [hit.passage.to_json() for hit in found],  # plain RAG cites nothing: judge on all it read
                 "trace": [],
+                "engine_calls": 1,  # every question of the batch is in its one call
             })
         return records
 
@@ -142,6 +143,7 @@ def selfrag_runner(runtime: Any) -> Runner:
                 "well_formed": well_formed_flags(answer.candidates),
                 "trace": [entry.to_dict() for entry in answer.trace],
                 "trajectory": answer.trajectory,
+                "engine_calls": answer.engine_calls,  # the calls holding one of this question's requests
             })
         return records
 
@@ -172,7 +174,8 @@ def answer_all(
     progress: Any,
     on_batch: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Answer in batches; each record gets its share of the batch's engine calls, tokens and seconds.
+    """Answer in batches; each record gets its share of the batch's tokens and seconds, and its engine calls: those
+    that held one of its own requests (the runner's count), so the figure does not grow with the batch.
 
     ``on_batch`` receives each batch's records as soon as they are complete (``selfrag eval`` keeps them for a
     resume).
@@ -187,7 +190,7 @@ def answer_all(
         usage = engine.reset()
         for record in answered:
             record.update({
-                "engine_calls": usage.calls,  # calls are shared by the batch: each question waits for all of them
+                "engine_calls": record.get("engine_calls", usage.calls),  # a runner without a count: the batch's
                 "prompt_tokens": usage.prompt_tokens / len(batch),
                 "prompt_tokens_computed": usage.prompt_tokens_computed / len(batch),
                 "generated_tokens": usage.generated_tokens / len(batch),

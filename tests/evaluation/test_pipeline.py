@@ -90,6 +90,14 @@ def test_eval_run_end_to_end(world_engine: ScriptedEngine, tmp_path: Path, monke
     assert plain["match"] == 1.0 and plain["abstain_rate_unanswerable"] == 0.0
     assert plain["unsupported_claim_rate"] == 0.5 and plain["engine_calls_per_query"] == 1
     assert results["modes"]["no_retrieval"]["retrieval_rate"] == 0.0
+    # engine calls are each question's own (the calls that held one of its requests), whatever the batch: both
+    # questions in one batch of 2 still read 3 and 2, where the batch made 3 calls
+    run_module.run(from_dict(EvalConfig, {
+        "data": data, "model": "m", "base_model": "b", "output_dir": tmp_path / "out-batched", "batch_size": 2,
+        "modes": ["plain_rag", "single_pass"]}))
+    batched = json.loads((tmp_path / "out-batched" / "results.json").read_text())["modes"]
+    assert batched["single_pass"]["engine_calls_per_query"] == 2.5
+    assert batched["plain_rag"]["engine_calls_per_query"] == 1
     assert results["modes"]["no_retrieval"]["unsupported_claim_rate"] is None  # nothing cited, nothing judged
     assert "prompted" in results["modes"]
     assert results["reflection"]["relevance"]["items"] == 1
