@@ -3,13 +3,11 @@ and gpu_check's guarded stages (a failing stage is recorded, logged and reported
 
 from __future__ import annotations
 
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from repo_modules import repo_module
 
 
 def wheel(folder: Path, name: str, version: str, *requires: str) -> None:
@@ -23,13 +21,8 @@ def wheel(folder: Path, name: str, version: str, *requires: str) -> None:
 
 @pytest.fixture()
 def check():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import wheel_requirements
-
-        yield wheel_requirements
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    with repo_module("scripts", "wheel_requirements") as module:
+        yield module
 
 
 def test_the_two_requirements_that_cost_lent_gpu_calls_are_caught(check, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -60,13 +53,8 @@ def test_markers_extras_versions_on_the_machine_and_ignored_names(check, tmp_pat
 
 @pytest.fixture()
 def random_init():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_random_init
-
-        yield gpu_random_init
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    with repo_module("benchmarks", "gpu_random_init") as module:
+        yield module
 
 
 def test_a_failing_stage_is_recorded_logged_and_reported(random_init, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -10,12 +10,11 @@ test_memory.py (the dry run's meta-device counts) and tests/core/test_shapes.py.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the 1B shape cut to a toy (its real 128,256-entry vocabulary kept): every stage in a few minutes on 2 cores
 TOY = ["num_hidden_layers=2", "hidden_size=128", "intermediate_size=256", "num_attention_heads=4",
        "num_key_value_heads=2", "head_dim=32"]
@@ -23,13 +22,8 @@ TOY = ["num_hidden_layers=2", "hidden_size=128", "intermediate_size=256", "num_a
 
 @pytest.fixture(scope="module")
 def gpu_check():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_check as module
-
+    with repo_module("benchmarks", "gpu_check") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.mark.slow

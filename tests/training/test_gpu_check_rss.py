@@ -6,12 +6,11 @@ Slow (a few minutes); its own file so that it runs on another test worker than t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import repo_module
 
-ROOT = Path(__file__).resolve().parents[2]
 #: peak RSS vs selfrag.training.memory's CPU branch. Measured on the 2-core development machine: estimate 3.00 GB,
 #: peak RSS 3.36 GB (estimate / peak 0.89); the overhead term is one machine's process baseline and RSS counts the
 #: allocator's kept pages, so the bar is wider than the GPU's 15%
@@ -20,13 +19,8 @@ RSS_TOLERANCE = 0.20
 
 @pytest.fixture(scope="module")
 def gpu_random_init():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_random_init as module
-
+    with repo_module("benchmarks", "gpu_random_init") as module:
         yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.mark.slow
