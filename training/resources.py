@@ -92,24 +92,23 @@ class StepProfiler(TrainerCallback):
         self.started = time.perf_counter()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.profiler is None:
-            return
-        self.seen += 1
-        if self.seen < self.steps:
-            return
-        _synchronize()
-        seconds = time.perf_counter() - self.started
-        self.profiler.__exit__(None, None, None)
-        self.write(self.profiler, seconds, int(state.global_step))
-        self.profiler = None
+        if self.profiler is not None:
+            self.seen += 1
+            if self.seen >= self.steps:
+                self.finish(state)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.profiler is not None:  # fewer steps left than asked for: what was profiled
-            _synchronize()
-            seconds = time.perf_counter() - self.started
-            self.profiler.__exit__(None, None, None)
+            self.finish(state)
+
+    def finish(self, state: Any) -> None:
+        """Stop the profiler; the main process writes the table (one writer when several processes train)."""
+        _synchronize()
+        seconds = time.perf_counter() - self.started
+        self.profiler.__exit__(None, None, None)
+        if getattr(state, "is_world_process_zero", True):
             self.write(self.profiler, seconds, int(state.global_step))
-            self.profiler = None
+        self.profiler = None
 
     def write(self, profiler: Any, seconds: float, step: int) -> None:
         events = profiler.key_averages()
