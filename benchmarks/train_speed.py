@@ -9,7 +9,8 @@ Every side runs ``selfrag train`` with the quickstart's recipe (``configs/train/
 the reflection rows, the weighted loss and the ranking term, questions side by side) on the same records for the same
 steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only the overrides of
 :data:`SIDES` differ (``training.bf16`` and ``lora.layers``; the ``recipe-*`` sides: the recipe as it ships against
-one lever each, ``lora.dropout=0`` or LoRA on the top 10 blocks); the first side given is the baseline. No held-out
+one lever each: ``lora.dropout=0``, LoRA on the top 10 blocks, or ``trl.torch_compile=true``, whose first step
+compiles, so give it enough ``--steps``); the first side given is the baseline. No held-out
 scoring, no checkpoints.
 
 Prints per side the training loop's seconds per step (the Trainer's own ``train_runtime``), its speed-up over the
@@ -37,6 +38,7 @@ SIDES: dict[str, list[str]] = {
     "recipe": [],
     "recipe-dropout0": ["lora.dropout=0"],
     "recipe-top10": ["lora.layers=10"],
+    "recipe-compile": ["trl.torch_compile=true"],
 }
 
 
