@@ -18,7 +18,8 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
    advises when even ``support_bound=0`` abstains on more answerable dev questions than its target: the answer is
    kept and flagged ``low_confidence`` instead of replaced by the abstain sentence (the paper's runtime never
    abstains);
-4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again;
+4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again,
+   and judged on every set after the SFT arms (a stopped run has their rows first);
 5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
    judge), ``inference.top_k=3``, ``inference.max_tokens=96``, batch 8 (results/transfer.md names each run's
@@ -69,10 +70,6 @@ FOLDERS = {"single-pass SFT": "sft", "single-pass SFT, dev-calibrated": "sft-dev
            "single-pass SFT+RL": "sft+rl"}
 
 
-
-
-
-
 def question_sets(seed_dir: Path, names: list[str]) -> dict[str, tuple[Path, list[str]]]:
     """name -> (questions file, extra eval settings): the quickstart's test split searches the demo corpus; the
     dev and test sets carry their passages."""
@@ -118,16 +115,8 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
         calibrated = dev_calibrated(out, seed_dir, sft)
         models["single-pass SFT, dev-calibrated"] = (calibrated, [])
         models[FLAGGING] = (calibrated, ["inference.on_unsupported=flag"])
-    if rl_steps:
-        rl = seed_dir / "rl"
-        selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
-                f"training.max_steps={rl_steps}", f"training.seed={seed}")
-        if not (seed_dir / "rl-calibration" / "calibration.json").is_file():
-            selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
-                    f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}",
-                    "inference.top_k=3", "inference.max_tokens=96")
-        models["single-pass SFT+RL"] = (rl, [])
-    for name, (questions, extra) in question_sets(seed_dir, names).items():
+    sets = question_sets(seed_dir, names)
+    for name, (questions, extra) in sets.items():
         common = [f"data={questions}", *extra, *EVAL_SETTINGS]
         plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # the same questions
         selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
@@ -136,6 +125,17 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
         for arm, (model, settings) in models.items():
             selfrag("eval", *common, f"model={model}", "modes=[single_pass]", *settings,
                     f"output_dir={seed_dir / 'evals' / name / FOLDERS[arm]}")
+    if rl_steps:  # last: the SFT arms' rows are complete before the longest stage starts
+        rl = seed_dir / "rl"
+        selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
+                f"training.max_steps={rl_steps}", f"training.seed={seed}")
+        if not (seed_dir / "rl-calibration" / "calibration.json").is_file():
+            selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
+                    f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}",
+                    "inference.top_k=3", "inference.max_tokens=96")
+        for name, (questions, extra) in sets.items():
+            selfrag("eval", f"data={questions}", *extra, *EVAL_SETTINGS, f"model={rl}", "modes=[single_pass]",
+                    f"output_dir={seed_dir / 'evals' / name / FOLDERS['single-pass SFT+RL']}")
 
 
 def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
@@ -144,10 +144,6 @@ def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
         return None
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return {row["question"]: row for row in rows}
-
-
-
-
 
 
 def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[str, Any]] | None]:
