@@ -3,6 +3,7 @@
     python studies/transfer.py --out runs/transfer --seeds 0,1,2              # everything, 3 seeds (hours on 2 cores)
     python studies/transfer.py --out runs/transfer --seeds 0 --sets quickstart,dev   # while choosing: dev only
     python studies/transfer.py --out runs/transfer --table                   # the table again, from what is there
+    python studies/transfer.py --out runs/t-s0 --join runs/t-s1 --table      # seeds run apart, in one table
 
 Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yaml`` +
 ``configs/train/smollm2-135m-cpu.yaml``):
@@ -34,7 +35,8 @@ Question sets (``studies/transfer/``, written by ``studies/transfer_data.py``; n
 
 The table pools the seeds: per set and arm, gold answers on answerable questions (summed over seeds), the paired
 bootstrap 95% interval of the difference to plain RAG and to fine-tuned RAG (pairs: the same question in the same
-seed), false abstains on answerable questions, unsupported claims and engine calls per question. Every command
+seed), false abstains on answerable questions, unsupported claims and engine calls per question; under it, for
+every single-pass arm on every test set, which of the issue's aims it meets and which it misses. Every command
 resumes what it finished, so a rerun continues; results go under ``--out``.
 """
 
@@ -153,20 +155,60 @@ def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[s
             **{arm: records(folder / name, "single_pass") for arm, name in FOLDERS.items()}}
 
 
-def table(out: Path) -> str:
+def seed_folders(outs: list[Path]) -> list[tuple[Path, Path]]:
+    """(out, seed folder) for every ``seed-*`` under the ``--out`` folders, sorted by seed; seeds run as separate
+    processes each keep their own out (two processes never write one ``plain/`` eval), and join here."""
+    found: dict[str, tuple[Path, Path]] = {}
+    for out in outs:
+        for folder in sorted(p for p in out.glob("seed-*") if p.is_dir()):
+            if folder.name in found:
+                raise SystemExit(f"transfer: {folder.name} is in both {found[folder.name][0]} and {out}; "
+                                 "give each seed once")
+            found[folder.name] = (out, folder)
+    return [found[name] for name in sorted(found, key=lambda name: int(name.split("-")[1]))]
+
+
+#: issue #55's aims for every single-pass arm on every test set
+AIM_FALSE_ABSTAINS = 0.25
+
+
+def aims(name: str, arm: str, held: np.ndarray, base: np.ndarray, tuned: np.ndarray,
+         summaries: dict[str, dict[str, Any]]) -> str:
+    """One line: which of the aims this single-pass arm meets on this set (gold at least plain RAG's and fine-tuned
+    RAG's, fewer unsupported claims than both, false abstains on answerable questions at most 25%)."""
+    own = summaries[arm]
+    checks = [
+        (f"gold >= plain RAG ({int(held.sum())} vs {int(base.sum())})", held.sum() >= base.sum()),
+        (f"gold >= fine-tuned RAG ({int(held.sum())} vs {int(tuned.sum())})", held.sum() >= tuned.sum()),
+    ]
+    rates = [summaries[other]["unsupported_claim_rate"] for other in ("plain RAG", "fine-tuned RAG")]
+    mine = own["unsupported_claim_rate"]
+    checks.append((f"fewer unsupported claims ({_percent(mine)} vs {_percent(rates[0])}, {_percent(rates[1])})",
+                   mine is not None and all(rate is None or mine < rate for rate in rates)))
+    abstains = own["false_abstain_rate"]
+    checks.append((f"false abstains <= 25% ({_percent(abstains)})",
+                   abstains is not None and abstains <= AIM_FALSE_ABSTAINS))
+    missed = [text for text, ok in checks if not ok]
+    met = [text for text, ok in checks if ok]
+    verdict = "all aims met" if not missed else "missed: " + "; ".join(missed)
+    return f"- {name}, {arm}: {verdict}" + (f" (met: {'; '.join(met)})" if missed and met else "")
+
+
+def table(outs: list[Path]) -> str:
     from selfrag.evaluation.metrics import summarize
 
-    seeds = sorted(p for p in out.glob("seed-*") if p.is_dir())
-    lines = [f"CPU: {cpu_name()}; seeds: {', '.join(p.name.split('-')[1] for p in seeds)}", "",
+    seeds = seed_folders(outs)
+    lines = [f"CPU: {cpu_name()}; seeds: {', '.join(p.name.split('-')[1] for _, p in seeds)}", "",
              "| set | kind | arm | seeds | gold / answerable | vs plain RAG (95% CI) | vs fine-tuned RAG (95% CI) "
              "| false abstains | unsupported claims | hedged | engine calls |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    verdicts: list[str] = []
     for name in ["quickstart", *DEV, *TEST]:
         kind = "trained sources' held-out" if name == "quickstart" else ("dev" if name in DEV else "test")
         pooled: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
         paired: dict[str, list[float]] = {arm: [] for arm in ARMS}
         counted: dict[str, int] = {arm: 0 for arm in ARMS}
-        for seed_dir in seeds:
+        for out, seed_dir in seeds:
             rows = arm_rows(out, seed_dir, name)
             if rows["plain RAG"] is None or rows["fine-tuned RAG"] is None:
                 continue
@@ -181,11 +223,14 @@ def table(out: Path) -> str:
         if not counted["plain RAG"]:
             continue
         base, tuned = np.array(paired["plain RAG"]), np.array(paired["fine-tuned RAG"])
+        summaries: dict[str, dict[str, Any]] = {}
         for arm in ARMS:
             if not counted[arm] or len(paired[arm]) != len(base):
                 continue
             held = np.array(paired[arm])
-            summary = summarize(pooled[arm])
+            summary = summaries[arm] = summarize(pooled[arm])
+            if kind == "test" and arm not in ("plain RAG", "fine-tuned RAG") and len(tuned) == len(held):
+                verdicts.append(aims(name, arm, held, base, tuned, summaries))
             versus = [_difference(reference, held) if arm != title else "—"
                       for reference, title in ((base, "plain RAG"), (tuned, "fine-tuned RAG"))]
             unsupported = summary["unsupported_claim_rate"]
@@ -194,6 +239,8 @@ def table(out: Path) -> str:
                 f"{versus[1]} | {_percent(summary['false_abstain_rate'])} | {_percent(unsupported)} "
                 f"({summary['claims_judged']}) | {_percent(summary['hedged_rate'])} | "
                 f"{summary['engine_calls_per_query']:.1f} |")
+    if verdicts:
+        lines += ["", "Aims on the test sets (issue #55; gold summed over the seeds):", *verdicts]
     return "\n".join(lines)
 
 
@@ -227,6 +274,9 @@ def main() -> None:
                         help="a training setting of the single-pass model alone (e.g. training.loss_weights.text=4); "
                         "the fine-tuned RAG baseline keeps the recipe's")
     parser.add_argument("--table", action="store_true", help="only print the table from what --out holds")
+    parser.add_argument("--join", type=Path, action="append", default=[], metavar="OUT",
+                        help="another --out folder whose seeds join the table (seeds run as separate processes, "
+                        "each with its own --out)")
     args = parser.parse_args()
     if not args.table:
         groups = {"dev": list(DEV), "test": list(TEST)}
@@ -237,7 +287,7 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps,
                      args.data_recipe, args.sp_train)
-    text = table(args.out)
+    text = table([args.out, *args.join])
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
 

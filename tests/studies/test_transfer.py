@@ -43,13 +43,35 @@ def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path:
         write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
         write_arm(folder / "sft", "single_pass",
                   {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
-    table = transfer.table(tmp_path)
+    table = transfer.table([tmp_path])
     rows = {line.split(" | ")[2]: line for line in table.splitlines() if line.startswith("| popqa |")}
     assert set(rows) == {"plain RAG", "fine-tuned RAG", "single-pass SFT"}
     assert "| 2 | 8/8 |" in rows["plain RAG"] and "| 2 | 0/8 |" in rows["fine-tuned RAG"]
     sft = rows["single-pass SFT"]
     assert "| 2 | 4/8 | -0.50 [" in sft and "+0.50 [" in sft  # vs plain RAG, vs fine-tuned RAG
     assert "| 50% |" in sft  # false abstains pooled over both seeds
+
+
+def test_seeds_from_separate_outs_join_one_table_and_the_test_sets_aims_are_judged(tmp_path: Path) -> None:
+    questions = [f"q{i}" for i in range(4)]
+    for seed, right in ((0, 1), (1, 3)):
+        out = tmp_path / f"out-{seed}"
+        write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+        folder = out / f"seed-{seed}" / "evals" / "popqa"
+        write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
+        write_arm(folder / "sft", "single_pass",
+                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+    table = transfer.table([tmp_path / "out-0", tmp_path / "out-1"])
+    assert "seeds: 0, 1" in table
+    sft = next(line for line in table.splitlines() if line.startswith("| popqa | test | single-pass SFT |"))
+    assert "| 2 | 4/8 | -0.50 [" in sft
+    aims = [line for line in table.splitlines() if line.startswith("- popqa, single-pass SFT:")]
+    assert len(aims) == 1
+    assert "missed: gold >= plain RAG (4 vs 8)" in aims[0] and "false abstains <= 25% (50%)" in aims[0]
+    assert "met: gold >= fine-tuned RAG (4 vs 0)" in aims[0]
+    (tmp_path / "out-1" / "seed-0").mkdir()
+    with pytest.raises(SystemExit, match="seed-0 is in both"):
+        transfer.table([tmp_path / "out-0", tmp_path / "out-1"])
 
 
 def test_unknown_sets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
