@@ -11,8 +11,10 @@
 #     bash scripts/gpu_wheels.sh --vllm           # vllm's CUDA wheel + what it imports that the image lacks, in parts
 #
 # --vllm (scripts/gpu_wheels_vllm.sh): vllm 0.26.0 (pins torch==2.11.0, the image's, and links libcudart.so.13) is
-# about 290 MiB, over one call's 64 MiB, so it travels in parts of <= 56 MiB over consecutive calls (files a call
+# about 290 MiB, over one call's 64 MiB, so it travels in parts of <= 48 MiB over consecutive calls (files a call
 # carries stay on the machine while it is warm) and is joined there by gpu_check.sh; it prints the call sequence.
+# It also builds the 8B shape's tokenizer here (configs/models/llama-3.1-8b, git-ignored, 8.5 MB): carried beside .whl/,
+# the lent machine does not spend ~20 s of device time building it each call.
 # Not carried: gguf and pypdf (the check converts no GGUF and reads no PDF). Run it again after changing the code: .whl/selfrag-source.sha256 records
 # the tree it was built from, and gpu_check.sh refuses a stale selfrag wheel.
 set -euo pipefail
@@ -42,11 +44,18 @@ built=$(mktemp)
 rm -rf build "$built"
 bash scripts/gpu_check.sh --source-digest > .whl/selfrag-source.sha256
 ls -l .whl | awk 'NR > 1 {printf "  %10d  %s\n", $5, $9}'
+SHAPE=configs/models/llama-3.1-8b
+"$PY" -m selfrag.shapes "$SHAPE" >/dev/null
 wheels=$(du -cb .whl/* | tail -1 | cut -f1)
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | grep total$ | awk '{s += $1} END {print s}')
-total=$((wheels + tree))
+shape=$(git ls-files --others --ignored --exclude-standard -z "$SHAPE" | xargs -0 du -cb | tail -1 | cut -f1)
+total=$((wheels + tree + shape))
 mib() { awk -v bytes="$1" 'BEGIN { printf "%.1f MiB", bytes / 1048576 }'; }
-echo "gpu_wheels: .whl/ $(mib "$wheels") + tracked tree $(mib "$tree") = $(mib "$total") (limit 64 MiB; untracked files travel too)"
+echo "gpu_wheels: .whl/ $(mib "$wheels") + tracked tree $(mib "$tree") + $SHAPE's built tokenizer $(mib "$shape") = \
+$(mib "$total") (limit 64 MiB; untracked files travel too)"
+# the carry list (the tool carries ignored paths; the shape folder's tracked files travel with the tree)
+carry=$(git ls-files --others --ignored --exclude-standard "$SHAPE" | awk '{printf ", \"%s\"", $0}')
+echo "gpu_wheels: carry [\".whl\"$carry]"
 if [ "${1:-}" = "--bitsandbytes" ]; then
     bnb=$(mktemp -d)
     "$PY" -m pip download --quiet --disable-pip-version-check --no-deps "${PLATFORM[@]}" -d "$bnb" bitsandbytes 2>&1 \

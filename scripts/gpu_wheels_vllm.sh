@@ -118,6 +118,7 @@ for part in "$DIR"/part-*; do
     number=$((number + 1))
     echo "  run(carry=[\"$part\"], command=\"ls -l $DIR\", timeout_s=60)          # part $number"
 done
-echo "  run(carry=[\".whl\", \"$DIR/SHA256SUMS\", \"$DIR/wheels.sha256\"], timeout_s=600,"
+shape=$(git ls-files --others --ignored --exclude-standard configs/models/llama-3.1-8b | awk '{printf ", \"%s\"", $0}')
+echo "  run(carry=[\".whl\"$shape, \"$DIR/SHA256SUMS\", \"$DIR/wheels.sha256\"], timeout_s=600,"
 echo "      command=\"bash scripts/gpu_check.sh --random-init --stages vllm ... --output /tmp/gc\")   # joins, installs"
 echo "  (bash scripts/gpu_wheels.sh first: .whl/ is the default set; rm -rf $DIR afterwards: ~$(du -sh "$DIR" | cut -f1))"
