@@ -118,15 +118,20 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
         models["single-pass SFT, dev-calibrated"] = (calibrated, [])
         models[FLAGGING] = (calibrated, ["inference.on_unsupported=flag"])
     sets = question_sets(seed_dir, names)
-    for name, (questions, extra) in sets.items():
-        common = [f"data={questions}", *extra, *EVAL_SETTINGS]
-        plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # the same questions
-        selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
-        selfrag("eval", *common, f"model={sft}", f"ft_rag_model={seed_dir / 'ft-rag'}", "modes=[ft_rag]",
-                f"output_dir={seed_dir / 'evals' / name / 'ft-rag'}")
-        for arm, (model, settings) in models.items():
-            selfrag("eval", *common, f"model={model}", "modes=[single_pass]", *settings,
-                    f"output_dir={seed_dir / 'evals' / name / FOLDERS[arm]}")
+
+    def judge(arms: dict[str, tuple[Path, list[str]]], baselines: bool) -> None:
+        for name, (questions, extra) in sets.items():
+            common = [f"data={questions}", *extra, *EVAL_SETTINGS]
+            if baselines:
+                plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"  # same questions
+                selfrag("eval", *common, f"model={sft}", f"output_dir={plain}", "modes=[plain_rag]")
+                selfrag("eval", *common, f"model={sft}", f"ft_rag_model={seed_dir / 'ft-rag'}", "modes=[ft_rag]",
+                        f"output_dir={seed_dir / 'evals' / name / 'ft-rag'}")
+            for arm, (model, settings) in arms.items():
+                selfrag("eval", *common, f"model={model}", "modes=[single_pass]", *settings,
+                        f"output_dir={seed_dir / 'evals' / name / FOLDERS[arm]}")
+
+    judge(models, baselines=True)
     if rl_steps:  # last: the SFT arms' rows are complete before the longest stage starts
         rl = seed_dir / "rl"
         selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
@@ -135,9 +140,7 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
             selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
                     f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}",
                     "inference.top_k=3", "inference.max_tokens=96")
-        for name, (questions, extra) in sets.items():
-            selfrag("eval", f"data={questions}", *extra, *EVAL_SETTINGS, f"model={rl}", "modes=[single_pass]",
-                    f"output_dir={seed_dir / 'evals' / name / FOLDERS['single-pass SFT+RL']}")
+        judge({"single-pass SFT+RL": (rl, [])}, baselines=False)
 
 
 def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
