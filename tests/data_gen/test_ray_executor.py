@@ -104,7 +104,7 @@ def test_ray_run_stops_on_an_unreachable_teacher_naming_it(cluster, tmp_path: Pa
     with pytest.raises(ConfigError, match=rf"{url}/chat/completions is unreachable: connection error"):
         generate(url, data, tmp_path / "out", "executor=ray", f"ray.address={cluster.address}", "ray.batch_size=1",
                  "teacher.engine_options.backoff=0.2", f"ray.stages={stages}")
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 180  # a bound on "stops", not a speed: 117 s was seen on a loaded 2-core box
 
 
 @pytest.mark.parametrize("stages", ["false", "true"])
