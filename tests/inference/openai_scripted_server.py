@@ -8,6 +8,7 @@ It answers ``POST /v1/completions`` the way vLLM's server does (prompt as token 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,8 +26,6 @@ class _QuietServer(ThreadingHTTPServer):
     block_on_close = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             return
         super().handle_error(request, client_address)
