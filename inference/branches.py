@@ -3,8 +3,10 @@
 With pruning (the default) every branch ``prompt + [Retrieval]<paragraph>…</paragraph>`` decodes its relevance token
 first (the verdict read at ``relevance_threshold``, weak branches stopped there), then the rest of each survivor from
 that verdict. A branch that judged its passage ``[Relevant]`` and wrote no answer text is decoded once more from
-``[Relevant]``, text first. ``[Retrieval]`` and ``<paragraph>`` stop every decode: a continuation never writes its own
-evidence.
+``[Relevant]``, text first. A branch never writes its own evidence or asks for more: ``[Retrieval]`` and
+``<paragraph>`` are held off in every branch decode (the short form answers in one segment, from the passage the
+runtime gave it), so a branch that would stop there mid-answer writes on to its verdicts. The question's decision and
+the answer after ``[No Retrieval]`` stop at them instead.
 """
 
 from __future__ import annotations
@@ -54,7 +56,12 @@ class Decoding:
         # looping `[Relevant]For</paragraph>[Relevant]For…` to max_tokens (a 150-step CPU model did, on one seed in
         # three, at 4x plain RAG's latency). The log-probs reported stay the model's own.
         self.relevance_ids = ids.ids(Group.RELEVANCE)
-        self.after_verdict_banned = (*self.relevance_ids, ids.id(rf.PARAGRAPH_CLOSE))
+        # A branch already holds its evidence: a `[Retrieval]` or `<paragraph>` there asks for more, which the short
+        # form never fetches. As stop ids they cut the branch before its support verdict, and a branch without one is
+        # never accepted (a 300-step CPU model did this on the passage it judged [Relevant], on PopQA, and the
+        # question was abstained). Held off, the model writes on to its verdicts.
+        self.branch_banned = (self.retrieval_id, self.paragraph_id)
+        self.after_verdict_banned = (*self.branch_banned, *self.relevance_ids, ids.id(rf.PARAGRAPH_CLOSE))
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -79,10 +86,21 @@ class Decoding:
             score_token_ids=self.engine.token_ids.all_ids,
         )
 
+    def branch_request(self, prompt: Sequence[int], max_tokens: int) -> GenerationRequest:
+        """A passage branch's decode (``prompt`` ends in its passage, or goes on from there): it stops at its utility
+        verdict or the end, and never writes ``[Retrieval]`` or ``<paragraph>`` (see ``branch_banned``)."""
+        return GenerationRequest(
+            prompt_ids=tuple(prompt),
+            max_tokens=max_tokens,
+            stop_token_ids=self.utility_ids,
+            score_token_ids=self.engine.token_ids.all_ids,
+            banned_token_ids=self.branch_banned,
+        )
+
     def after_verdict_request(self, prompt: Sequence[int], max_tokens: int) -> GenerationRequest:
         """The rest of a branch after its relevance verdict (somewhere in ``prompt``'s generated part): its answer and
         verdicts, with no second relevance verdict or ``</paragraph>`` (see ``after_verdict_banned``)."""
-        return replace(self.continuation_request(prompt, max_tokens), banned_token_ids=self.after_verdict_banned)
+        return replace(self.branch_request(prompt, max_tokens), banned_token_ids=self.after_verdict_banned)
 
     def no_retrieval_request(self, prompt: Sequence[int]) -> GenerationRequest:
         """The answer after ``[No Retrieval]`` (forced by the threshold, mode=never, no passage found, or every
@@ -154,7 +172,7 @@ class Decoding:
         pruning = self.config.pruning.enabled and max_tokens > 1
         whole = call(
             self.engine,
-            [replace(self.continuation_request(p, 1 if pruning else max_tokens), keep_prefix=pruning)
+            [replace(self.branch_request(p, 1 if pruning else max_tokens), keep_prefix=pruning)
              for _, _, p in branches],
             owners,
         )
@@ -179,7 +197,7 @@ class Decoding:
             self.engine,
             [self.after_verdict_request(branches[i][2] + first[i].token_ids, max_tokens - 1)
              if set(first[i].token_ids) & set(self.relevance_ids)
-             else self.continuation_request(branches[i][2] + first[i].token_ids, max_tokens - 1) for i in rest],
+             else self.branch_request(branches[i][2] + first[i].token_ids, max_tokens - 1) for i in rest],
             [owners[i] for i in rest],
         )
         generations = list(first)

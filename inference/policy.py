@@ -6,10 +6,14 @@
 
 Decisions this module makes (each is tested in ``tests/inference/test_runtime*.py``):
 
-* **Ranking**: a candidate missing a verdict (no relevance, support or utility token to read: a truncated
+* **Ranking**: a candidate the policy would not ship (``judge`` below: a passage judged ``[Irrelevant]``, no
+  support verdict, ``[No support / Contradictory]``, support below ``support_bound``) ranks below every candidate
+  it would ship; then a candidate missing a verdict (no relevance, support or utility token to read: a truncated
   or malformed decode) ranks below every candidate that has all three; among equals the combined score
   decides; a tie keeps the earlier candidate (the retriever's order) and the trace says ``tie``.
-  Scoring a missing component as 0 would let a truncated candidate outrank an honest ``[Utility:1]``.
+  Scoring a missing component as 0 would let a truncated candidate outrank an honest ``[Utility:1]``; ranking by
+  the score alone let a branch the relevance cut had turned ``[Irrelevant]`` (its raw relevance still high)
+  outrank a supported ``[Relevant]`` one, and the question was abstained with a shippable answer in hand.
 * **Unsupported** (re-retrieve, then abstain or flag): the model judged the passage ``[Irrelevant]``
   (its support verdict is about evidence it rejected), no support verdict at all, ``[No support /
   Contradictory]`` on any sentence, or a support score below ``support_bound``.
@@ -36,31 +40,41 @@ from .config import InferenceConfig
 from .trace import Rank, RankedCandidate
 
 
-def rank_key(candidate: Candidate) -> tuple[bool, float]:
-    """Sort key (higher is better): complete candidates first, then the combined score."""
+def rank_key(candidate: Candidate, config: InferenceConfig | None = None) -> tuple[bool, bool, float]:
+    """Sort key (higher is better): with ``config``, candidates the policy would ship (:func:`judge`) first; then
+    complete candidates; then the combined score. Without ``config`` every candidate counts as shippable."""
+    shippable = config is None or judge(candidate, config)[0]
     score = candidate.score
     if score is None:
-        return (False, 0.0)
-    return (not score.missing, score.total)
+        return (shippable, False, 0.0)
+    return (shippable, not score.missing, score.total)
 
 
 def rank(
-    candidates: Sequence[Candidate], indices: Sequence[int], weights: Mapping[str, float]
+    candidates: Sequence[Candidate], indices: Sequence[int], weights: Mapping[str, float],
+    config: InferenceConfig | None = None,
 ) -> tuple[int, Rank]:
-    """The best of ``candidates[indices]`` and the trace entry that explains the choice."""
+    """The best of ``candidates[indices]`` and the trace entry that explains the choice. With ``config`` the policy's
+    verdict ranks first (see the module docstring); the closed-set vote ranks by the scores alone."""
+    keys = {i: rank_key(candidates[i], config) for i in indices}
     best = indices[0]
     for index in indices[1:]:
-        if rank_key(candidates[index]) > rank_key(candidates[best]):
+        if keys[index] > keys[best]:
             best = index
-    tied = [i for i in indices if rank_key(candidates[i]) == rank_key(candidates[best])]
-    complete, total = rank_key(candidates[best])
+    tied = [i for i in indices if keys[i] == keys[best]]
+    shippable, complete, total = keys[best]
     reason = f"highest combined score {total:.4f} of {len(indices)} candidates"
     if not complete:
         reason += "; every candidate misses a verdict, so none is complete"
-    elif any(not rank_key(candidates[i])[0] for i in indices):
+    elif any(not keys[i][1] for i in indices):
         reason += "; candidates missing a verdict rank below complete ones"
+    if shippable and config is not None and (refused := [i for i in indices if not keys[i][0]]):
+        top = max(refused, key=lambda i: (keys[i][1], keys[i][2], -i))
+        if (keys[top][1], keys[top][2]) > (complete, total):
+            reason += (f"; {passage_id(candidates[top]) or 'the answer without a passage'} scored higher "
+                       f"({keys[top][2]:.4f}), but the policy would not ship it, so it ranks below")
     traced = tuple(
-        candidate_trace(candidates[i], None if i == best else _why_not(candidates[i], complete, total))
+        candidate_trace(candidates[i], None if i == best else _why_not(candidates[i], keys[i], keys[best], config))
         for i in indices
     )
     tie = tuple(passage_id(candidates[i]) for i in tied) if len(tied) > 1 else None
@@ -70,13 +84,17 @@ def rank(
                       tie=tie)
 
 
-def _why_not(candidate: Candidate, best_complete: bool, best_total: float) -> str:
-    """The rule by which ``candidate`` lost the ranking to the best one."""
-    complete, total = rank_key(candidate)
-    if best_complete and not complete:
+def _why_not(candidate: Candidate, key: tuple[bool, bool, float], best: tuple[bool, bool, float],
+             config: InferenceConfig | None) -> str:
+    """The rule by which ``candidate`` (sort key ``key``) lost the ranking to the best one (``best``)."""
+    shippable, complete, total = key
+    if best[0] and not shippable and config is not None:
+        why = judge(candidate, config)[1]
+        return f"the policy would not ship it ({why}): ranks below every candidate it would"
+    if best[1] and not complete:
         missing = ", ".join(candidate.score.missing) if candidate.score else "every verdict"
         return f"misses a verdict ({missing}): ranks below every complete candidate (its problems say why)"
-    return f"combined score {total:.4f} is not above the chosen one's {best_total:.4f}"
+    return f"combined score {total:.4f} is not above the chosen one's {best[2]:.4f}"
 
 
 def judge(candidate: Candidate, config: InferenceConfig) -> tuple[bool, str]:
@@ -168,7 +186,7 @@ def candidate_trace(candidate: Candidate, rejected: str | None = None) -> Ranked
         problems=candidate.problems,
         generated=shorten(candidate.generated),
         retried=None if candidate.retried is None else shorten(candidate.retried),
-        complete=rank_key(candidate)[0],
+        complete=rank_key(candidate)[1],
         pruned=candidate.pruned,
         truncated=candidate.truncated or None,
         round=candidate.round,

@@ -99,7 +99,7 @@ def parse_verdict(reply: str, options: dict[str, str]) -> str | None:
 #: Bumped when the same model, settings and question are answered differently in this mode (the single-pass runtime
 #: has its own, :data:`selfrag.inference.runtime.BEHAVIOUR_VERSION`). What each bump changed:
 #: results/runtime-versions.md.
-BEHAVIOUR_VERSION = 2
+BEHAVIOUR_VERSION = 3
 
 
 @dataclass

@@ -258,7 +258,7 @@ class Rounds(ABC, Generic[W]):
         if work.choices is not None:
             best, entry = closedset.vote(work.candidates, indices, work.choices)
         else:
-            best, entry = policy.rank(work.candidates, indices, self.weights)
+            best, entry = policy.rank(work.candidates, indices, self.weights, self.config)
         work.trace.append(replace(entry, round=work.round))
         chosen = work.candidates[best]
         supported, reason = policy.judge(chosen, self.config)
@@ -300,7 +300,7 @@ class Rounds(ABC, Generic[W]):
                 why += "; on_unsupported=flag, but no candidate wrote answer text to ship, so it abstains"
                 if policy.all_irrelevant(work.candidates):
                     why += " (on_all_irrelevant=no_retrieval answers without the passages instead)"
-        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i]), -i))
+        best = max(everyone, key=lambda i: (policy.rank_key(work.candidates[i], self.config), -i))
         _, reason = policy.judge(work.candidates[best], self.config)
         if cut_before_support(work.candidates[best]):
             # max_tokens ended the decode before the model could give its verdict: a cut answer, flagged (what ships

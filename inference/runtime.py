@@ -17,11 +17,13 @@ shared with the prompted critic; this model's decodes and passage branches are :
 The trace is a contract: each verdict in it is reflected in what the caller receives. The cases:
 
 * a decode is cut where the model asks for evidence the short form does not fetch (a mid-answer
-  ``[Retrieval]``, or a ``[Retrieval]``/``<paragraph>`` after the passage): ``[Retrieval]`` and
-  ``<paragraph>`` are stop ids, so a continuation can never write its own passage; the text before the
-  cut ships, ``low_confidence=true`` with the reason (``form=long`` follows such requests instead);
+  ``[Retrieval]`` in the answer after ``[No Retrieval]``): ``[Retrieval]`` and ``<paragraph>`` are stop ids
+  there, so a continuation can never write its own passage; the text before the cut ships,
+  ``low_confidence=true`` with the reason (``form=long`` follows such requests instead). A passage branch
+  already holds its evidence: both ids are held off there, and it writes on to its verdicts;
 * the best candidate judged its passage ``[Irrelevant]``: unsupported (policy), and if flagged it cites
-  nothing; a missing verdict ranks a candidate below every complete one (see the policy module);
+  nothing; a candidate the policy would not ship ranks below every one it would, and a missing verdict ranks a
+  candidate below every complete one (see the policy module);
 * every ``abstained``/``low_confidence`` carries its reasons in ``Answer.reasons``.
 """
 
@@ -52,7 +54,7 @@ logger = logging.getLogger(__name__)
 #: Bumped when the same model, settings and question are answered differently: a saved answer of an older version
 #: (eval's single-pass answers, the quickstart's calibration) is answered again. What each bump changed:
 #: results/runtime-versions.md.
-BEHAVIOUR_VERSION = 6
+BEHAVIOUR_VERSION = 7
 
 
 class SelfRAG(Rounds[PromptWork]):

@@ -169,9 +169,9 @@ def test_all_continuations_in_one_call_and_trace(reflection_tokenizer, token_ids
     answer = scenario.rag(mode="always", top_k=3, pruning=PruningConfig(enabled=False)).answer("What is the capital?")
     assert [len(batch) for batch in scenario.engine.calls] == [3]
     request = scenario.engine.calls[0][0]
-    # [Retrieval] and <paragraph> stop too: a continuation can never write its own evidence
-    assert request.stop_token_ids == (token_ids.id(rf.RETRIEVAL), token_ids.id(rf.PARAGRAPH_OPEN),
-                                      *token_ids.ids(Group.UTILITY))
+    # a branch never writes its own evidence or asks for more: [Retrieval] and <paragraph> are held off, not stops
+    assert request.stop_token_ids == token_ids.ids(Group.UTILITY)
+    assert set(request.banned_token_ids) == {token_ids.id(rf.RETRIEVAL), token_ids.id(rf.PARAGRAPH_OPEN)}
     assert set(request.score_token_ids) == set(token_ids.all_ids)
     rank = next(step for step in answer.to_json()["trace"] if step["step"] == "rank")
     assert [c["passage_id"] for c in rank["candidates"]] == [PARIS.id, LYON.id, NICE.id]

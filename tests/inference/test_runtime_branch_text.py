@@ -119,11 +119,39 @@ def test_trace_and_ask_output_say_what_a_malformed_branch_wrote_and_why(reflecti
     assert gold["well_formed"] is False and gold["generated"] == f"{rf.RELEVANT} [Utility:5]"
     assert gold["retried"] == f"{rf.RELEVANT}{rf.FULLY_SUPPORTED}[Utility:5]"
     assert any("has no text" in problem for problem in gold["problems"])
-    assert gold["rejected"] == "misses a verdict (support): ranks below every complete candidate (its problems say why)"
+    assert gold["rejected"] == ("the policy would not ship it (the best continuation has no support verdict, so "
+                                "nothing says the passage supports it): ranks below every candidate it would")
     shown = format_answer(answer)
     assert f"first wrote '{rf.RELEVANT}{rf.FULLY_SUPPORTED}[Utility:5]' (no answer text)" in shown
     assert f"wrote '{rf.RELEVANT} [Utility:5]'" in shown
-    assert "(malformed: segment 1 has" in shown and "not chosen: misses a verdict" in shown
+    assert "(malformed: segment 1 has" in shown and "not chosen: the policy would not ship it" in shown
+
+
+@pytest.mark.parametrize("asks", [rf.RETRIEVAL, rf.PARAGRAPH_OPEN])
+@pytest.mark.parametrize("pruning", [True, False])
+def test_a_branch_that_would_ask_for_more_evidence_writes_on_to_its_verdicts(reflection_tokenizer, token_ids, asks,  # type: ignore[no-untyped-def]
+                                                                              pruning) -> None:
+    """A 300-step CPU model judged the passage holding the answer ``[Relevant]``, wrote a sentence, then ``<paragraph>``
+    (5 of one seed's PopQA abstentions). As a stop id that cut the branch before its support verdict, so it was never
+    accepted. A branch already holds its evidence: both ids are held off in its decodes, the model writes on to its
+    verdicts, and the branch is answered."""
+    segments = Segments(reflection_tokenizer, token_ids)
+    ask = token_ids.id(asks)
+    wants = segments.script("Ada Byrne.", (asks, {}))  # what the model writes after the verdict, unconstrained
+    written = segments.script("Ada Byrne.", (rf.FULLY_SUPPORTED, FULL), U5)
+
+    class AskingEngine(BranchEngine):
+        def find(self, request: GenerationRequest) -> Script:
+            self.after = written if ask in request.banned_token_ids else wants
+            return super().find(request)
+
+    engine = AskingEngine(reflection_tokenizer, token_ids, wants)
+    answer = _rag(engine, pruning=PruningConfig(enabled=pruning)).answer(Q)
+    assert answer.answer == "Ada Byrne." and answer.citations == (GOLD,) and not answer.low_confidence
+    gold = answer.candidates[0]
+    assert gold.well_formed and gold.truncated is None and gold.retried is None
+    branches = [r for call in engine.calls for r in call]
+    assert branches and all(ask in r.banned_token_ids and ask not in r.stop_token_ids for r in branches)
 
 
 def test_long_generated_text_is_shortened_in_the_trace(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]

@@ -77,18 +77,20 @@ def test_no_retrieval_answer_cut_by_a_mid_answer_retrieval_is_flagged(build) -> 
     assert len(engine.calls) == 1
 
 
-@pytest.mark.parametrize("invented", [[(rf.RETRIEVAL, {}), (rf.PARAGRAPH_OPEN, {}), "Fake fact."],
-                                      [(rf.PARAGRAPH_OPEN, {}), "Fake fact."]])
-def test_continuation_that_invents_evidence_stops_before_it(build, token_ids, invented) -> None:  # type: ignore[no-untyped-def]
-    steps = [(rf.RELEVANT, RELEVANT), "Paris.", (rf.FULLY_SUPPORTED, FULL), *invented, (rf.PARAGRAPH_CLOSE, {}),
-             (rf.RELEVANT, RELEVANT), "Invented.", (rf.FULLY_SUPPORTED, FULL), U5]
-    rag, engine, _ = build({PARIS: steps}, passages=[PARIS], max_rounds=0, pruning=OFF)
-    answer = rag.answer(Q)
-    assert answer.answer == "Paris." and "Fake" not in answer.candidates[0].trajectory
-    assert token_ids.id(rf.PARAGRAPH_OPEN) in engine.calls[0][0].stop_token_ids
-    assert answer.citations == (PARIS,)
-    assert answer.low_confidence and answer.reasons[0].startswith("truncated")
-    assert answer.candidates[0].truncated and not answer.candidates[0].well_formed
+@pytest.mark.parametrize("pruning", [PruningConfig(), OFF])
+def test_a_branch_can_never_write_evidence(build, token_ids, pruning) -> None:  # type: ignore[no-untyped-def]
+    """A passage branch holds its evidence: ``[Retrieval]`` and ``<paragraph>`` are held off in every one of its
+    decodes (not stop ids, which cut it before its verdicts), so it can neither invent a passage nor ask for one."""
+    rag, engine, _ = build({PARIS: seg("Paris.")}, passages=[PARIS], max_rounds=0, pruning=pruning)
+    assert rag.answer(Q).answer == "Paris."
+    evidence = {token_ids.id(rf.RETRIEVAL), token_ids.id(rf.PARAGRAPH_OPEN)}
+    requests = [r for call in engine.calls for r in call]
+    assert requests and all(evidence <= set(r.banned_token_ids) and not evidence & set(r.stop_token_ids)
+                            for r in requests)
+    invented = seg("Paris.", utility=None) + [(rf.PARAGRAPH_OPEN, {}), "Fake fact."]
+    rag, _, _ = build({PARIS: invented}, passages=[PARIS], max_rounds=0, pruning=pruning)
+    with pytest.raises(ValueError, match="banned id"):  # a script that writes it anyway is one no engine would give
+        rag.answer(Q)
 
 
 def test_a_missing_verdict_ranks_below_an_honest_utility_1(build, reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -103,6 +105,23 @@ def test_a_missing_verdict_ranks_below_an_honest_utility_1(build, reflection_tok
     assert paris["score"] > lyon["score"]  # the sum alone would pick the cut-off candidate
     assert paris["missing"] == ["utility"] and not paris["complete"] and lyon["complete"]
     assert rank["chosen"] == LYON.id and answer.answer == "Honest."
+
+
+def test_a_candidate_the_policy_would_not_ship_ranks_below_one_it_would(build) -> None:  # type: ignore[no-untyped-def]
+    """Ranked by the combined score alone, a branch judged [Irrelevant] (raw relevance 0.45, full support,
+    [Utility:5]) beat a [Relevant], partially supported one; the policy never ships the former, so the question was
+    abstained with a shippable answer in hand (seen in the CPU model's HotpotQA traces)."""
+    weak = {rf.RELEVANT: 0.45, rf.IRRELEVANT: 0.55}
+    rag, _, _ = build({PARIS: seg("Paris.", relevance=weak), LYON: seg("Lyon.", support=PART, utility=U1)},
+                      passages=[PARIS, LYON], top_k=2, max_rounds=0, pruning=OFF)
+    answer = rag.answer(Q)
+    [rank] = step(answer, "rank")
+    paris, lyon = rank["candidates"]
+    assert paris["score"] > lyon["score"] and paris["complete"] and lyon["complete"]  # the sum alone picks Paris
+    assert rank["chosen"] == LYON.id and answer.answer == "Lyon." and not answer.abstained
+    assert paris["rejected"].startswith(f"the policy would not ship it (the model judged its own passage {rf.IRRELEVANT}")
+    assert f"{PARIS.id} scored higher" in rank["reason"] and "would not ship it" in rank["reason"]
+    assert "rejected" not in lyon and step(answer, "support")[-1]["chosen"] == "accept"
 
 
 # -- ranking details --------------------------------------------------------------------------------------
