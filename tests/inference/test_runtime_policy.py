@@ -119,7 +119,8 @@ def test_a_candidate_the_policy_would_not_ship_ranks_below_one_it_would(build) -
     paris, lyon = rank["candidates"]
     assert paris["score"] > lyon["score"] and paris["complete"] and lyon["complete"]  # the sum alone picks Paris
     assert rank["chosen"] == LYON.id and answer.answer == "Lyon." and not answer.abstained
-    assert paris["rejected"].startswith(f"the policy would not ship it (the model judged its own passage {rf.IRRELEVANT}")
+    refused = f"the policy would not ship it (the model judged its own passage {rf.IRRELEVANT}"
+    assert paris["rejected"].startswith(refused)
     assert f"{PARIS.id} scored higher" in rank["reason"] and "would not ship it" in rank["reason"]
     assert "rejected" not in lyon and step(answer, "support")[-1]["chosen"] == "accept"
 
