@@ -64,8 +64,10 @@ def rank(
     tied = [i for i in indices if keys[i] == keys[best]]
     shippable, complete, total = keys[best]
     reason = f"highest combined score {total:.4f} of {len(indices)} candidates"
-    if not complete:
+    if not any(keys[i][1] for i in indices):
         reason += "; every candidate misses a verdict, so none is complete"
+    elif not complete:
+        reason += "; it misses a verdict, but every complete candidate is one the policy would not ship"
     elif any(not keys[i][1] for i in indices):
         reason += "; candidates missing a verdict rank below complete ones"
     if shippable and config is not None and (refused := [i for i in indices if not keys[i][0]]):

@@ -125,6 +125,19 @@ def test_a_candidate_the_policy_would_not_ship_ranks_below_one_it_would(build) -
     assert "rejected" not in lyon and step(answer, "support")[-1]["chosen"] == "accept"
 
 
+def test_a_shippable_candidate_missing_its_utility_outranks_a_complete_refused_one(build) -> None:  # type: ignore[no-untyped-def]
+    """The rank reason says why an incomplete candidate won: every complete one is refused (not "none is complete")."""
+    weak = {rf.RELEVANT: 0.45, rf.IRRELEVANT: 0.55}
+    rag, _, _ = build({PARIS: seg("Paris.", relevance=weak), LYON: seg("Lyon.", utility=None) + [" and more" * 10]},
+                      passages=[PARIS, LYON], top_k=2, max_rounds=0, pruning=OFF, max_tokens=12)
+    answer = rag.answer(Q)
+    [rank] = step(answer, "rank")
+    paris, lyon = rank["candidates"]
+    assert paris["complete"] and not lyon["complete"] and rank["chosen"] == LYON.id
+    assert "every complete candidate is one the policy would not ship" in rank["reason"]
+    assert "none is complete" not in rank["reason"]
+
+
 # -- ranking details --------------------------------------------------------------------------------------
 
 
