@@ -204,13 +204,23 @@ CONVERTERS: dict[str, Callable[[Path, int | None], Converted]] = {
 }
 
 
-def convert(name: str, source: Path, output: Path, limit: int | None = None) -> tuple[int, int]:
-    """Write ``output/queries.jsonl`` and ``output/corpus.jsonl``; returns (queries, passages)."""
+def convert(name: str, source: Path, output: Path, limit: int | None = None, skip: int = 0) -> tuple[int, int]:
+    """Write ``output/queries.jsonl`` and ``output/corpus.jsonl``; returns (queries, passages).
+
+    ``skip``: leave out the first ``skip`` questions (and their passages), so a second slice of one file never holds
+    a question of the first: ``limit`` then counts from there."""
     if name not in CONVERTERS:
         raise InputError(f"unknown source {name!r}; use one of {sorted(CONVERTERS)}")
     if not source.is_file():
         raise InputError(f"{name} file {str(source)!r} not found; see ../shared/data/PROVENANCE.md for the files")
-    queries, passages = CONVERTERS[name](source, limit)
+    if skip < 0:
+        raise InputError(f"--skip must be >= 0, got {skip}")
+    queries, passages = CONVERTERS[name](source, None if limit is None else skip + limit)
+    if skip:
+        queries = queries[skip:]
+        kept = {query["id"] for query in queries}
+        # every converter names a question's passages "<question id>/<n>"
+        passages = [passage for passage in passages if passage["id"].rsplit("/", 1)[0] in kept]
     unique = list({passage["id"]: passage for passage in passages}.values())
     write_jsonl_atomic(output / "queries.jsonl", queries)
     write_jsonl_atomic(output / "corpus.jsonl", unique)
@@ -222,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", choices=sorted(CONVERTERS))
     parser.add_argument("input", type=Path)
     parser.add_argument("output", type=Path)
-    parser.add_argument("--limit", type=int, default=None, help="first N questions only")
+    parser.add_argument("--limit", type=int, default=None, help="first N questions only (after --skip)")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N questions")
     args = parser.parse_args(argv)
-    queries, passages = convert(args.source, args.input, args.output, args.limit)
+    queries, passages = convert(args.source, args.input, args.output, args.limit, args.skip)
     print(f"{queries} queries and {passages} passages written to {args.output}")
     return 0
 

@@ -47,6 +47,22 @@ def test_nq_open_oracle_passage_is_gold(tmp_path: Path) -> None:
     assert query.gold_passage_ids == ("nq-0/0",) and query.needs_retrieval is True
 
 
+def test_skip_leaves_out_the_first_questions_and_only_their_passages(tmp_path: Path) -> None:
+    rows = [{"question": f"q{n}?", "answers": [f"A{n}"],
+             "ctxs": [{"title": "T", "text": f"A{n} did it.", "isgold": True}]} for n in range(12)]
+    with gzip.open(tmp_path / "nq.jsonl.gz", "wt") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows)
+    assert convert("nq-open", tmp_path / "nq.jsonl.gz", tmp_path / "out", limit=3, skip=10) == (2, 2)
+    queries = load_queries(tmp_path / "out" / "queries.jsonl")
+    passages = load_corpus(tmp_path / "out" / "corpus.jsonl")
+    # the ids keep the file's own numbering, so a second slice never collides with the first
+    assert [q.id for q in queries] == ["nq-10", "nq-11"] and [p.id for p in passages] == ["nq-10/0", "nq-11/0"]
+    assert convert("nq-open", tmp_path / "nq.jsonl.gz", tmp_path / "more", limit=2, skip=1) == (2, 2)
+    assert [q.question for q in load_queries(tmp_path / "more" / "queries.jsonl")] == ["q1?", "q2?"]
+    with pytest.raises(InputError, match="--skip must be >= 0"):
+        convert("nq-open", tmp_path / "nq.jsonl.gz", tmp_path / "bad", skip=-1)
+
+
 def test_retrievalqa_answer_bearing_context_is_gold_and_none_means_unanswerable(tmp_path: Path) -> None:
     rows = [
         {
@@ -135,7 +151,7 @@ def test_unknown_source_and_missing_file(tmp_path: Path) -> None:
         convert("begin", tmp_path / "missing.tsv", tmp_path / "out")
 
 
-@pytest.mark.parametrize("name", ["hotpotqa", "nq-open", "retrievalqa", "begin"])
+@pytest.mark.parametrize("name", ["hotpotqa", "nq-open", "nq-open-more", "retrievalqa", "begin"])
 def test_shipped_slices_load(name: str) -> None:
     queries = load_queries(SLICES / name / "queries.jsonl")
     passages = {p.id for p in load_corpus(SLICES / name / "corpus.jsonl")}
