@@ -110,13 +110,14 @@ def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
 
     recipe = yaml.safe_load((REPO / "configs" / "data_gen" / "mixed-sources.yaml").read_text(encoding="utf-8"))
     slices = sorted(p.name for p in SLICES.iterdir() if p.is_dir())
-    assert slices == ["begin", "hotpotqa", "nq-open", "retrievalqa"]
+    # nq-open-more is the transfer study's NQ arm (studies/transfer/recipes/nq-more.yaml), not the quickstart's
+    assert slices == ["begin", "hotpotqa", "nq-open", "nq-open-more", "retrievalqa"]
     assert recipe["more_passages"] == [f"data_gen/slices/{s}/corpus.jsonl" for s in ["hotpotqa", "nq-open",
                                                                                       "retrievalqa", "begin"]]
     for path in recipe["more_passages"] + recipe["more_queries"] + recipe["more_answers"] + [recipe["answers"]]:
         assert (REPO / path).is_file(), path
     # every answerable slice question with a span answer has a whole-sentence answer (BEGIN's are its responses)
-    for name in ("hotpotqa", "nq-open", "retrievalqa"):
+    for name in ("hotpotqa", "nq-open", "nq-open-more", "retrievalqa"):
         answered = {json.loads(line)["id"] for line in (SLICES / name / "answers-sentences.jsonl").open()}
         questions = [json.loads(line) for line in (SLICES / name / "queries.jsonl").open()]
         assert {q["id"] for q in questions if q.get("answerable", True) and q.get("answers")} <= answered
