@@ -4,6 +4,7 @@
     python studies/transfer.py --out runs/transfer --seeds 0 --sets quickstart,dev   # while choosing: dev only
     python studies/transfer.py --out runs/transfer --table                   # the table again, from what is there
     python studies/transfer.py --out runs/t-s0 --join runs/t-s1 --table      # seeds run apart, in one table
+    python studies/transfer.py --out runs/arm-s0 --versus runs/t-s0 --table  # an arm recipe against the shipped one
 
 Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yaml`` +
 ``configs/train/smollm2-135m-cpu.yaml``):
@@ -247,6 +248,44 @@ def table(outs: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def versus(outs: list[Path], others: list[Path]) -> str:
+    """Two recipes' models set against each other: for every set and every arm both hold, gold answers and false
+    abstains of ``outs`` (an arm recipe) and ``others`` (the recipe it changes), paired on the same question in the
+    same seed; only seeds both hold count (a seed is ``seed-s`` under any of the folders)."""
+    from selfrag.evaluation.metrics import summarize
+
+    mine, theirs = dict((p.name, (o, p)) for o, p in seed_folders(outs)), dict(
+        (p.name, (o, p)) for o, p in seed_folders(others))
+    common = sorted(set(mine) & set(theirs), key=lambda name: int(name.split("-")[1]))
+    lines = [f"seeds in both: {', '.join(name.split('-')[1] for name in common) or 'none'}", "",
+             "| set | arm | seeds | gold: this recipe | gold: the other | difference (95% CI) | false abstains: this "
+             "| false abstains: the other |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in ["quickstart", *DEV, *TEST]:
+        for arm in ARMS:
+            a: list[float] = []
+            b: list[float] = []
+            rows_a: list[dict[str, Any]] = []
+            rows_b: list[dict[str, Any]] = []
+            seeds = 0
+            for seed in common:
+                found_a, found_b = arm_rows(*mine[seed], name)[arm], arm_rows(*theirs[seed], name)[arm]
+                if found_a is None or found_b is None:
+                    continue
+                seeds += 1
+                answerable = [q for q, row in found_b.items() if row["answerable"]]
+                a += [gold(found_a[q]) for q in answerable]
+                b += [gold(found_b[q]) for q in answerable]
+                rows_a += list(found_a.values())
+                rows_b += list(found_b.values())
+            if not seeds:
+                continue
+            held, other = np.array(a), np.array(b)
+            abstains = [_percent(summarize(rows)["false_abstain_rate"]) for rows in (rows_a, rows_b)]
+            lines.append(f"| {name} | {arm} | {seeds} | {int(held.sum())}/{len(held)} | {int(other.sum())}/{len(other)}"
+                         f" | {_difference(other, held)} | {abstains[0]} | {abstains[1]} |")
+    return "\n".join(lines)
+
+
 def _difference(reference: np.ndarray, held: np.ndarray) -> str:
     if len(reference) != len(held) or not len(held):
         return "n/a"
@@ -280,6 +319,9 @@ def main() -> None:
     parser.add_argument("--join", type=Path, action="append", default=[], metavar="OUT",
                         help="another --out folder whose seeds join the table (seeds run as separate processes, "
                         "each with its own --out)")
+    parser.add_argument("--versus", type=Path, action="append", default=[], metavar="OUT",
+                        help="with --table: set this recipe's models (--out, --join) against another recipe's "
+                        "(its --out folders), paired per seed and question")
     args = parser.parse_args()
     if not args.table:
         groups = {"dev": list(DEV), "test": list(TEST)}
@@ -293,6 +335,9 @@ def main() -> None:
     text = table([args.out, *args.join])
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
+    if args.versus:
+        print()
+        print(versus([args.out, *args.join], args.versus))
 
 
 if __name__ == "__main__":

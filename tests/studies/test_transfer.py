@@ -74,6 +74,24 @@ def test_seeds_from_separate_outs_join_one_table_and_the_test_sets_aims_are_judg
         transfer.table([tmp_path / "out-0", tmp_path / "out-1"])
 
 
+def test_versus_pairs_two_recipes_on_the_seeds_both_hold(tmp_path: Path) -> None:
+    questions = [f"q{i}" for i in range(4)]
+    for recipe, seeds, right in (("arm", (0, 1), 3), ("shipped", (0, 2), 1)):
+        for seed in seeds:
+            out = tmp_path / f"{recipe}-{seed}"
+            write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+            folder = out / f"seed-{seed}" / "evals" / "popqa"
+            write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
+            write_arm(folder / "sft", "single_pass",
+                      {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+    text = transfer.versus([tmp_path / "arm-0", tmp_path / "arm-1"], [tmp_path / "shipped-0", tmp_path / "shipped-2"])
+    assert text.startswith("seeds in both: 0")  # seed 1 (arm only) and seed 2 (shipped only) are left out
+    sft = next(line for line in text.splitlines() if line.startswith("| popqa | single-pass SFT |"))
+    assert sft == "| popqa | single-pass SFT | 1 | 3/4 | 1/4 | +0.50 [+0.00, +1.00] | 25% | 75% |"
+    plain = next(line for line in text.splitlines() if line.startswith("| popqa | plain RAG |"))
+    assert "| 4/4 | 4/4 | +0.00 [+0.00, +0.00] |" in plain
+
+
 def test_unknown_sets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["transfer.py", "--out", "x", "--sets", "nq"])
     with pytest.raises(SystemExit):
