@@ -35,6 +35,17 @@ def write_arm(folder: Path, mode: str, answers: dict[str, str]) -> None:
     (folder / "results.json").write_text("{}")
 
 
+def write_seed(out: Path, seed: int, right: int) -> None:
+    """One seed's PopQA rows in its own --out: plain RAG right on all 4, fine-tuned RAG on none, single-pass on the
+    first ``right`` (abstaining on the rest)."""
+    questions = [f"q{i}" for i in range(4)]
+    write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+    folder = out / f"seed-{seed}" / "evals" / "popqa"
+    write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
+    write_arm(folder / "sft", "single_pass",
+              {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+
+
 def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path: Path) -> None:
     questions = [f"q{i}" for i in range(4)]
     write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
@@ -53,14 +64,8 @@ def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path:
 
 
 def test_seeds_from_separate_outs_join_one_table_and_the_test_sets_aims_are_judged(tmp_path: Path) -> None:
-    questions = [f"q{i}" for i in range(4)]
     for seed, right in ((0, 1), (1, 3)):
-        out = tmp_path / f"out-{seed}"
-        write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
-        folder = out / f"seed-{seed}" / "evals" / "popqa"
-        write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
-        write_arm(folder / "sft", "single_pass",
-                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+        write_seed(tmp_path / f"out-{seed}", seed, right)
     table = transfer.table([tmp_path / "out-0", tmp_path / "out-1"])
     assert "seeds: 0, 1" in table
     sft = next(line for line in table.splitlines() if line.startswith("| popqa | test | single-pass SFT |"))
@@ -75,15 +80,9 @@ def test_seeds_from_separate_outs_join_one_table_and_the_test_sets_aims_are_judg
 
 
 def test_versus_pairs_two_recipes_on_the_seeds_both_hold(tmp_path: Path) -> None:
-    questions = [f"q{i}" for i in range(4)]
     for recipe, seeds, right in (("arm", (0, 1), 3), ("shipped", (0, 2), 1)):
         for seed in seeds:
-            out = tmp_path / f"{recipe}-{seed}"
-            write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
-            folder = out / f"seed-{seed}" / "evals" / "popqa"
-            write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
-            write_arm(folder / "sft", "single_pass",
-                      {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+            write_seed(tmp_path / f"{recipe}-{seed}", seed, right)
     text = transfer.versus([tmp_path / "arm-0", tmp_path / "arm-1"], [tmp_path / "shipped-0", tmp_path / "shipped-2"])
     assert text.startswith("seeds in both: 0")  # seed 1 (arm only) and seed 2 (shipped only) are left out
     sft = next(line for line in text.splitlines() if line.startswith("| popqa | single-pass SFT |"))
