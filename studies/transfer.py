@@ -261,14 +261,14 @@ def versus(outs: list[Path], others: list[Path]) -> str:
              "| set | arm | seeds | gold: this recipe | gold: the other | difference (95% CI) | false abstains: this "
              "| false abstains: the other |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in ["quickstart", *DEV, *TEST]:
+        pairs = [(arm_rows(*mine[seed], name), arm_rows(*theirs[seed], name)) for seed in common]  # read once a set
         for arm in ARMS:
             a: list[float] = []
             b: list[float] = []
             rows_a: list[dict[str, Any]] = []
             rows_b: list[dict[str, Any]] = []
             seeds = 0
-            for seed in common:
-                found_a, found_b = arm_rows(*mine[seed], name)[arm], arm_rows(*theirs[seed], name)[arm]
+            for found_a, found_b in ((x[arm], y[arm]) for x, y in pairs):
                 if found_a is None or found_b is None:
                     continue
                 seeds += 1
@@ -320,7 +320,7 @@ def main() -> None:
                         help="another --out folder whose seeds join the table (seeds run as separate processes, "
                         "each with its own --out)")
     parser.add_argument("--versus", type=Path, action="append", default=[], metavar="OUT",
-                        help="with --table: set this recipe's models (--out, --join) against another recipe's "
+                        help="also set this recipe's models (--out, --join) against another recipe's "
                         "(its --out folders), paired per seed and question")
     args = parser.parse_args()
     if not args.table:
