@@ -192,6 +192,17 @@ class RLConfig:
         "Questions with gold answers: queries JSONL (question, answers, answerable; the format `selfrag generate` "
         "reads).")
     output_dir: Path = help_field("Where the adapter, selfrag.json, rewards and checkpoints go.")
+    more_queries: list[Path] = help_field(
+        "Further question files joined to queries, as a data recipe's more_queries: the other sources the adapter was "
+        "trained on (the split, records and per_source select from all of them; ids unique across them).",
+        default_factory=list)
+    more_passages: list[Path] = help_field(
+        "Further passage files joined to retriever.corpus, as a data recipe's more_passages: the passages of "
+        "more_queries' questions, searched with the corpus in one in-memory index (ids unique across them).",
+        default_factory=list)
+    per_source: int | None = help_field(
+        "At most N questions of each source (meta.source; a question without one counts as its file's), taken in "
+        "file order before limit, so the largest source does not crowd out the others (null: every question).", None)
     records: Path | None = help_field(
         "Records from `selfrag generate`: only the questions they were made from (meta.query_id) are used; null: every "
         "question of `queries` the split selects.", None)
@@ -228,6 +239,12 @@ class RLConfig:
                             "block of a merged model (an adapter keeps its own): remove lora.layers")
         if self.limit is not None and self.limit < 1:
             problems.append(f"limit must be at least 1 or null, got {self.limit}")
+        if self.per_source is not None and self.per_source < 1:
+            problems.append(f"per_source must be at least 1 or null, got {self.per_source}")
+        if self.more_passages and self.retriever.corpus is None and self.retriever.is_set():
+            problems.append("more_passages joins passage files to retriever.corpus, searched in memory; a prebuilt "
+                            "index (retriever.index or retriever.url) holds what it was built from: build one index "
+                            "of every passage file, or use retriever.corpus")
         return problems
 
 

@@ -26,17 +26,19 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from selfrag.artifacts import ModelMeta, load_meta, load_trained_questions, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
-from selfrag.corpus import Query, load_queries
+from selfrag.corpus import Query, load_corpus, load_queries
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
+from selfrag.retrieval import BM25Retriever, Retriever
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults, setting_renames
 from selfrag.training.dataset import read_records
 from selfrag.training.trainer import last_checkpoint
@@ -111,8 +113,7 @@ def run(config: RLConfig) -> RLResult:
 
     # --- Questions and passages first: a bad file fails before a model loads ------------------------
     questions = read_questions(config)
-    retriever = open_retriever(config.retriever)
-    assert retriever is not None  # validate() requires one
+    retriever = open_rl_retriever(config)
     reward = Reward(config.reward, build_judge(config.reward))
 
     engine = rollout_engine(config.rollout.engine, config.model)
@@ -181,25 +182,91 @@ def measured_on(meta: ModelMeta | None) -> str | None:
 
 def rl_fingerprint(config: RLConfig) -> dict[str, Any]:
     """The settings and the data's content hashes that make a run; ``run.json`` in its output_dir."""
-    inputs = {"queries": config.queries, "records": config.records}
-    return run_fingerprint("rl", to_dict(config), inputs, ignore=("output_dir", "restart"))
+    inputs: dict[str, Path | None] = {"queries": config.queries, "records": config.records}
+    # each further file by content, keys only when set (a run made before they existed keeps its fingerprint)
+    inputs.update({f"more_queries[{number}]": path for number, path in enumerate(config.more_queries)})
+    inputs.update({f"more_passages[{number}]": path for number, path in enumerate(config.more_passages)})
+    return run_fingerprint("rl", to_dict(config), inputs, ignore=("output_dir", "restart", "more_queries",
+                                                                  "more_passages"))
 
 
 def read_questions(config: RLConfig) -> list[Query]:
-    """The questions to train on: the split (or the records' questions), each with gold answers or unanswerable."""
-    queries = load_queries(config.queries)
+    """The questions to train on: the split (or the records' questions) of ``queries`` and ``more_queries``, each with
+    gold answers or unanswerable, at most ``per_source`` of each source, then the first ``limit``."""
+    queries = joined_queries([config.queries, *config.more_queries])
     if config.records is not None:
         wanted = {str(record.meta.get("query_id", record.id)) for record in read_records(config.records)}
         queries = [query for query in queries if query.id in wanted]
     elif config.split != "all":
         queries = [query for query in queries if query.meta.get("split") == config.split]
     queries = [query for query in queries if query.answers or not query.answerable]
+    if config.per_source is not None:
+        queries = per_source(queries, config.per_source)
     queries = queries[: config.limit] if config.limit is not None else queries
     if not queries:
         where = f"records={config.records}" if config.records is not None else f"split={config.split}"
         raise InputError(f"queries {str(config.queries)!r}: no question with gold answers (or answerable: false) "
                          f"is selected by {where}; check the file, or use split=all")
     return queries
+
+
+def joined_queries(paths: Sequence[Path]) -> list[Query]:
+    """Every file's queries in order, each tagged with its file where it names no ``meta.source``; ``InputError`` for
+    an id two files share."""
+    where: dict[str, Path] = {}
+    joined = []
+    for path in paths:
+        for query in load_queries(path):
+            if query.id in where:
+                raise InputError(
+                    f"{path}: query id {query.id!r} is also in {where[query.id]}; a question may be in one of "
+                    "queries / more_queries only: remove one, or prefix each source's ids with its name")
+            where[query.id] = path
+            if "source" not in query.meta:
+                query = replace(query, meta={**query.meta, "source": str(path)})
+            joined.append(query)
+    return joined
+
+
+def per_source(queries: Sequence[Query], most: int) -> list[Query]:
+    """The first ``most`` questions of each ``meta.source``, in their order."""
+    counts: Counter[str] = Counter()
+    kept = []
+    for query in queries:
+        source = str(query.meta.get("source"))
+        if counts[source] < most:
+            counts[source] += 1
+            kept.append(query)
+    return kept
+
+
+def open_rl_retriever(config: RLConfig) -> Retriever:
+    """The rollouts' retriever: ``retriever`` as every stage opens it, or, with ``more_passages``, one in-memory index
+    of ``retriever.corpus`` and those files together (``InputError`` for a passage id two of them share)."""
+    if not config.more_passages:
+        retriever = open_retriever(config.retriever)
+        assert retriever is not None  # validate() requires one
+        return retriever
+    spec = config.retriever
+    assert spec.corpus is not None  # validate(): more_passages joins retriever.corpus
+    chunking = {name: value for name in ("chunk_words", "chunk_overlap") if (value := getattr(spec, name)) is not None}
+    files = [Path(spec.corpus), *config.more_passages]
+    seen: dict[str, Path] = {}
+    passages = []
+    for path in files:
+        for passage in load_corpus(path, **chunking):
+            if passage.id in seen:
+                raise InputError(
+                    f"{path}: passage id {passage.id!r} is also in {seen[passage.id]}; a passage may be in one of "
+                    "retriever.corpus / more_passages only: remove one, or prefix each source's ids with its name")
+            seen[passage.id] = path
+            passages.append(passage)
+    logger.info("rollouts search %d passages of %d files", len(passages), len(files))
+    if spec.kind == "dense":
+        from selfrag.inference.retrievers.dense import DenseRetriever
+
+        return DenseRetriever(passages, **({"model": spec.model} if spec.model else {}))
+    return BM25Retriever(passages)
 
 
 def write_trained_questions(output_dir: Path, start: Path, questions: Sequence[Query]) -> None:
