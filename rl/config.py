@@ -201,8 +201,9 @@ class RLConfig:
         "more_queries' questions, searched with the corpus in one in-memory index (ids unique across them).",
         default_factory=list)
     per_source: int | None = help_field(
-        "At most N questions of each source (meta.source; a question without one counts as its file's), taken in "
-        "file order before limit, so the largest source does not crowd out the others (null: every question).", None)
+        "At most N questions of each source (meta.source; a question without one counts as its file's): the first N "
+        "in file order, source by source, before limit, so the largest source does not crowd out the others (null: "
+        "every question, in file order).", None)
     records: Path | None = help_field(
         "Records from `selfrag generate`: only the questions they were made from (meta.query_id) are used; null: every "
         "question of `queries` the split selects.", None)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -229,15 +228,14 @@ def joined_queries(paths: Sequence[Path]) -> list[Query]:
 
 
 def per_source(queries: Sequence[Query], most: int) -> list[Query]:
-    """The first ``most`` questions of each ``meta.source``, in their order."""
-    counts: Counter[str] = Counter()
-    kept = []
+    """The first ``most`` questions of each ``meta.source``, source by source in the order the sources first appear
+    (GRPO's sampler shuffles them; the order only fixes which questions a seed draws)."""
+    by_source: dict[str, list[Query]] = {}
     for query in queries:
-        source = str(query.meta.get("source"))
-        if counts[source] < most:
-            counts[source] += 1
+        kept = by_source.setdefault(str(query.meta.get("source")), [])
+        if len(kept) < most:
             kept.append(query)
-    return kept
+    return [query for kept in by_source.values() for query in kept]
 
 
 def open_rl_retriever(config: RLConfig) -> Retriever:

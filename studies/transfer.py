@@ -20,8 +20,9 @@ Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yam
    advises when even ``support_bound=0`` abstains on more answerable dev questions than its target: the answer is
    kept and flagged ``low_confidence`` instead of replaced by the abstain sentence (the paper's runtime never
    abstains);
-4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``), calibrated again,
-   and judged on every set after the SFT arms (a stopped run has their rows first);
+4. with ``--rl-steps N``, ``selfrag rl`` from the SFT model (``configs/rl/smollm2-135m-cpu.yaml``, or
+   ``--rl-recipe``'s config on the questions of the seed's records), calibrated again the quickstart's way, and judged
+   on every set after the SFT arms (a stopped run has their rows first);
 5. ``selfrag eval`` of every model on every question set, one judgement for all modes (the paper's metric: a gold
    string occurs in the answer; baselines abstain only with their prompt's abstain sentence; the overlap claim
    judge), ``inference.top_k=3``, ``inference.max_tokens=96``, batch 8 (results/transfer.md names each run's
@@ -102,7 +103,8 @@ def dev_calibrated(out: Path, seed_dir: Path, sft: Path) -> Path:
 
 
 def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps: int, devcal: bool,
-             rag_steps: int | None = None, data_recipe: Path | None = None, sp_train: list[str] = ()) -> None:
+             rag_steps: int | None = None, data_recipe: Path | None = None, sp_train: list[str] = (),
+             rl_recipe: Path | None = None) -> None:
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
     recipe = [f"data_recipe={data_recipe.resolve()}"] if data_recipe else []
@@ -135,8 +137,10 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
     judge(models, baselines=True)
     if rl_steps:  # last: the SFT arms' rows are complete before the longest stage starts
         rl = seed_dir / "rl"
-        selfrag("rl", "--config", str(RL_RECIPE), f"model={sft}", f"output_dir={rl}",
-                f"training.max_steps={rl_steps}", f"training.seed={seed}")
+        # another recipe names its sources; records= keeps the questions the SFT model was trained on
+        questions = [f"records={seed_dir / 'data' / 'records.jsonl'}"] if rl_recipe else []
+        selfrag("rl", "--config", str(rl_recipe or RL_RECIPE), f"model={sft}", f"output_dir={rl}",
+                f"training.max_steps={rl_steps}", f"training.seed={seed}", *questions)
         if not (seed_dir / "rl-calibration" / "calibration.json").is_file():
             selfrag("calibrate", f"data={seed_dir / 'splits' / 'dev.jsonl'}", f"model={rl}",
                     f"retriever.corpus={DEMO_CORPUS}", f"output_dir={seed_dir / 'rl-calibration'}",
@@ -308,6 +312,9 @@ def main() -> None:
     parser.add_argument("--rag-steps", type=int,
                         help="the fine-tuned RAG baseline's steps, if not --steps' (fewer: a handicapped baseline)")
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
+    parser.add_argument("--rl-recipe", type=Path,
+                        help="the RL config instead of configs/rl/smollm2-135m-cpu.yaml, trained on the questions of "
+                        "the seed's records (e.g. studies/transfer/recipes/rl-sources.yaml: every source, F1 reward)")
     parser.add_argument("--dev-calibrated", action="store_true",
                         help="also judge the SFT model calibrated on the dev sets")
     parser.add_argument("--data-recipe", type=Path,
@@ -331,7 +338,7 @@ def main() -> None:
             parser.error(f"--sets: unknown {unknown}; expected quickstart, dev, test, {', '.join(DEV + TEST)}")
         for seed in (int(s) for s in args.seeds.split(",")):
             run_seed(args.out, seed, names, args.steps, args.rl_steps, args.dev_calibrated, args.rag_steps,
-                     args.data_recipe, args.sp_train)
+                     args.data_recipe, args.sp_train, args.rl_recipe)
     text = table([args.out, *args.join])
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)

@@ -54,6 +54,15 @@ def test_more_queries_join_the_split_and_per_source_balances_them(sources: dict[
     assert alone == ["sq-0", "sq-1"]
 
 
+def test_per_source_groups_interleaved_sources_in_the_order_they_first_appear(sources: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    rows = [{"id": f"{source}-{n}", "question": f"{source} question {n}?", "answers": ["x"],
+             "meta": {"source": source, "split": "train"}} for n in range(3) for source in ("math", "chat")]
+    mixed = _write(tmp_path / "mixed.jsonl", rows)  # math-0, chat-0, math-1, chat-1, ...
+    ids = [q.id for q in read_questions(_config({**sources, "queries": mixed}, "per_source=2"))]
+    assert ids == ["math-0", "math-1", "chat-0", "chat-1"]
+
+
 def test_a_question_id_in_two_files_is_refused_with_both(sources: dict[str, Path], tmp_path: Path) -> None:
     again = _write(tmp_path / "again.jsonl", [{"id": "sq-3", "question": "Again?", "answers": ["yes"]}])
     with pytest.raises(InputError, match=r"again\.jsonl: query id 'sq-3' is also in .*big\.jsonl; .*prefix"):

@@ -95,3 +95,36 @@ def test_unknown_sets_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["transfer.py", "--out", "x", "--sets", "nq"])
     with pytest.raises(SystemExit):
         transfer.main()
+
+
+def test_an_rl_recipe_trains_on_the_seeds_records_and_is_calibrated_the_quickstarts_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(transfer, "selfrag", lambda *args: calls.append(args))
+    recipe = Path(transfer.REPO) / "studies" / "transfer" / "recipes" / "rl-sources.yaml"
+    transfer.run_seed(tmp_path, 2, ["nq-open"], None, 5, False, rl_recipe=recipe)
+    rl = next(call for call in calls if call[0] == "rl")
+    seed_dir = tmp_path / "seed-2"
+    assert rl[1:3] == ("--config", str(recipe))
+    assert f"records={seed_dir / 'data' / 'records.jsonl'}" in rl
+    assert {"training.max_steps=5", "training.seed=2", f"output_dir={seed_dir / 'rl'}"} <= set(rl)
+    calibrate = calls[calls.index(rl) + 1]
+    assert calibrate[0] == "calibrate" and f"data={seed_dir / 'splits' / 'dev.jsonl'}" in calibrate
+    judged = [call for call in calls[calls.index(calibrate):] if call[0] == "eval"]
+    assert [call for call in judged if f"model={seed_dir / 'rl'}" in call]
+    calls.clear()
+    transfer.run_seed(tmp_path, 2, ["nq-open"], None, 5, False)  # the CPU recipe: its own split, no records
+    rl = next(call for call in calls if call[0] == "rl")
+    assert rl[2] == str(transfer.RL_RECIPE) and not any(arg.startswith("records=") for arg in rl)
+
+
+def test_the_rl_sources_recipe_names_files_that_exist() -> None:
+    from selfrag.config import load_config
+    from selfrag.rl.config import RLConfig
+
+    repo = Path(transfer.REPO)
+    config = load_config(RLConfig, repo / "studies" / "transfer" / "recipes" / "rl-sources.yaml", [], model="m",
+                         output_dir=str(repo / "unused"))
+    assert config.per_source == 50 and config.reward.correctness == "f1"
+    for path in [config.queries, *config.more_queries, *config.more_passages, config.retriever.corpus]:
+        assert (repo / str(path)).is_file(), path
