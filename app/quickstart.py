@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Path("configs/train/smollm2-135m-cpu.yaml")
-DATA_RECIPE = Path("configs/data_gen/mixed-sources.yaml")  # studies/answers, third round
+DATA_RECIPE = Path("configs/data_gen/mixed-sources-nq.yaml")  # issue #55: mixed-sources.yaml + 440 NQ-open questions
 STAGES_FILE = "stages.json"
 MAX_TOKENS = 96  # new tokens per decode in calibration and evaluation: a whole-sentence answer and its tokens
 

@@ -6,7 +6,8 @@
     python studies/transfer.py --out runs/t-s0 --join runs/t-s1 --table      # seeds run apart, in one table
     python studies/transfer.py --out runs/arm-s0 --versus runs/t-s0 --table  # an arm recipe against the shipped one
 
-Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources.yaml`` +
+Per seed ``s``, on the quickstart's recipe (``configs/data_gen/mixed-sources-nq.yaml`` since 2026-11-30; before,
+``mixed-sources.yaml``: ``--data-recipe configs/data_gen/mixed-sources.yaml`` reproduces the earlier runs; +
 ``configs/train/smollm2-135m-cpu.yaml``):
 
 1. ``selfrag quickstart output_dir=OUT/seed-s train.training.seed=s``: the records, the single-pass model (SFT),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from selfrag.app.quickstart import DATA_RECIPE
 from selfrag.config import load_config
 from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.run import run
@@ -105,17 +106,27 @@ def test_an_edited_further_corpus_or_answers_file_is_not_reused(sources: dict[st
 
 
 def test_the_mixed_source_recipe_labels_every_shipped_source() -> None:
-    """configs/data_gen/mixed-sources.yaml: the quickstart's SQuAD recipe plus the four slices' training splits."""
+    """configs/data_gen/mixed-sources.yaml: the demo's SQuAD recipe plus the four slices' training splits; the
+    quickstart's mixed-sources-nq.yaml: the same plus nq-open-more."""
     import yaml
 
     recipe = yaml.safe_load((REPO / "configs" / "data_gen" / "mixed-sources.yaml").read_text(encoding="utf-8"))
     slices = sorted(p.name for p in SLICES.iterdir() if p.is_dir())
-    # nq-open-more is the transfer study's NQ arm (studies/transfer/recipes/nq-more.yaml), not the quickstart's
     assert slices == ["begin", "hotpotqa", "nq-open", "nq-open-more", "retrievalqa"]
     assert recipe["more_passages"] == [f"data_gen/slices/{s}/corpus.jsonl" for s in ["hotpotqa", "nq-open",
                                                                                       "retrievalqa", "begin"]]
     for path in recipe["more_passages"] + recipe["more_queries"] + recipe["more_answers"] + [recipe["answers"]]:
         assert (REPO / path).is_file(), path
+    # the quickstart's recipe is the same plus nq-open-more, and nothing else
+    quickstart = yaml.safe_load((REPO / DATA_RECIPE).read_text(encoding="utf-8"))
+    assert DATA_RECIPE == Path("configs/data_gen/mixed-sources-nq.yaml")
+    more = {key: f"data_gen/slices/nq-open-more/{name}.jsonl" for key, name in
+            (("more_passages", "corpus"), ("more_queries", "queries"), ("more_answers", "answers-sentences"))}
+    assert {key: value for key, value in quickstart.items() if key not in more} == {
+        key: value for key, value in recipe.items() if key not in more}
+    for key, path in more.items():
+        assert [p for p in quickstart[key] if p != path] == recipe[key], key
+        assert path in quickstart[key] and (REPO / path).is_file()
     # every answerable slice question with a span answer has a whole-sentence answer (BEGIN's are its responses)
     for name in ("hotpotqa", "nq-open", "nq-open-more", "retrievalqa"):
         answered = {json.loads(line)["id"] for line in (SLICES / name / "answers-sentences.jsonl").open()}
