@@ -263,7 +263,7 @@ def open_rl_retriever(config: RLConfig) -> Retriever:
     if spec.kind == "dense":
         from selfrag.inference.retrievers.dense import DenseRetriever
 
-        return DenseRetriever(passages, **({"model": spec.model} if spec.model else {}))
+        return DenseRetriever(passages, model=spec.model) if spec.model else DenseRetriever(passages)
     return BM25Retriever(passages)
 
 

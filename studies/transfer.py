@@ -315,7 +315,8 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=0, help="also train SFT+RL for this many GRPO steps")
     parser.add_argument("--rl-recipe", type=Path,
                         help="the RL config instead of configs/rl/smollm2-135m-cpu.yaml, trained on the questions of "
-                        "the seed's records (e.g. studies/transfer/recipes/rl-sources.yaml: every source, F1 reward)")
+                        "the seed's records (e.g. studies/transfer/rl-recipes/rl-sources.yaml: every source, F1 "
+                        "reward)")
     parser.add_argument("--dev-calibrated", action="store_true",
                         help="also judge the SFT model calibrated on the dev sets")
     parser.add_argument("--data-recipe", type=Path,

@@ -74,6 +74,8 @@ def test_more_passages_are_searched_with_the_corpus(sources: dict[str, Path], tm
     assert [hit.passage.id for hit in alone.search("who painted the Hindenburg airship", k=2)] == ["c0"]
     joined = open_rl_retriever(_config(sources, f"more_passages=[{sources['more']}]"))
     assert joined.search("who painted the Hindenburg airship", k=1)[0].passage.id == "m0"
+    dense = open_rl_retriever(_config(sources, f"more_passages=[{sources['more']}]", "retriever.kind=dense"))
+    assert dense.kind == "dense" and dense.search("who painted the Hindenburg airship", k=1)[0].passage.id == "m0"
     clash = _write(tmp_path / "clash.jsonl", [{"id": "c0", "title": "Other", "text": "Another first passage."}])
     with pytest.raises(InputError, match=r"clash\.jsonl: passage id 'c0' is also in .*c\.jsonl"):
         open_rl_retriever(_config(sources, f"more_passages=[{clash}]"))

@@ -101,7 +101,7 @@ def test_an_rl_recipe_trains_on_the_seeds_records_and_is_calibrated_the_quicksta
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(transfer, "selfrag", lambda *args: calls.append(args))
-    recipe = Path(transfer.REPO) / "studies" / "transfer" / "recipes" / "rl-sources.yaml"
+    recipe = Path(transfer.REPO) / "studies" / "transfer" / "rl-recipes" / "rl-sources.yaml"
     transfer.run_seed(tmp_path, 2, ["nq-open"], None, 5, False, rl_recipe=recipe)
     rl = next(call for call in calls if call[0] == "rl")
     seed_dir = tmp_path / "seed-2"
@@ -123,7 +123,7 @@ def test_the_rl_sources_recipe_names_files_that_exist() -> None:
     from selfrag.rl.config import RLConfig
 
     repo = Path(transfer.REPO)
-    config = load_config(RLConfig, repo / "studies" / "transfer" / "recipes" / "rl-sources.yaml", [], model="m",
+    config = load_config(RLConfig, repo / "studies" / "transfer" / "rl-recipes" / "rl-sources.yaml", [], model="m",
                          output_dir=str(repo / "unused"))
     assert config.per_source == 50 and config.reward.correctness == "f1"
     for path in [config.queries, *config.more_queries, *config.more_passages, config.retriever.corpus]:
