@@ -33,11 +33,11 @@ from typing import Any
 
 from selfrag.artifacts import ModelMeta, load_meta, load_trained_questions, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
-from selfrag.corpus import Query, load_corpus, load_queries
+from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
 from selfrag.fsutil import write_json
 from selfrag.inference.retrievers.spec import open_retriever
-from selfrag.retrieval import BM25Retriever, Retriever
+from selfrag.retrieval import Retriever
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults, setting_renames
 from selfrag.training.dataset import read_records
 from selfrag.training.trainer import last_checkpoint
@@ -239,32 +239,10 @@ def per_source(queries: Sequence[Query], most: int) -> list[Query]:
 
 
 def open_rl_retriever(config: RLConfig) -> Retriever:
-    """The rollouts' retriever: ``retriever`` as every stage opens it, or, with ``more_passages``, one in-memory index
-    of ``retriever.corpus`` and those files together (``InputError`` for a passage id two of them share)."""
-    if not config.more_passages:
-        retriever = open_retriever(config.retriever)
-        assert retriever is not None  # validate() requires one
-        return retriever
-    spec = config.retriever
-    assert spec.corpus is not None  # validate(): more_passages joins retriever.corpus
-    chunking = {name: value for name in ("chunk_words", "chunk_overlap") if (value := getattr(spec, name)) is not None}
-    files = [Path(spec.corpus), *config.more_passages]
-    seen: dict[str, Path] = {}
-    passages = []
-    for path in files:
-        for passage in load_corpus(path, **chunking):
-            if passage.id in seen:
-                raise InputError(
-                    f"{path}: passage id {passage.id!r} is also in {seen[passage.id]}; a passage may be in one of "
-                    "retriever.corpus / more_passages only: remove one, or prefix each source's ids with its name")
-            seen[passage.id] = path
-            passages.append(passage)
-    logger.info("rollouts search %d passages of %d files", len(passages), len(files))
-    if spec.kind == "dense":
-        from selfrag.inference.retrievers.dense import DenseRetriever
-
-        return DenseRetriever(passages, model=spec.model) if spec.model else DenseRetriever(passages)
-    return BM25Retriever(passages)
+    """The rollouts' retriever: ``retriever`` as every stage opens it, ``more_passages`` joined to its corpus."""
+    retriever = open_retriever(config.retriever, more=config.more_passages)
+    assert retriever is not None  # validate() requires one
+    return retriever
 
 
 def write_trained_questions(output_dir: Path, start: Path, questions: Sequence[Query]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,19 +85,23 @@ class Chunk:
         return data
 
 
-def load_corpus(path: str | Path, chunk_words: int = 200, chunk_overlap: int = 40) -> list[Passage]:
+def load_corpus(path: str | Path | Sequence[str | Path], chunk_words: int = 200,
+                chunk_overlap: int = 40) -> list[Passage]:
     """Read a corpus into memory: JSONL lines ``{"id", "title", "text"}``, DPR's ``psgs_w100.tsv`` (a ``.tsv`` file
-    with the header ``id text title``), or a folder of .txt/.md/.pdf files (see :func:`iter_corpus`).
+    with the header ``id text title``), or a folder of .txt/.md/.pdf files (see :func:`iter_corpus`); several of them
+    (a list) are joined in order.
 
-    Ids must be unique. An index build does not come here: it streams :func:`iter_corpus` into its passage store.
+    Ids must be unique, across the files too. An index build does not come here: it streams :func:`iter_corpus` into
+    its passage store.
     """
     passages = []
     seen: dict[str, str] = {}
-    for where, passage in iter_corpus(path, chunk_words, chunk_overlap):
-        if passage.id in seen:
-            raise InputError(duplicate_message(where, passage.id, seen[passage.id]))
-        seen[passage.id] = where
-        passages.append(passage)
+    for one in ([path] if isinstance(path, str | Path) else path):
+        for where, passage in iter_corpus(one, chunk_words, chunk_overlap):
+            if passage.id in seen:
+                raise InputError(duplicate_message(where, passage.id, seen[passage.id]))
+            seen[passage.id] = where
+            passages.append(passage)
     return passages
 
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,15 +21,17 @@ if TYPE_CHECKING:
     from .index import load_index
 
 
-def build_bm25(corpus: str | Path, stemmer_language: str | None = "english", **chunking: int) -> BM25Retriever:
-    """BM25 over a corpus file or folder (see :func:`selfrag.corpus.load_corpus`; ``chunking``: its chunk_words and
-    chunk_overlap for a folder)."""
+def build_bm25(corpus: str | Path | Sequence[str | Path], stemmer_language: str | None = "english",
+               **chunking: int) -> BM25Retriever:
+    """BM25 over a corpus file or folder, or several joined (see :func:`selfrag.corpus.load_corpus`; ``chunking``: its
+    chunk_words and chunk_overlap for a folder)."""
     return BM25Retriever(load_corpus(corpus, **chunking), stemmer_language=stemmer_language)
 
 
-def build_dense(corpus: str | Path, chunk_words: int = 200, chunk_overlap: int = 40, **options: Any) -> Retriever:
-    """Dense retrieval over a corpus file or folder (options: model, batch_size, device; a folder is cut into
-    ``chunk_words``-word passages sharing ``chunk_overlap`` words)."""
+def build_dense(corpus: str | Path | Sequence[str | Path], chunk_words: int = 200, chunk_overlap: int = 40,
+                **options: Any) -> Retriever:
+    """Dense retrieval over a corpus file or folder, or several joined (options: model, batch_size, device; a folder is
+    cut into ``chunk_words``-word passages sharing ``chunk_overlap`` words)."""
     from .dense import DenseRetriever
 
     return DenseRetriever(load_corpus(corpus, chunk_words, chunk_overlap), **options)

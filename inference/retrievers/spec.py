@@ -16,6 +16,7 @@ Keep the password out of the URL (it is written into each run's config.yaml): se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -143,21 +144,25 @@ def open_retriever(
 @overload
 def open_retriever(
     spec: RetrieverConfig | None = None, corpus: str | Path | None = None, index: str | Path | None = None,
-    field: str = "retriever",
+    field: str = "retriever", more: Sequence[str | Path] = (),
 ) -> Retriever | None: ...
 
 
 def open_retriever(
     spec: RetrieverConfig | None = None, corpus: str | Path | None = None, index: str | Path | None = None,
-    field: str = "retriever",
+    field: str = "retriever", more: Sequence[str | Path] = (),
 ) -> Retriever | None:
     """The retriever a stage's settings name (None when none is named); every stage opens retrievers here.
 
     From Python (``selfrag.open_retriever``): ``open_retriever(index="runs/index")`` or ``open_retriever(corpus=
     "corpus.jsonl")`` (BM25 built now), typed as a :class:`Retriever` (never None: both name one), or a
-    :class:`RetrieverConfig`, which may name none (a stage's optional section)."""
+    :class:`RetrieverConfig`, which may name none (a stage's optional section). ``more``: further passage files
+    joined to the corpus in the one in-memory index (ids unique across them; ``selfrag rl``'s ``more_passages``)."""
     spec = merge_legacy(spec, corpus, index, field)
     problems = spec_problems(spec, field)
+    if more and spec.corpus is None:
+        problems.append(f"further passage files join {field}.corpus, searched in memory; a prebuilt index holds what "
+                        f"it was built from: build one index of every passage file, or use {field}.corpus")
     if problems:
         raise ConfigError(problems)
     if spec.index is not None and spec.index.startswith(URL_SCHEMES):
@@ -178,7 +183,7 @@ def open_retriever(
         options: dict[str, Any] = {"model": spec.model} if spec.model and spec.kind == "dense" else {}
         options.update({name: value for name in ("chunk_words", "chunk_overlap")
                         if (value := getattr(spec, name)) is not None})
-        return RETRIEVERS[spec.kind or "bm25"](spec.corpus, **options)
+        return RETRIEVERS[spec.kind or "bm25"]([spec.corpus, *more] if more else spec.corpus, **options)
     return None
 
 

@@ -77,7 +77,7 @@ def test_more_passages_are_searched_with_the_corpus(sources: dict[str, Path], tm
     dense = open_rl_retriever(_config(sources, f"more_passages=[{sources['more']}]", "retriever.kind=dense"))
     assert dense.kind == "dense" and dense.search("who painted the Hindenburg airship", k=1)[0].passage.id == "m0"
     clash = _write(tmp_path / "clash.jsonl", [{"id": "c0", "title": "Other", "text": "Another first passage."}])
-    with pytest.raises(InputError, match=r"clash\.jsonl: passage id 'c0' is also in .*c\.jsonl"):
+    with pytest.raises(InputError, match=r"clash\.jsonl:1: duplicate passage id 'c0' \(first at .*c\.jsonl:1\)"):
         open_rl_retriever(_config(sources, f"more_passages=[{clash}]"))
 
 
@@ -85,6 +85,10 @@ def test_more_passages_need_an_in_memory_corpus(sources: dict[str, Path]) -> Non
     with pytest.raises(ConfigError, match="more_passages joins passage files to retriever.corpus"):
         load_config(RLConfig, None, [f"retriever.index={sources['out']}", f"more_passages=[{sources['more']}]"],
                     model="unused", queries=str(sources["queries"]), output_dir=str(sources["out"]))
+    from selfrag.inference.retrievers.spec import RetrieverConfig, open_retriever
+
+    with pytest.raises(ConfigError, match="further passage files join retriever.corpus"):  # the API, as every stage
+        open_retriever(RetrieverConfig(index=str(sources["out"])), more=[sources["more"]])
     with pytest.raises(ConfigError, match="per_source must be at least 1"):
         _config(sources, "per_source=0")
 
