@@ -66,11 +66,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="--random-init: stages after the trainings (rl: selfrag rl's 8B recipe; vllm: the runtime "
                              "on vLLM with dummy weights, benchmarks/gpu_vllm.py; neither by default)")
     parser.add_argument("--train-variants", nargs="+", default=["recipe"],
-                        choices=["recipe", "packed", "packed-no-checkpointing", "packed-plan", "profile"],
+                        choices=["recipe", "packed", "packed-no-checkpointing", "packed-plan", "profile", "plan",
+                                 "no-dropout", "plan-no-dropout"],
                         help="--random-init: training runs per strategy (gpu_random_init.TRAIN_VARIANTS): the recipe "
                              "as it is, padding-free, padding-free without checkpointing, padding-free with "
                              "training.memory_plan, the recipe with training.profile_steps=2 (its operators' table "
-                             "in the report); the first one's adapter is what rl and vllm read")
+                             "in the report), padded with training.memory_plan, lora.dropout=0, both; the first "
+                             "one's adapter is what rl and vllm read")
     parser.add_argument("--rl-steps", type=int, default=3, help="--stages rl: GRPO steps")
     parser.add_argument("--rl-override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="--stages rl: overrides of configs/rl/llama-3.1-8b-instruct-grpo.yaml")

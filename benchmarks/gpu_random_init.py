@@ -74,6 +74,12 @@ TRAIN_VARIANTS: dict[str, list[str]] = {
     "packed-plan": ["training.padding_free=true", "training.memory_plan=true"],
     # the recipe with torch.profiler over 2 steps after the first: profile.txt's top operators in the report
     "profile": ["training.profile_steps=2"],
+    # the profile of 2026-11-30 (H200): the card busy ~31% of a step, the host issuing ~100k small kernels (the LoRA
+    # wrappers' casts, scaling, dropout) for 8 micro-batches of 4: fewer, larger micro-batches (padded, the plan
+    # choosing from the card's memory) and no LoRA dropout (PEFT then skips its kernels) are the levers it points to
+    "plan": ["training.memory_plan=true"],
+    "no-dropout": ["lora.dropout=0"],
+    "plan-no-dropout": ["training.memory_plan=true", "lora.dropout=0"],
 }
 
 

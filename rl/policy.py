@@ -30,6 +30,7 @@ class Policy:
     token_ids: ReflectionIds
     meta: ModelMeta
     directory: Path  # where it was loaded from
+    random_init: bool = False  # the base was built with seeded random weights (RLConfig.random_init)
 
 
 def load_policy(config: RLConfig) -> Policy:
@@ -53,7 +54,7 @@ def load_policy(config: RLConfig) -> Policy:
                                                   target_modules=lora.target_modules, task_type="CAUSAL_LM"))
         meta = ModelMeta(meta.token_ids, meta.strategy, meta.prompt_template, str(served.directory), "adapter",
                          meta.calibration)
-    return Policy(model, tokenizer, meta.token_ids, meta, served.directory)
+    return Policy(model, tokenizer, meta.token_ids, meta, served.directory, config.random_init)
 
 
 def rollout_engine(choice: str, model: str) -> str:

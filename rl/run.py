@@ -85,14 +85,23 @@ class RLResult:
         terms = ", ".join(f"{term} {first.get(term, float('nan')):+.3f} -> {last.get(term, float('nan')):+.3f}"
                           for term in ("reward", *TERMS))
         timed = [row for row in self.history if "step_seconds" in row]
-        clock = ""
-        if timed:
-            step = sum(row["step_seconds"] for row in timed) / len(timed)
-            rollout = sum(row.get("rollout_seconds", 0.0) for row in timed) / len(timed)
-            clock = f"\n{step:.1f} s a step, {rollout:.1f} s of it decoding rollouts (mean of the logged steps)"
+        clock = f"\n{step_clock(timed)}" if timed else ""
         return (f"adapter written to {self.output_dir} ({self.questions} questions, steps {int(first['step'])}-"
                 f"{int(last['step'])}{f', resumed from {self.resumed_from}' if self.resumed_from else ''})\n"
                 f"mean reward per term, first -> last logged step: {terms}{clock}")
+
+
+def step_clock(timed: list[dict[str, float]]) -> str:
+    """The time a step takes, from the logged steps: the first is left out of the mean where others follow, since it
+    also starts the rollout engine (vLLM's start, its compile and CUDA graphs: over a minute for an 8B model) and warms
+    the kernels, which a long run pays once."""
+    later = timed[1:] or timed
+    step = sum(row["step_seconds"] for row in later) / len(later)
+    rollout = sum(row.get("rollout_seconds", 0.0) for row in later) / len(later)
+    if len(timed) == 1:
+        return f"{step:.1f} s a step, {rollout:.1f} s of it decoding rollouts (one logged step, with the warm-up)"
+    return (f"{step:.1f} s a step, {rollout:.1f} s of it decoding rollouts (mean of the logged steps after the first; "
+            f"the first took {timed[0]['step_seconds']:.1f} s, starting the rollout engine)")
 
 
 def run(config: RLConfig) -> RLResult:
