@@ -67,12 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "on vLLM with dummy weights, benchmarks/gpu_vllm.py; neither by default)")
     parser.add_argument("--train-variants", nargs="+", default=["recipe"],
                         choices=["recipe", "packed", "packed-no-checkpointing", "packed-plan", "profile", "plan",
-                                 "no-dropout", "plan-no-dropout"],
+                                 "no-dropout", "plan-no-dropout", "lora-cast", "flash-attention"],
                         help="--random-init: training runs per strategy (gpu_random_init.TRAIN_VARIANTS): the recipe "
                              "as it is, padding-free, padding-free without checkpointing, padding-free with "
                              "training.memory_plan, the recipe with training.profile_steps=2 (its operators' table "
-                             "in the report), padded with training.memory_plan, lora.dropout=0, both; the first "
-                             "one's adapter is what rl and vllm read")
+                             "in the report), padded with training.memory_plan, lora.dropout=0, both, PEFT's LoRA "
+                             "input casts kept (the step before 2026-11-30), SDPA limited to flash / efficient; the "
+                             "first one's adapter is what rl and vllm read")
     parser.add_argument("--rl-steps", type=int, default=3, help="--stages rl: GRPO steps")
     parser.add_argument("--rl-override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="--stages rl: overrides of configs/rl/llama-3.1-8b-instruct-grpo.yaml")

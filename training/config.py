@@ -209,6 +209,19 @@ class TrainingOptions:
         "them. 0: off.",
         default=0,
     )
+    lora_input_cast: Literal["auto", "always"] = help_field(
+        "PEFT casts each LoRA layer's input to the adapter's dtype (fp32) before its matmuls; under bf16 autocast "
+        "those run in bf16 anyway, so the cast and autocast's cast back are two wasted copies per adapted layer. "
+        "'auto' skips them in the training steps when bf16 autocast is on (same result); 'always' keeps PEFT's "
+        "cast (to compare). Scoring outside autocast always casts.",
+        default="auto",
+    )
+    attention_kernels: list[str] = help_field(
+        "The scaled-dot-product attention backends the training steps may use, from flash, efficient, cudnn, math "
+        "(torch.nn.attention.sdpa_kernel); empty: torch's choice. On an H200 torch picked cudnn, which spent "
+        "1.4-1.6 ms of host time per call (2026-11-30 profile): [flash, efficient] avoids it.",
+        default_factory=list,
+    )
     memory_plan: bool = help_field(
         "On a CUDA GPU, choose gradient checkpointing and the micro-batch from selfrag.training.memory's estimate "
         "and the card's memory, printed at start: checkpointing off where the card holds the micro-batch without "
@@ -226,6 +239,10 @@ class TrainingOptions:
             problems.append(f"epochs must be > 0 when max_steps is -1, got {self.epochs}")
         if self.max_steps == 0 or self.max_steps < -1:
             problems.append(f"max_steps must be -1 (use epochs) or >= 1, got {self.max_steps}")
+        unknown = [name for name in self.attention_kernels if name not in ("flash", "efficient", "cudnn", "math")]
+        if unknown or len(set(self.attention_kernels)) != len(self.attention_kernels):
+            problems.append(f"attention_kernels must name each of flash, efficient, cudnn, math at most once, got "
+                            f"{self.attention_kernels}; e.g. [flash, efficient], or [] for torch's choice")
         if self.profile_steps < 0:
             problems.append(f"profile_steps must be >= 0 (0: off), got {self.profile_steps}")
         for name in ("batch_size", "gradient_accumulation_steps", "max_length", "logging_steps", "save_steps"):

@@ -50,7 +50,9 @@ from selfrag.training.rag_form import QUESTION_KEY, rag_records
 from selfrag.training.resources import StepProfiler, StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
 from selfrag.training.trainer import (
+    LoraInputCast,
     accuracy_callback,
+    attention_kernels,
     check_sharding,
     drop_autocast,
     input_side_detached,
@@ -206,6 +208,8 @@ def run(config: TrainConfig) -> TrainResult:
             batches=batches,
             rank=relevance_rank(config.training.relevance_rank, token_ids),
             data_collator=collator,
+            lora_input_cast=LoraInputCast(
+                model, config.training.lora_input_cast == "auto" and bool(arguments.bf16) and config.method == "lora"),
         )
     check_sharding(trainer, meta.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -215,7 +219,7 @@ def run(config: TrainConfig) -> TrainResult:
     reset_peak_memory()  # the peak of the steps, not of building the model
     with processes.stopping_together(lambda: last_checkpoint(checkpoints)), input_side_detached(
             model, detached, bool(arguments.gradient_checkpointing)), packed_attention(model, collator is not None), \
-            interrupt.listening(processes.count):
+            interrupt.listening(processes.count), attention_kernels(config.training.attention_kernels):
         trainer.train(resume_from_checkpoint=resume)
     interrupt.stop_if_interrupted()
     resources = {"throughput": timer.summary(), "peak_memory": peak_memory()}  # the steps', before evaluation
@@ -307,7 +311,9 @@ def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
     settings["training"]["bf16"] = use_bf16(config.training.bf16)
     return run_fingerprint(
         "train", settings, {"records": config.records},
-        ignore=("output_dir", "restart", "records", "training.profile_steps"),  # profiling changes no weight
+        # profiling changes no weight; the cast and the attention kernels change how, not what, a step computes
+        ignore=("output_dir", "restart", "records", "training.profile_steps", "training.lora_input_cast",
+                "training.attention_kernels"),
     )
 
 

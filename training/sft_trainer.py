@@ -20,6 +20,7 @@ import torch
 from trl import SFTTrainer
 
 from selfrag.training.loss import AnswerStart, RelevanceRank, masked_loss
+from selfrag.training.trainer import LoraInputCast
 
 
 class SelfRAGSFTTrainer(SFTTrainer):
@@ -29,7 +30,8 @@ class SelfRAGSFTTrainer(SFTTrainer):
     loss, or None; ``start``/``rank``: the answer-start weighting and the relevance ranking term of the loss;
     ``batches``: the training batches as lists of example indices (``training.order=question_batch``), or None for
     the trainer's own sampler; ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this
-    multiple of the learning rate, in their own optimizer parameter group.
+    multiple of the learning rate, in their own optimizer parameter group; ``lora_input_cast``: PEFT's input casts
+    skipped in each training step (``training.lora_input_cast``), or None.
     """
 
     # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
@@ -43,8 +45,10 @@ class SelfRAGSFTTrainer(SFTTrainer):
         start: AnswerStart | None = None,
         batches: list[list[int]] | None = None,
         rank: RelevanceRank | None = None,
+        lora_input_cast: LoraInputCast | None = None,
         **kwargs: Any,
     ) -> None:
+        self.lora_input_cast = lora_input_cast
         self.loss_weights = loss_weights
         self.row_lr_multiplier = row_lr_multiplier
         self.answer_start = start
@@ -55,6 +59,13 @@ class SelfRAGSFTTrainer(SFTTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]
         loss, outputs = masked_loss(model, inputs, self.loss_weights, self.answer_start, self.relevance_rank)
         return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+        # forward and backward (a checkpointed recompute too) see the same LoRA input dtype: training.lora_input_cast
+        if self.lora_input_cast is None:
+            return super().training_step(model, inputs, num_items_in_batch)
+        with self.lora_input_cast.skipped():
+            return super().training_step(model, inputs, num_items_in_batch)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         save_checkpoint(self, super()._save, output_dir, state_dict)

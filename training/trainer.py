@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from selfrag.errors import ConfigError
+from selfrag.errors import ConfigError, InputError
 from selfrag.reflection import ReflectionIds
 from selfrag.training.config import TrainConfig
 from selfrag.training.distributed import use_cpu_backend
@@ -182,6 +182,63 @@ def input_side_detached(model: Any, on: bool, checkpointing: bool = False) -> It
         yield
     finally:
         handle.remove()
+
+
+class LoraInputCast:
+    """PEFT's cast of each LoRA layer's input to the adapter's dtype, skipped while ``skipped()`` is open.
+
+    PEFT casts a LoRA layer's input to its weights' dtype (fp32) before the adapter's matmuls. Under bf16 autocast
+    those matmuls run in bf16 all the same, so autocast casts the input straight back. That is two copies of every
+    adapted layer's input, the forward and the checkpointed recompute: 17% of an 8B step's device time on a lent H200
+    (2026-11-30). Skipped, the result is the same; only the copies go. Used around each training step only: scoring
+    outside autocast (the held-out accuracy, the judgement) keeps PEFT's cast, which it needs there. An empty layer
+    list (``skip`` false) changes nothing.
+    """
+
+    def __init__(self, model: Any, skip: bool) -> None:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        # the layers that cast (LoRA's; PEFT's trainable-token rows take ids, not activations)
+        self.layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)
+                       and hasattr(module, "cast_input_dtype_enabled")] if skip else []
+
+    @contextmanager
+    def skipped(self) -> Iterator[None]:
+        before = [layer.cast_input_dtype_enabled for layer in self.layers]
+        for layer in self.layers:
+            layer.cast_input_dtype_enabled = False
+        try:
+            yield
+        finally:
+            for layer, value in zip(self.layers, before, strict=True):
+                layer.cast_input_dtype_enabled = value
+
+
+#: training.attention_kernels: the names a user writes, and torch's SDPA backends
+ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")
+
+
+@contextmanager
+def attention_kernels(names: Sequence[str]) -> Iterator[None]:
+    """``training.attention_kernels``: torch's scaled-dot-product attention limited to these backends while open
+    (an empty list: torch's own choice). Names are checked by the config; a backend that cannot run the model's
+    attention here makes torch refuse at the first step, which is reported as one line naming the setting."""
+    if not names:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    try:
+        with sdpa_kernel([backends[name] for name in names]):
+            yield
+    except RuntimeError as error:
+        if "No available kernel" not in str(error) and "No viable backend" not in str(error):  # older / newer torch
+            raise
+        raise InputError(f"training.attention_kernels={list(names)}: torch has no such attention kernel for this model "
+                         f"on this device ({str(error).splitlines()[0]}); add math, or leave the list empty "
+                         "(torch's choice)") from None
 
 
 def drop_autocast(model: Any) -> Any:

@@ -27,6 +27,8 @@ def test_every_variant_loads_on_the_8b_recipe(modules) -> None:  # type: ignore[
         if "no-dropout" in name:
             assert config.lora.dropout == 0
         assert config.training.memory_plan == ("plan" in name), name
+        assert config.training.lora_input_cast == ("always" if name == "lora-cast" else "auto"), name
+        assert config.training.attention_kernels == (["flash", "efficient"] if name == "flash-attention" else [])
 
 
 def test_the_command_line_offers_the_variants_there_are(modules) -> None:  # type: ignore[no-untyped-def]
