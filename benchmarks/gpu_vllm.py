@@ -83,9 +83,14 @@ def decode_rate(engine: Any) -> dict[str, Any]:
             "tokens_per_second": round(tokens / seconds, 1)}
 
 
-def timed_batches(run: Callable[[Sequence[Any]], Any], examples: Sequence[Any], batch: int) -> dict[str, Any]:
-    """Questions/s and the p50 seconds of a call, ``examples`` answered ``batch`` at a time (after one warm-up)."""
+def timed_batches(run: Callable[[Sequence[Any]], Any], examples: Sequence[Any], batch: int,
+                  counted: Any = None) -> dict[str, Any]:
+    """Questions/s and the p50 seconds of a call, ``examples`` answered ``batch`` at a time (after one warm-up); with
+    ``counted`` (the runner's CountingEngine) also the tokens generated a question and the engine calls a question,
+    without which a p50 says little where random weights stop at random."""
     run(examples[:batch])
+    if counted is not None:
+        counted.reset()
     calls = []
     started = time.perf_counter()
     for start in range(0, len(examples), batch):
@@ -93,9 +98,14 @@ def timed_batches(run: Callable[[Sequence[Any]], Any], examples: Sequence[Any], 
         run(examples[start:start + batch])
         calls.append(time.perf_counter() - begun)
     seconds = time.perf_counter() - started
-    return {"batch": batch, "questions": len(examples), "seconds": round(seconds, 3),
-            "questions_per_second": round(len(examples) / seconds, 2), "p50_call_seconds": round(
-                statistics.median(calls), 4)}
+    row = {"batch": batch, "questions": len(examples), "seconds": round(seconds, 3),
+           "questions_per_second": round(len(examples) / seconds, 2), "p50_call_seconds": round(
+               statistics.median(calls), 4)}
+    if counted is not None:
+        usage = counted.reset()
+        row["generated_tokens_per_question"] = round(usage.generated_tokens / len(examples), 1)
+        row["engine_calls_per_question"] = round(usage.calls / len(examples), 2)
+    return row
 
 
 def serving_stage(shape: Path, adapter: Path, device: str, questions: int, top_k: int = 5,
@@ -104,6 +114,7 @@ def serving_stage(shape: Path, adapter: Path, device: str, questions: int, top_k
     progress lines go, gpu_random_init's log when it runs the stage)."""
     from selfrag.corpus import load_queries
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
+    from selfrag.evaluation.counting import CountingEngine
     from selfrag.evaluation.data import Example
     from selfrag.evaluation.modes import plain_runner, selfrag_runner
     from selfrag.inference.config import InferenceConfig
@@ -126,10 +137,11 @@ def serving_stage(shape: Path, adapter: Path, device: str, questions: int, top_k
         try:
             report["decode"][mode] = decode_rate(engine)
             log(f"vllm stage: {mode} decode {json.dumps(report['decode'][mode])}")
-            run = (plain_runner(engine, retriever, top_k, max_tokens, config.abstain_text, True)
-                   if mode == "plain RAG" else selfrag_runner(SelfRAG(engine, retriever, config)))
+            counted = CountingEngine(engine)
+            run = (plain_runner(counted, retriever, top_k, max_tokens, config.abstain_text, True)
+                   if mode == "plain RAG" else selfrag_runner(SelfRAG(counted, retriever, config)))
             for batch in BATCHES:  # each row logged as it is measured: a call cut at its limit keeps it
-                report["rows"].append({"mode": mode, **timed_batches(run, examples, batch)})
+                report["rows"].append({"mode": mode, **timed_batches(run, examples, batch, counted)})
                 log(f"vllm stage: {json.dumps(report['rows'][-1])}")
         finally:
             close = getattr(engine, "close", None)
@@ -148,10 +160,12 @@ def serving_lines(report: dict[str, Any]) -> list[str]:
                  + (", load_format=dummy, reserved adapter as a LoRARequest" if report["engine"] == "vllm" else
                     ", in-memory random weights: vLLM not installed here")
                  + f"), top_k {report['top_k']}, max_tokens {report['max_tokens']}:", "",
-             "| mode | batch | questions/s | p50 s a call | decode tokens/s (32 x 128) |", "|---|---|---|---|---|"]
+             "| mode | batch | questions/s | p50 s a call | tokens generated a question | engine calls a question "
+             "| decode tokens/s (32 x 128) |", "|---|---|---|---|---|---|---|"]
     for row in report["rows"]:
         decode = report["decode"][row["mode"]]["tokens_per_second"]
         lines.append(f"| {row['mode']} | {row['batch']} | {row['questions_per_second']} | {row['p50_call_seconds']} "
+                     f"| {row.get('generated_tokens_per_question', '')} | {row.get('engine_calls_per_question', '')} "
                      f"| {decode} |")
     lines.append(f"single-pass p50 / plain RAG p50 at batch 1: {report['single_pass_p50_over_plain_batch_1']}x "
                  "(bar: <= 1.2x; single-pass >= 20 questions/s at batch 32)")

@@ -79,6 +79,9 @@ def test_the_issue_53_stages_rehearse_on_the_cpu(gpu_check, tmp_path: Path) -> N
     assert [(row["mode"], row["batch"]) for row in serving["rows"]] == [
         ("plain RAG", 1), ("plain RAG", 32), ("single-pass", 1), ("single-pass", 32)]
     assert all(row["questions_per_second"] > 0 for row in serving["rows"])
+    # a batched call answers several questions at once: calls a question fall below 1 there
+    assert all(row["generated_tokens_per_question"] > 0 and row["engine_calls_per_question"] > 0
+               for row in serving["rows"])
     assert serving["decode"]["single-pass"]["tokens"] > 0 and serving["single_pass_p50_over_plain_batch_1"] > 0
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| reserved | packed-plan |" in table and "serving on the hf engine" in table

@@ -37,3 +37,28 @@ def test_the_command_line_offers_the_variants_there_are(modules) -> None:  # typ
     assert args.train_variants == list(random_init.TRAIN_VARIANTS)
     with pytest.raises(SystemExit):
         check.parse_args(["--random-init", "--train-variants", "no-such-variant"])
+
+
+def test_serving_rows_count_the_tokens_a_question_after_the_warm_up() -> None:
+    """gpu_vllm's rows: a p50 says little where random weights stop at random, so each row has the tokens generated
+    and the engine calls a question, counted over the timed calls only (the warm-up's are dropped)."""
+    from selfrag.evaluation.counting import Usage
+
+    with repo_module("benchmarks", "gpu_vllm") as gpu_vllm:
+        class Counter:
+            def __init__(self) -> None:
+                self.usage = Usage()
+
+            def reset(self) -> Usage:
+                usage, self.usage = self.usage, Usage()
+                return usage
+
+        counted = Counter()
+
+        def run(batch: list[str]) -> None:  # each question: 2 calls, 10 tokens
+            counted.usage.calls += 2 * len(batch)
+            counted.usage.generated_tokens += 10 * len(batch)
+
+        row = gpu_vllm.timed_batches(run, [f"q{index}" for index in range(6)], 4, counted)
+    assert row["questions"] == 6 and row["generated_tokens_per_question"] == 10.0
+    assert row["engine_calls_per_question"] == 2.0
