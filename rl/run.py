@@ -101,7 +101,7 @@ def step_clock(timed: list[dict[str, float]]) -> str:
     if len(timed) == 1:
         return f"{step:.1f} s a step, {rollout:.1f} s of it decoding rollouts (one logged step, with the warm-up)"
     return (f"{step:.1f} s a step, {rollout:.1f} s of it decoding rollouts (mean of the logged steps after the first; "
-            f"the first took {timed[0]['step_seconds']:.1f} s, starting the rollout engine)")
+            f"the first took {timed[0]['step_seconds']:.1f} s: the warm-up, and vLLM's start where it decodes)")
 
 
 def run(config: RLConfig) -> RLResult:
