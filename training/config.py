@@ -51,6 +51,9 @@ LOSS_WEIGHT_KEYS = ("retrieve", "relevance", "support", "utility", "markup", "te
 BALANCE_KEYS = LOSS_WEIGHT_KEYS[:4]
 
 
+#: training.attention_kernels: the SDPA backends a training step may be limited to (torch.nn.attention.SDPBackend)
+ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")
+
 @dataclasses.dataclass
 class TokensConfig:
     """How the reflection tokens enter the tokenizer: new tokens, or reserved ones renamed."""
@@ -239,7 +242,7 @@ class TrainingOptions:
             problems.append(f"epochs must be > 0 when max_steps is -1, got {self.epochs}")
         if self.max_steps == 0 or self.max_steps < -1:
             problems.append(f"max_steps must be -1 (use epochs) or >= 1, got {self.max_steps}")
-        unknown = [name for name in self.attention_kernels if name not in ("flash", "efficient", "cudnn", "math")]
+        unknown = [name for name in self.attention_kernels if name not in ATTENTION_KERNELS]
         if unknown or len(set(self.attention_kernels)) != len(self.attention_kernels):
             problems.append(f"attention_kernels must name each of flash, efficient, cudnn, math at most once, got "
                             f"{self.attention_kernels}; e.g. [flash, efficient], or [] for torch's choice")

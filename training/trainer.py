@@ -198,7 +198,9 @@ class LoraInputCast:
     def __init__(self, model: Any, skip: bool) -> None:
         from peft.tuners.tuners_utils import BaseTunerLayer
 
-        # the layers that cast (LoRA's; PEFT's trainable-token rows take ids, not activations)
+        # the layers that cast (LoRA's; PEFT's trainable-token rows take ids, not activations). Not PEFT's own
+        # disable_input_dtype_casting: it reads the flag on every tuner layer, and TrainableTokensLayer (strategy
+        # reserved's rows) has none (AttributeError); it would also walk every module each micro-batch
         self.layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)
                        and hasattr(module, "cast_input_dtype_enabled")] if skip else []
 
@@ -212,10 +214,6 @@ class LoraInputCast:
         finally:
             for layer, value in zip(self.layers, before, strict=True):
                 layer.cast_input_dtype_enabled = value
-
-
-#: training.attention_kernels: the names a user writes, and torch's SDPA backends
-ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")
 
 
 @contextmanager
