@@ -27,7 +27,7 @@ from selfrag.artifacts import META_FILE
 from selfrag.config import deep_merge, from_dict, help_field, nested_problems, read_yaml, to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import ConfigError, SelfragError
-from selfrag.fsutil import claim_output, write_json
+from selfrag.fsutil import claim_output, hold_output, write_json
 from selfrag.inference.config import InferenceConfig, misplaced_inference_keys
 from selfrag.jsonl import read_jsonl, write_jsonl_atomic
 from selfrag.models import DEFAULT_MODEL, resolve_model
@@ -125,6 +125,11 @@ class QuickstartConfig:
 
 
 def run(config: QuickstartConfig) -> dict[str, Any]:
+    with hold_output(config.output_dir, "quickstart"):  # a second quickstart into the same folder is refused
+        return _run(config)
+
+
+def _run(config: QuickstartConfig) -> dict[str, Any]:
     from selfrag.data_gen import DEMO_CORPUS, DEMO_QUERIES
     from selfrag.data_gen.config import GenerateConfig
     from selfrag.data_gen.run import run as generate

@@ -17,7 +17,7 @@ from selfrag.data_gen.config import GenerateConfig
 from selfrag.data_gen.fingerprints import CONFIG_FILE, FINGERPRINT_FILE
 from selfrag.data_gen.gold_outputs import RECORDS_FILE
 from selfrag.data_gen.gold_run import STATS_FILE, GenerateResult, run_gold
-from selfrag.fsutil import check_output_path, claim_output, is_url, left_clean_if_refused
+from selfrag.fsutil import check_output_path, claim_output, hold_output, is_url, left_clean_if_refused
 
 __all__ = ["GenerateResult", "run"]
 
@@ -34,8 +34,9 @@ def run(config: GenerateConfig) -> GenerateResult:
         # Before anything is read or written: the output is new, empty, or an earlier `selfrag generate` run
         # (resumed), never a folder of the user's files or another command's output (an index's config.yaml was
         # overwritten once).
-        claim_output(config.output, "generate")
-        return _run_local(config)
+        with hold_output(config.output, "generate", key="output"):  # a second run into it is refused
+            claim_output(config.output, "generate")
+            return _run_local(config)
 
 
 def _run_local(config: GenerateConfig) -> GenerateResult:

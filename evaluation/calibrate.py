@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from selfrag import reflection as rf
 from selfrag.artifacts import write_calibration
 from selfrag.corpus import retrieval_needed
 from selfrag.errors import InputError
-from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
+from selfrag.fsutil import claim_output, hold_output, left_clean_if_refused, write_json
 from selfrag.inference.engines.base import GenerationRequest
 from selfrag.jsonl import write_jsonl_atomic
 from selfrag.models import resolve_model
@@ -124,9 +125,10 @@ def _pct(value: float | None) -> str:
 
 def run(config: CalibrateConfig) -> CalibrationResult:
     """Measure and write the calibration; refused on its inputs, it leaves no output_dir folder behind."""
-    if config.output_dir is None:
-        return _run(config)
-    with left_clean_if_refused(config.output_dir):
+    if config.output_dir is None:  # it writes into the model's folder: no train or rl may write there meanwhile
+        with hold_output(config.model, "calibrate", key="model") if Path(config.model).is_dir() else nullcontext():
+            return _run(config)
+    with left_clean_if_refused(config.output_dir), hold_output(config.output_dir, "calibrate"):
         return _run(config)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selfrag.config import to_dict, write_resolved
-from selfrag.fsutil import claim_output, left_clean_if_refused, write_json
+from selfrag.fsutil import claim_output, hold_output, left_clean_if_refused, write_json
 from selfrag.inference.config import InferenceConfig
 from selfrag.inference.engines import build_engine, build_plain_engine
 from selfrag.inference.prompted import BEHAVIOUR_VERSION as PROMPTED_VERSION
@@ -87,7 +87,8 @@ class _Engines:
 
 def run(config: EvalConfig) -> EvalResult:
     """Answer, judge and report; a run refused on its inputs (trained questions, a wrong model) leaves no folder."""
-    with left_clean_if_refused(config.output_dir, bookkeeping=(CONFIG_FILE,)):
+    with left_clean_if_refused(config.output_dir, bookkeeping=(CONFIG_FILE,)), \
+            hold_output(config.output_dir, "eval"):  # a second eval into the same folder is refused
         return _run(config)
 
 

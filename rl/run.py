@@ -23,8 +23,10 @@ the same command resumes there even before the first ``training.save_steps`` che
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +37,7 @@ from selfrag.artifacts import ModelMeta, load_meta, load_trained_questions, save
 from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import Query, load_queries
 from selfrag.errors import InputError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import hold_output, write_json
 from selfrag.inference.retrievers.spec import open_retriever
 from selfrag.retrieval import Retriever
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults, setting_renames
@@ -106,6 +108,12 @@ def step_clock(timed: list[dict[str, float]]) -> str:
 
 def run(config: RLConfig) -> RLResult:
     """Train the policy of ``config.model`` with GRPO and save the adapter into ``config.output_dir``."""
+    main = os.environ.get("RANK", "0") == "0"  # several processes: the main one holds the folder for all
+    with hold_output(config.output_dir, "rl") if main else contextlib.nullcontext():
+        return _run(config)
+
+
+def _run(config: RLConfig) -> RLResult:
     from transformers import set_seed
 
     output_dir = Path(config.output_dir)

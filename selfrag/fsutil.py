@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,70 @@ def claim_output(
                 "would delete when it replaces the directory; move them out, or give a new directory"
             )
     return path
+
+
+#: Output directories this process holds (:func:`hold_output`), so a command run inside another one on the same
+#: directory (in-process) does not refuse itself.
+_HELD: set[Path] = set()
+
+
+def lock_path(path: str | Path) -> Path:
+    """The lock file of an output directory: a hidden sibling (``runs/.model.selfrag-lock`` for ``runs/model``), so the
+    directory's own entries stay what the command wrote; it exists only while a command holds the directory."""
+    path = Path(path).expanduser().absolute()
+    return path.parent / f".{path.name}.selfrag-lock"
+
+
+@contextlib.contextmanager
+def hold_output(path: str | Path, command: str, key: str = "output_dir") -> Iterator[None]:
+    """Hold ``path`` for one ``selfrag <command>`` process while it writes there; a second one is refused at once.
+
+    Two processes writing one output directory (the same command started twice, a train beside an rl into one
+    folder) would interleave checkpoints, answers and results. The hold is an ``flock`` on :func:`lock_path`: the
+    kernel drops it when the process ends, so a killed run leaves no stale lock to clear. The file names the holder
+    (command, pid, start) for the refusal's one line, and goes when the hold ends. Nested holds of one directory in
+    one process (a command that runs another in-process) are let through. A URL output is not held.
+    """
+    if is_url(path):
+        yield
+        return
+    directory = Path(path).expanduser().absolute()
+    if directory in _HELD:
+        yield
+        return
+    lock = lock_path(directory)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = lock.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            raise InputError(
+                f"{key} {str(path)!r} is in use by another process ({holder or 'a selfrag command'}); nothing was "
+                "changed: wait for it to finish or stop it, or give another output directory"
+            ) from None
+        try:  # the holder before us may have removed the file after we opened it: lock the file at the path
+            same = os.fstat(handle.fileno()).st_ino == lock.stat().st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        handle.close()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"selfrag {command}, pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        _HELD.add(directory)
+        yield
+    finally:
+        _HELD.discard(directory)
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()  # while still locked: a process waiting on this file sees it gone and makes a new one
+        handle.close()
 
 
 @contextlib.contextmanager

@@ -15,8 +15,10 @@ The run reads as one story; its parts live beside it: the model (:mod:`~selfrag.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any, Literal
 from selfrag.artifacts import META_FILE, load_meta, save_meta, save_trained_questions
 from selfrag.config import to_dict, write_resolved
 from selfrag.errors import ConfigError, InputError
-from selfrag.fsutil import write_json
+from selfrag.fsutil import hold_output, write_json
 from selfrag.reflection import ReflectionIds
 from selfrag.runs import check_rerun, run_fingerprint, setting_defaults
 from selfrag.splits import HELD_SPLITS
@@ -117,6 +119,14 @@ class TrainResult:
 
 def run(config: TrainConfig) -> TrainResult:
     """Train, evaluate and save one adapter as ``config`` describes."""
+    # a second `selfrag train` (or rl) into the same folder is refused: they would interleave checkpoints. Launched
+    # as several processes, the main one holds it for all.
+    main = os.environ.get("RANK", "0") == "0"
+    with hold_output(config.output_dir, "train") if main else contextlib.nullcontext():
+        return _run(config)
+
+
+def _run(config: TrainConfig) -> TrainResult:
     output_dir = Path(config.output_dir)
     processes = Processes.start(float(config.trl.get("ddp_timeout", DEFAULT_TIMEOUT_S)))
 
