@@ -23,10 +23,8 @@ the same command resumes there even before the first ``training.save_steps`` che
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -108,8 +106,7 @@ def step_clock(timed: list[dict[str, float]]) -> str:
 
 def run(config: RLConfig) -> RLResult:
     """Train the policy of ``config.model`` with GRPO and save the adapter into ``config.output_dir``."""
-    main = os.environ.get("RANK", "0") == "0"  # several processes: the main one holds the folder for all
-    with hold_output(config.output_dir, "rl") if main else contextlib.nullcontext():
+    with hold_output(config.output_dir, "rl"):  # a second rl into the folder is refused: checkpoints interleave
         return _run(config)
 
 

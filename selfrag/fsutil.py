@@ -276,9 +276,10 @@ def hold_output(path: str | Path, command: str, key: str = "output_dir") -> Iter
     folder) would interleave checkpoints, answers and results. The hold is an ``flock`` on :func:`lock_path`: the
     kernel drops it when the process ends, so a killed run leaves no stale lock to clear. The file names the holder
     (command, pid, start) for the refusal's one line, and goes when the hold ends. Nested holds of one directory in
-    one process (a command that runs another in-process) are let through. A URL output is not held.
+    one process (a command that runs another in-process) are let through. A URL output is not held. Launched as
+    several processes (``RANK`` set: torchrun, accelerate), the main one holds the directory for all.
     """
-    if is_url(path):
+    if is_url(path) or os.environ.get("RANK", "0") != "0":
         yield
         return
     directory = Path(path).expanduser().absolute()

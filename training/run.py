@@ -15,10 +15,8 @@ The run reads as one story; its parts live beside it: the model (:mod:`~selfrag.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,10 +117,7 @@ class TrainResult:
 
 def run(config: TrainConfig) -> TrainResult:
     """Train, evaluate and save one adapter as ``config`` describes."""
-    # a second `selfrag train` (or rl) into the same folder is refused: they would interleave checkpoints. Launched
-    # as several processes, the main one holds it for all.
-    main = os.environ.get("RANK", "0") == "0"
-    with hold_output(config.output_dir, "train") if main else contextlib.nullcontext():
+    with hold_output(config.output_dir, "train"):  # a second train into the folder is refused: checkpoints interleave
         return _run(config)
 
 

@@ -16,7 +16,6 @@ results never mix. At the end the folder is renamed onto the output.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -31,7 +30,15 @@ from selfrag.config import to_dict, write_resolved
 from selfrag.corpus import iter_corpus
 from selfrag.corpus_stream import duplicate_error, scan_corpus
 from selfrag.errors import InputError
-from selfrag.fsutil import OWNER_FILE, check_output_path, claim_output, file_blocks, stream_digest, write_owner
+from selfrag.fsutil import (
+    OWNER_FILE,
+    check_output_path,
+    claim_output,
+    file_blocks,
+    hold_output,
+    stream_digest,
+    write_owner,
+)
 from selfrag.passages import PassageStore, write_store
 from selfrag.retrieval import BM25Retriever
 from selfrag.trajectory import Passage
@@ -93,15 +100,10 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
     # The build replaces ``output`` whole: refuse, before any work, one that holds the corpus or anything but an
     # index this command wrote (a user's folder with the corpus in it was deleted here once).
     check_output_path(output, key="output", inputs=[corpus])
-    claim_output(output, "index", replaces=True, mark=False)
-    work = output.parent / f".{output.name}.building"
-    work.mkdir(parents=True, exist_ok=True)
-    lock_path = work.parent / f".{output.name}.lock"
-    with lock_path.open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InputError(f"another `selfrag index` is building {output}; wait for it or stop it") from None
+    with hold_output(output, "index", key="output"):  # a second build of the same output is refused
+        claim_output(output, "index", replaces=True, mark=False)
+        work = output.parent / f".{output.name}.building"
+        work.mkdir(parents=True, exist_ok=True)
         fingerprint = _fingerprint(config, corpus)
         _prepare(work, fingerprint)
         store = _passage_store(work, corpus, config, show_progress)
@@ -123,7 +125,6 @@ def build(config: IndexConfig, encoder: TextEncoder | None = None, show_progress
         os.replace(work, output)
         for leftover in _leftovers(config):  # after the rename: a kill before it must still find the embeddings
             (output / leftover).unlink(missing_ok=True)
-        lock_path.unlink(missing_ok=True)
     return IndexResult(output, config.kind, len(store), time.monotonic() - started)
 
 

@@ -263,7 +263,7 @@ def test_search_settings_saved_and_overridden_at_open(corpus: Path, tmp_path: Pa
 def test_a_second_build_of_the_same_output_stops_in_one_line(corpus: Path, tmp_path: Path) -> None:
     import fcntl
 
-    with (tmp_path / ".a.lock").open("w") as held:
+    with (tmp_path / ".a.selfrag-lock").open("w") as held:  # as another process's `selfrag index` holds it
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(InputError, match="another `selfrag index` is building"):
+        with pytest.raises(InputError, match="output '.*a' is in use by another process"):
             build(config(corpus, tmp_path / "a"), encoder=HashEncoder(), show_progress=False)
