@@ -1,6 +1,7 @@
 """Write the transfer study's dev and test questions (``studies/transfer/``) from public files (``../shared/data``).
 
     python studies/transfer_data.py ../shared/data studies/transfer
+    python studies/transfer_data.py ../shared/data studies/transfer --popqa-longtail popqa_longtail_w_gs_example.jsonl
 
 Each file is ``selfrag eval``'s QA form, ``{"id", "question", "answers", "ctxs", "answerable", "meta"}``, with exactly
 the three passages every mode reads (``inference.top_k=3``): the source's own retrieved passages where it ranks them
@@ -13,7 +14,12 @@ the first 40 HotpotQA, the first 60 NQ-open and the first 60 RetrievalQA items):
 
 * test (read once per change, never to choose): ``popqa`` (RetrievalQA's 50 PopQA questions), ``triviaqa`` (its 50
   TriviaQA ones), ``hotpotqa`` (HotpotQA dev-distractor items 41-100 without yes/no answers);
-* dev (every choice is read here): ``nq-open`` (oracle items 61-160), ``retrievalqa`` (its news questions 61-100).
+* dev (every choice is read here): ``nq-open`` (oracle items 61-160), ``retrievalqa`` (its news questions 61-100),
+  and with ``--popqa-longtail`` ``popqa-dev``: the questions of a Self-RAG-format PopQA long-tail file
+  (``popqa_longtail_w_gs.jsonl``'s first 100 lines, as minqi1/S2RAG ships them in
+  ``data_eval/popqa_longtail_w_gs_example.jsonl``) that the ``popqa`` test set does not hold, each with the file's
+  own top three Contriever passages. RetrievalQA's PopQA part is drawn from the same file's head and carries the same
+  three passages, so ``popqa-dev`` is the test set's distribution (same-surname namesake passages) on other people.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 TOP_K = 3
-SPLITS = {"popqa": "test", "triviaqa": "test", "hotpotqa": "test", "nq-open": "dev", "retrievalqa": "dev"}
+SPLITS = {"popqa": "test", "triviaqa": "test", "hotpotqa": "test", "nq-open": "dev", "retrievalqa": "dev",
+          "popqa-dev": "dev"}
 
 
 def literal(value: Any) -> Any:
@@ -102,14 +109,32 @@ def nq_open(data: Path, skip: int = 60, take: int = 100, pool_size: int = 400) -
             for number, item in enumerate(items[:take], start=skip)]
 
 
+def popqa_longtail(path: Path, test: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The questions of a Self-RAG-format PopQA file (``question``, ``answers``, ``ctxs`` ranked by Contriever) that
+    the test set does not hold, numbered by their line in the file."""
+    held = {item["question"].strip().lower() for item in test}
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        item = json.loads(line)
+        if item["question"].strip().lower() in held:
+            continue
+        ctxs = [{"title": str(c.get("title") or ""), "text": str(c["text"]).strip()} for c in item["ctxs"]]
+        out.append(row("popqa-dev", number, item["question"], [str(a) for a in item["answers"]], ctxs))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data", type=Path, help="the shared data folder (../shared/data)")
     parser.add_argument("output", type=Path, help="where <source>.jsonl go (studies/transfer)")
+    parser.add_argument("--popqa-longtail", type=Path,
+                        help="a Self-RAG-format PopQA file: also write popqa-dev from its questions the test lacks")
     args = parser.parse_args()
     sets = {"popqa": retrievalqa(args.data, "popqa"), "triviaqa": retrievalqa(args.data, "triviaqa"),
             "hotpotqa": hotpotqa(args.data), "nq-open": nq_open(args.data),
             "retrievalqa": retrievalqa(args.data, "retrievalqa", skip=60)}
+    if args.popqa_longtail:
+        sets["popqa-dev"] = popqa_longtail(args.popqa_longtail, sets["popqa"])
     args.output.mkdir(parents=True, exist_ok=True)
     for name, rows in sets.items():
         path = args.output / f"{name}.jsonl"

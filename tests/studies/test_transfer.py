@@ -26,6 +26,16 @@ def test_the_question_sets_are_eval_files_that_no_training_slice_holds() -> None
             assert example.answerable == bool(example.gold_passage_ids)
 
 
+def test_dev_and_test_sets_share_no_question() -> None:
+    sets = {name: {json.loads(line)["question"].strip().lower()
+                   for line in (transfer.SETS / f"{name}.jsonl").open(encoding="utf-8")}
+            for name in (*transfer.DEV, *transfer.TEST)}
+    assert len(sets["popqa-dev"]) == 57
+    for name in transfer.DEV:
+        for other in transfer.TEST:
+            assert not sets[name] & sets[other], (name, other)
+
+
 def write_arm(folder: Path, mode: str, answers: dict[str, str]) -> None:
     rows = [{"question": q, "answer": a, "answerable": True, "gold_answers": ["Paris"], "kind": "qa",
              "abstained": a == "The sources do not say.", "hedged": False, "retrieved": True, "engine_calls": 1,
