@@ -31,11 +31,20 @@ def _synchronize() -> None:
 
 
 class StepTimer(TrainerCallback):
-    """Times each optimizer step of ``trainer.train()`` (wall clock, device synchronised) with the tokens seen."""
+    """Times each optimizer step of ``trainer.train()`` (wall clock, device synchronised) with the tokens seen.
 
-    def __init__(self) -> None:
+    ``judge_every``: a checkpoint judgement runs every that many steps (``training.eval_steps``, else ``save_steps``;
+    0: none). The estimate after the second step counts the judgements left; the first judgement's time, reported to
+    :meth:`judged`, prints the estimate again with every judgement left in it. Judgement seconds are not step seconds:
+    the throughput leaves them out.
+    """
+
+    def __init__(self, judge_every: int = 0) -> None:
         self.start: tuple[float, int] | None = None
         self.marks: list[tuple[float, int]] = []  # (perf_counter at a step's end, input tokens seen by then)
+        self.judge_every = judge_every
+        self.steps: list[int] = []  # the global step of each mark
+        self.judgements: list[tuple[int, float]] = []  # (step, seconds) of each checkpoint judgement
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _synchronize()
@@ -44,28 +53,64 @@ class StepTimer(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _synchronize()
         self.marks.append((time.perf_counter(), int(state.num_input_tokens_seen or 0)))
+        self.steps.append(int(state.global_step))
         if len(self.marks) == 2:  # the first step warms up: the second says how long the rest takes
             logger.info("%s", self.estimate(int(state.global_step), int(state.max_steps or 0)))
 
+    def judged(self, step: int, seconds: float, max_steps: int) -> None:
+        """A checkpoint judgement after ``step`` took ``seconds``; after the first, the estimate again with them all."""
+        self.judgements.append((step, seconds))
+        if len(self.judgements) == 1 and len(self.marks) >= 2:
+            logger.info("%s", self.estimate(step, max_steps))
+
+    def judgements_left(self, step: int, max_steps: int) -> int:
+        """Checkpoint judgements after ``step`` up to ``max_steps``."""
+        return max_steps // self.judge_every - step // self.judge_every if self.judge_every > 0 else 0
+
+    def _judging(self) -> float:
+        """Seconds of the judgements between the first step's end and the last one's (each runs after its step)."""
+        if not self.steps:
+            return 0.0
+        return sum(seconds for step, seconds in self.judgements if self.steps[0] <= step < self.steps[-1])
+
+    def step_seconds(self) -> float:
+        """Mean seconds of a step after the warm-up one, checkpoint judgements left out."""
+        return max(0.0, (self.marks[-1][0] - self.marks[0][0] - self._judging()) / (len(self.marks) - 1))
+
     def estimate(self, step: int, max_steps: int) -> str:
-        """One line after the second step: its seconds, and when the steps left end at that pace."""
-        seconds = self.marks[-1][0] - self.marks[-2][0]
-        left = max(0, max_steps - step) * seconds
+        """One line: a step's seconds here, and when the steps and checkpoint judgements left end at that pace."""
+        seconds = self.step_seconds()
+        steps_left = max(0, max_steps - step)
+        left = steps_left * seconds
+        judgements = self.judgements_left(step, max_steps)
+        head = f"training: {seconds:.1f} s a step on this machine"
+        if self.judgements:
+            first_step, first = self.judgements[0]
+            left += judgements * first
+            ends = time.strftime("%H:%M", time.localtime(time.time() + left))
+            return (f"{head}, and the checkpoint judgement at step {first_step} took {first:.0f} s; the {steps_left} "
+                    f"steps and {judgements} judgements left take about {left / 60:.0f} min (until ~{ends})")
         ends = time.strftime("%H:%M", time.localtime(time.time() + left))
-        return (f"training: {seconds:.1f} s a step on this machine; the {max(0, max_steps - step)} steps left take "
-                f"about {left / 60:.0f} min (until ~{ends})")
+        line = f"{head}; the {steps_left} steps left take about {left / 60:.0f} min (until ~{ends})"
+        if judgements:
+            first_step = (step // self.judge_every + 1) * self.judge_every
+            line += (f", and {judgements} checkpoint judgements more (the first, at step {first_step}, says how long "
+                     "they take)")
+        return line
 
     def summary(self) -> dict[str, Any]:
-        """Steps timed after the first, their seconds, input tokens and tokens/s; the first step's seconds apart."""
+        """Steps timed after the first, their seconds (checkpoint judgements left out), input tokens and tokens/s;
+        the first step's seconds and the judgements' apart."""
         first = round(self.marks[0][0] - self.start[0], 3) if self.marks and self.start else None
+        judging = round(sum(seconds for _, seconds in self.judgements), 3)
         if len(self.marks) < 2:
             return {"steps": 0, "seconds": None, "input_tokens": None, "tokens_per_second": None,
-                    "first_step_seconds": first}
+                    "first_step_seconds": first, "judgement_seconds": judging}
         (begin, tokens_begin), (end, tokens_end) = self.marks[0], self.marks[-1]
-        seconds, tokens = end - begin, tokens_end - tokens_begin
+        seconds, tokens = end - begin - self._judging(), tokens_end - tokens_begin
         return {"steps": len(self.marks) - 1, "seconds": round(seconds, 3), "input_tokens": tokens,
                 "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 and tokens > 0 else None,
-                "first_step_seconds": first}
+                "first_step_seconds": first, "judgement_seconds": judging}
 
 
 class StepProfiler(TrainerCallback):

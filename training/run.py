@@ -178,7 +178,8 @@ def _run(config: TrainConfig) -> TrainResult:
 
     # --- SFT on the pre-tokenized input_ids + labels ---------------------------------------------
     checkpoints = output_dir / CHECKPOINTS
-    timer = StepTimer()
+    timer = StepTimer(judge_every=(config.training.eval_steps or config.training.save_steps)
+                      if held_out_set.examples or judgement_examples else 0)
     interrupt = SaveOnInterrupt()  # Ctrl-C: a checkpoint at the end of the step, so the same command resumes
     callbacks: list[Any] = [timer, interrupt]
     if config.training.profile_steps:
@@ -186,7 +187,8 @@ def _run(config: TrainConfig) -> TrainResult:
     if held_out_set.examples or judgement_examples:
         during_items = max(1, config.judgement_items // 3)
         callbacks.append(
-            accuracy_callback(held_out_set.examples, token_ids, judgement_examples, during_items, config.training)
+            accuracy_callback(held_out_set.examples, token_ids, judgement_examples, during_items, config.training,
+                              timer)
         )
     if config.method == "full" and config.training.row_lr_multiplier != 1.0:
         callbacks.append(row_step_callback(model, token_ids, config.training.row_lr_multiplier))

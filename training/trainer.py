@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -281,16 +282,19 @@ def accuracy_callback(
     judgement_examples: list[dict[str, Any]] | None = None,
     judgement_items: int = 100,
     training: Any = None,
+    timer: Any = None,
 ) -> Any:
     """A trainer callback that scores held-out reflection accuracy and the judgement, and logs them.
 
-    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0.
+    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0. Each one's seconds go to ``timer``
+    (a :class:`~selfrag.training.resources.StepTimer`), whose estimate then counts them.
     """
     from transformers import TrainerCallback
 
     every = int(getattr(training, "eval_steps", 0) or 0)
 
     def evaluate(state: Any, model: Any) -> None:
+        started = time.perf_counter()
         entry: dict[str, Any] = {"step": state.global_step}
         with full_precision(model):  # scored as after training, not in the steps' bf16 autocast
             if examples:
@@ -298,8 +302,12 @@ def accuracy_callback(
             if judgement_examples:
                 report = judge(model, judgement_examples, token_ids, judgement_items)
                 entry["judgement"] = headline(report)
-        logger.info("step %d: %s", state.global_step, {k: v for k, v in entry.items() if k != "step"})
+        seconds = time.perf_counter() - started
+        logger.info("step %d (judged in %.0f s): %s", state.global_step, seconds,
+                    {k: v for k, v in entry.items() if k != "step"})
         state.log_history.append(entry)
+        if timer is not None:
+            timer.judged(int(state.global_step), seconds, int(state.max_steps or 0))
 
     class ReflectionAccuracyCallback(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]

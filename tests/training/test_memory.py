@@ -140,3 +140,34 @@ def test_the_step_timer_estimates_the_rest_from_the_second_step(caplog: pytest.L
         timer.on_step_end(None, state, None)
     (line,) = [record.getMessage() for record in caplog.records]
     assert "s a step on this machine; the 99 steps left take about 5 min" in line
+
+
+def test_the_estimate_counts_the_checkpoint_judgements_and_the_throughput_leaves_them_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a judgement every 50 steps, the second step's line says how many are left; the first judgement's time
+    puts them all into the estimate, and the steps' throughput does not count the judging."""
+    import logging
+    from types import SimpleNamespace
+
+    from selfrag.training.resources import StepTimer
+
+    timer = StepTimer(judge_every=50)
+    state = SimpleNamespace(num_input_tokens_seen=0, global_step=0, max_steps=200)
+    timer.on_train_begin(None, state, None)
+    with caplog.at_level(logging.INFO, logger="selfrag.training.resources"):
+        for step in range(1, 52):
+            state.global_step, state.num_input_tokens_seen = step, 100 * step
+            timer.on_step_end(None, state, None)
+            timer.marks[-1] = (1000.0 + 3.0 * step + (60.0 if step > 50 else 0.0), 100 * step)  # 3 s a step
+            if step == 50:
+                timer.judged(50, 60.0, 200)  # the judgement after step 50 took 60 s
+    first, second = [record.getMessage() for record in caplog.records]
+    assert "the 198 steps left take about" in first
+    assert "4 checkpoint judgements more (the first, at step 50, says how long they take)" in first
+    # 150 steps at 3 s and 3 judgements at 60 s: 450 + 180 s, 10.5 min
+    assert "3.0 s a step" in second and "the checkpoint judgement at step 50 took 60 s" in second
+    assert "the 150 steps and 3 judgements left take about 10 min" in second
+    summary = timer.summary()
+    assert summary["steps"] == 50 and summary["seconds"] == pytest.approx(150.0)  # the 60 s of judging left out
+    assert summary["judgement_seconds"] == 60.0 and summary["tokens_per_second"] == pytest.approx(5000 / 150, abs=0.1)
