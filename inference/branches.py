@@ -24,7 +24,7 @@ from .answer import Candidate
 from .config import InferenceConfig
 from .engines.base import Engine, Generation, GenerationRequest, concat_generations
 from .rounds import hopeless_round, stopped_branches
-from .scoring import RelevanceVerdict, relevance_entry, relevance_verdict, score_continuation
+from .scoring import RelevanceVerdict, relevance_entry, relevance_verdict, score_continuation, with_retrieval
 from .trace import Prune, Retry, Skip, Together
 from .work import Work, call
 
@@ -217,11 +217,15 @@ class Decoding:
             retried = self.candidate(branches[i][1].passage, prefixes[i], concat_generations(
                 _head(generations[i], rf.RELEVANT), generation))
             candidates[i] = replace(retried, round=candidates[i].round, retried=candidates[i].generated)
-        for (work, _, _), candidate in zip(branches, candidates, strict=True):
-            work.candidates.append(candidate)
+        weight = self.config.weights.retrieval
+        ranks = [work.hits.index(hit) for work, hit, _ in branches]  # each passage's rank in its round
+        for (work, _, _), candidate, rank in zip(branches, candidates, ranks, strict=True):
+            work.candidates.append(replace(candidate, score=with_retrieval(candidate.score, rank, weight)))
         if together:
-            for work, candidate in self._read_together(together, branches, first, scores):
-                work.candidates.append(candidate)
+            best_ranks = [min(ranks[i] for i in members) for _, members in together]
+            for (work, candidate), rank in zip(self._read_together(together, branches, first, scores), best_ranks,
+                                               strict=True):
+                work.candidates.append(replace(candidate, score=with_retrieval(candidate.score, rank, weight)))
 
     def _together(
         self, works: Sequence[PromptWork], branches: list[Any], verdicts: list[RelevanceVerdict], pruned: list[bool]

@@ -89,6 +89,13 @@ class ScoreWeights:
     relevance: float = help_field("weight of the relevance score p(Relevant)/(p(Relevant)+p(Irrelevant))", 1.0)
     support: float = help_field("weight of the support score (p(Full)+0.5 p(Partial))/(sum of the three)", 1.0)
     utility: float = help_field("weight of the utility score sum(w_k p_k)/sum(p_k), w = -1, -0.5, 0, 0.5, 1", 0.5)
+    retrieval: float = help_field(
+        "weight of the retrieval score 1/(1+r), r the passage's 0-based rank in its retrieval round (short form): the "
+        "retriever's order as a fourth ranking signal beside the model's critique, which on a small model judges "
+        "every passage on the question's entity [Relevant], [Fully supported] and [Utility:5] alike; 0: the paper's "
+        "ranking, by the critique alone",
+        0.0,
+    )
 
 
 @dataclass
@@ -226,7 +233,7 @@ class InferenceConfig:
         if not self.abstain_text.strip():
             problems.append(f"{p}abstain_text is empty; give the sentence shown when the runtime abstains")
         problems += self._validate_policy(p)
-        for name in ("relevance", "support", "utility"):
+        for name in ("relevance", "support", "utility", "retrieval"):
             value = getattr(self.weights, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
                 problems.append(f"{p}weights.{name} must be a finite number, got {value!r}")

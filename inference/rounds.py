@@ -107,7 +107,10 @@ class Rounds(ABC, Generic[W]):
 
     @property
     def weights(self) -> dict[str, float]:
-        return {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
+        weights = {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
+        if self.config.weights.retrieval:  # the retriever's rank counts too (short form)
+            weights["retrieval"] = self.config.weights.retrieval
+        return weights
 
     # -- the mode's steps ---------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from selfrag import reflection as rf
 from selfrag.reflection import Group, ReflectionIds
@@ -163,6 +163,15 @@ def score_continuation(
         utility_token=None if at_utility is None else token_ids.token(int(generated[at_utility])),
         missing=tuple(name for name in COMPONENTS if components[name] is None),
     )
+
+
+def with_retrieval(score: CandidateScore | None, rank: int, weight: float) -> CandidateScore | None:
+    """``score`` with the retrieval component, ``1 / (1 + rank)`` for the passage's 0-based ``rank`` in its round's
+    retrieval, added to the total at ``weight`` (``inference.weights.retrieval``); unchanged where the weight is 0."""
+    if score is None or not weight:
+        return score
+    value = 1.0 / (1 + rank)
+    return replace(score, retrieval=value, total=score.total + weight * value)
 
 
 def _at(logprobs: Sequence[Mapping[int, float]], index: int) -> Mapping[int, float]:

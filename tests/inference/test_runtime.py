@@ -206,6 +206,38 @@ def test_weights_change_the_ranking(reflection_tokenizer, token_ids) -> None:  #
     assert support_heavy.answer == "B." and support_heavy.citations == (LYON,)
 
 
+@pytest.mark.parametrize("pruning", [True, False])
+def test_the_retrieval_weight_ranks_by_the_retrievers_order_where_the_critique_ties(  # type: ignore[no-untyped-def]
+    reflection_tokenizer, token_ids, pruning,
+) -> None:
+    """Two passages the model judges alike (both [Relevant], [Fully supported], [Utility:5]); the second retrieved
+    scores a little higher relevance. The paper's ranking takes it; ``weights.retrieval=0.5`` adds 1/(1+rank)
+    (1 for the first passage, 1/2 for the second) and takes the retriever's first, and the trace shows the term."""
+    passages = {
+        PARIS.id: continuation(reflection_tokenizer, token_ids, "A.", relevance=0.90),
+        LYON.id: continuation(reflection_tokenizer, token_ids, "B.", relevance=0.95),
+    }
+    scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
+    on = PruningConfig(enabled=pruning)
+    paper = scenario.rag(mode="always", top_k=2, pruning=on).answer("q")
+    retriever = scenario.rag(mode="always", top_k=2, pruning=on,
+                             weights=ScoreWeights(retrieval=0.5)).answer("q")
+    assert paper.answer == "B." and paper.citations == (LYON,)
+    assert retriever.answer == "A." and retriever.citations == (PARIS,)
+    (rank,) = [step for step in retriever.trace if step.step == "rank"]
+    scores = {c.passage_id: c.score for c in rank.candidates}
+    assert scores[PARIS.id].retrieval == 1.0 and scores[LYON.id].retrieval == 0.5
+    assert scores[LYON.id].total == pytest.approx(0.95 + 0.5 * 0.5 + support_and_utility(scores[LYON.id]))
+    assert rank.weights["retrieval"] == 0.5
+    (paper_rank,) = [step for step in paper.trace if step.step == "rank"]
+    assert "retrieval" not in paper_rank.weights and all(c.score.retrieval is None for c in paper_rank.candidates)
+    assert "retrieval" not in paper_rank.candidates[0].score.to_json()["components"]
+
+
+def support_and_utility(score) -> float:  # type: ignore[no-untyped-def]
+    return score.support + 0.5 * score.utility
+
+
 def test_missing_support_token_scores_zero_and_is_marked(reflection_tokenizer, token_ids) -> None:  # type: ignore[no-untyped-def]
     passages = {
         PARIS.id: continuation(reflection_tokenizer, token_ids, "A.", relevance=0.99, support=None),
