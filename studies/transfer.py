@@ -162,11 +162,35 @@ def records(folder: Path, mode: str) -> dict[str, dict[str, Any]] | None:
     return {row["question"]: row for row in rows}
 
 
-def arm_rows(out: Path, seed_dir: Path, name: str) -> dict[str, dict[str, dict[str, Any]] | None]:
+def arm_rows(out: Path, seed_dir: Path, name: str, runtime: str = "") -> dict[str, dict[str, dict[str, Any]] | None]:
+    """Every arm's answers to set ``name`` in one seed; ``runtime``: the single-pass arms' answers under that
+    runtime variant (``--runtime-name``) instead of the default runtime's."""
     plain = out / "plain" / name if name != "quickstart" else seed_dir / "eval-plain"
     folder = seed_dir / "evals" / name
     return {"plain RAG": records(plain, "plain_rag"), "fine-tuned RAG": records(folder / "ft-rag", "ft_rag"),
-            **{arm: records(folder / name, "single_pass") for arm, name in FOLDERS.items()}}
+            **{arm: records(folder / runtime_folder(name, runtime), "single_pass") for arm, name in FOLDERS.items()}}
+
+
+def runtime_folder(folder: str, runtime: str) -> str:
+    """A single-pass arm's eval folder under a runtime variant: ``sft@NAME`` (the default runtime: ``sft``)."""
+    return f"{folder}@{runtime}" if runtime else folder
+
+
+def run_runtime(out: Path, seed: int, names: list[str], runtime: str, settings: list[str]) -> None:
+    """``--runtime-name``: the seed's trained single-pass models (SFT, and SFT+RL where it was trained) answer the
+    sets again with the runtime ``settings``, beside their default-runtime answers; nothing is trained."""
+    seed_dir = out / f"seed-{seed}"
+    models = {"single-pass SFT": seed_dir / "model"}
+    if (seed_dir / "rl-calibration" / "calibration.json").is_file():
+        models["single-pass SFT+RL"] = seed_dir / "rl"
+    missing = [str(model) for model in models.values() if not (model / "adapter_config.json").is_file()]
+    if missing:
+        raise SystemExit(f"transfer: --runtime-name reads trained models; {', '.join(missing)} holds none (train "
+                         "them first: the same command without --runtime-name)")
+    for name, (questions, extra) in question_sets(seed_dir, names).items():
+        for arm, model in models.items():
+            selfrag("eval", f"data={questions}", *extra, *EVAL_SETTINGS, f"model={model}", "modes=[single_pass]",
+                    *settings, f"output_dir={seed_dir / 'evals' / name / runtime_folder(FOLDERS[arm], runtime)}")
 
 
 def seed_folders(outs: list[Path]) -> list[tuple[Path, Path]]:
@@ -258,10 +282,11 @@ def table(outs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def versus(outs: list[Path], others: list[Path]) -> str:
+def versus(outs: list[Path], others: list[Path], runtime: str = "") -> str:
     """Two recipes' models set against each other: for every set and every arm both hold, gold answers and false
     abstains of ``outs`` (an arm recipe) and ``others`` (the recipe it changes), paired on the same question in the
-    same seed; only seeds both hold count (a seed is ``seed-s`` under any of the folders)."""
+    same seed; only seeds both hold count (a seed is ``seed-s`` under any of the folders). ``runtime``: ``outs``'
+    single-pass answers under that runtime variant (``others`` is then the same folders, default runtime)."""
     from selfrag.evaluation.metrics import summarize
 
     mine, theirs = dict((p.name, (o, p)) for o, p in seed_folders(outs)), dict(
@@ -271,7 +296,8 @@ def versus(outs: list[Path], others: list[Path]) -> str:
              "| set | arm | seeds | gold: this recipe | gold: the other | difference (95% CI) | false abstains: this "
              "| false abstains: the other |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in ["quickstart", *DEV, *TEST]:
-        pairs = [(arm_rows(*mine[seed], name), arm_rows(*theirs[seed], name)) for seed in common]  # read once a set
+        pairs = [(arm_rows(*mine[seed], name, runtime), arm_rows(*theirs[seed], name))  # read once a set
+                 for seed in common]
         for arm in ARMS:
             a: list[float] = []
             b: list[float] = []
@@ -336,7 +362,25 @@ def main() -> None:
     parser.add_argument("--versus", type=Path, action="append", default=[], metavar="OUT",
                         help="also set this recipe's models (--out, --join) against another recipe's "
                         "(its --out folders), paired per seed and question")
+    parser.add_argument("--runtime-name", metavar="NAME",
+                        help="a runtime variant: the trained single-pass models answer --sets again with --runtime's "
+                        "settings (in evals/<set>/sft@NAME), set against the default runtime's answers, paired")
+    parser.add_argument("--runtime", action="append", default=[], metavar="KEY=VALUE",
+                        help="an inference setting of the --runtime-name variant "
+                        "(e.g. inference.weights.retrieval=0.5)")
     args = parser.parse_args()
+    if args.runtime_name:
+        if not args.runtime:
+            parser.error("--runtime-name needs at least one --runtime KEY=VALUE")
+        if not args.table:
+            groups = {"dev": list(DEV), "test": list(TEST)}
+            names = [name for item in args.sets.split(",") for name in groups.get(item, [item])]
+            for seed in (int(s) for s in args.seeds.split(",")):
+                run_runtime(args.out, seed, names, args.runtime_name, args.runtime)
+        outs = [args.out, *args.join]
+        print(f"runtime {args.runtime_name} ({' '.join(args.runtime)}) against the default runtime:")
+        print(versus(outs, outs, args.runtime_name))
+        return
     if not args.table:
         groups = {"dev": list(DEV), "test": list(TEST)}
         names = [name for item in args.sets.split(",") for name in groups.get(item, [item])]
