@@ -138,3 +138,24 @@ def test_the_rl_sources_recipe_names_files_that_exist() -> None:
     assert config.per_source == 50 and config.reward.correctness == "f1"
     for path in [config.queries, *config.more_queries, *config.more_passages, config.retriever.corpus]:
         assert (repo / str(path)).is_file(), path
+
+
+def test_a_runtime_variant_is_set_against_the_default_runtime_on_the_same_models(tmp_path: Path) -> None:
+    """--runtime-name: the single-pass answers in ``sft@NAME`` paired with ``sft`` per seed and question; the
+    baselines' rows are the same folders on both sides (a difference of exactly zero)."""
+    questions = [f"q{i}" for i in range(4)]
+    write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+    for seed, right in ((0, 1), (1, 2)):
+        folder = tmp_path / f"seed-{seed}" / "evals" / "popqa"
+        write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
+        write_arm(folder / "sft", "single_pass",
+                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+        write_arm(folder / "sft@ret", "single_pass",
+                  {q: ("Paris." if i < right + 1 else "The sources do not say.") for i, q in enumerate(questions)})
+    table = transfer.versus([tmp_path], [tmp_path], "ret")
+    rows = {line.split(" | ")[1]: line for line in table.splitlines() if line.startswith("| popqa |")}
+    assert "seeds in both: 0, 1" in table
+    assert "| 2 | 5/8 | 3/8 | +0.25 [" in rows["single-pass SFT"]  # one more answer in each seed
+    assert "| 2 | 8/8 | 8/8 | +0.00 [+0.00, +0.00] |" in rows["plain RAG"]
+    with pytest.raises(SystemExit, match="holds none"):
+        transfer.run_runtime(tmp_path, 0, ["popqa"], "ret", ["inference.weights.retrieval=0.5"])
