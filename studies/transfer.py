@@ -181,12 +181,12 @@ def runtime_folder(folder: str, runtime: str) -> str:
     return f"{folder}@{runtime}" if runtime else folder
 
 
-def run_runtime(out: Path, seed: int, names: list[str], runtime: str, settings: list[str]) -> None:
-    """``--runtime-name``: the seed's trained single-pass models (SFT, and SFT+RL where it was trained) answer the
-    sets again with the runtime ``settings``, beside their default-runtime answers; nothing is trained."""
+def run_runtime(out: Path, seed: int, names: list[str], runtime: str, settings: list[str], rl: bool = False) -> None:
+    """``--runtime-name``: the seed's trained single-pass models (SFT; with ``rl`` SFT+RL too) answer the sets again
+    with the runtime ``settings``, beside their default-runtime answers; nothing is trained."""
     seed_dir = out / f"seed-{seed}"
     models = {"single-pass SFT": seed_dir / "model"}
-    if (seed_dir / "rl-calibration" / "calibration.json").is_file():
+    if rl:
         models["single-pass SFT+RL"] = seed_dir / "rl"
     missing = [str(model) for model in models.values() if not (model / "adapter_config.json").is_file()]
     if missing:
@@ -368,8 +368,9 @@ def main() -> None:
                         help="also set this recipe's models (--out, --join) against another recipe's "
                         "(its --out folders), paired per seed and question")
     parser.add_argument("--runtime-name", metavar="NAME",
-                        help="a runtime variant: the trained single-pass models answer --sets again with --runtime's "
-                        "settings (in evals/<set>/sft@NAME), set against the default runtime's answers, paired")
+                        help="a runtime variant: the trained single-pass SFT model (with --rl-steps, SFT+RL too) "
+                        "answers --sets again with --runtime's settings (in evals/<set>/sft@NAME), set against the "
+                        "default runtime's answers, paired")
     parser.add_argument("--runtime", action="append", default=[], metavar="KEY=VALUE",
                         help="an inference setting of the --runtime-name variant "
                         "(e.g. inference.weights.retrieval=0.5)")
@@ -381,7 +382,7 @@ def main() -> None:
             groups = {"dev": list(DEV), "test": list(TEST)}
             names = [name for item in args.sets.split(",") for name in groups.get(item, [item])]
             for seed in (int(s) for s in args.seeds.split(",")):
-                run_runtime(args.out, seed, names, args.runtime_name, args.runtime)
+                run_runtime(args.out, seed, names, args.runtime_name, args.runtime, rl=bool(args.rl_steps))
         outs = [args.out, *args.join]
         print(f"runtime {args.runtime_name} ({' '.join(args.runtime)}) against the default runtime:")
         print(versus(outs, outs, args.runtime_name))
