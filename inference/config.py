@@ -94,7 +94,7 @@ class ScoreWeights:
         "retriever's order as a fourth ranking signal beside the model's critique, which on a small model judges "
         "every passage on the question's entity [Relevant], [Fully supported] and [Utility:5] alike; 0: the paper's "
         "ranking, by the critique alone",
-        0.0,
+        0.5,
     )
 
 

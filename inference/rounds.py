@@ -104,11 +104,13 @@ class Rounds(ABC, Generic[W]):
     written = "continuation"
     #: why an answer written without passages is empty, where its candidate lists no problem (None: not said)
     empty_because: str | None = "no text between its reflection tokens"
+    #: whether the mode adds ``weights.retrieval`` x the retriever's rank score to a candidate's (single-pass does)
+    ranks_by_retrieval = False
 
     @property
     def weights(self) -> dict[str, float]:
         weights = {name: getattr(self.config.weights, name) for name in ("relevance", "support", "utility")}
-        if self.config.weights.retrieval:  # the retriever's rank counts too (short form)
+        if self.ranks_by_retrieval and self.config.weights.retrieval:  # the retriever's rank counts too
             weights["retrieval"] = self.config.weights.retrieval
         return weights
 

@@ -54,13 +54,14 @@ logger = logging.getLogger(__name__)
 #: Bumped when the same model, settings and question are answered differently: a saved answer of an older version
 #: (eval's single-pass answers, the quickstart's calibration) is answered again. What each bump changed:
 #: results/runtime-versions.md.
-BEHAVIOUR_VERSION = 7
+BEHAVIOUR_VERSION = 8
 
 
 class SelfRAG(Rounds[PromptWork]):
     """Answer questions with a model trained to emit reflection tokens (see the module docstring)."""
 
     alone_from = f"the prompt + {rf.NO_RETRIEVAL}"
+    ranks_by_retrieval = True  # short form: weights.retrieval x 1/(1 + rank) joins each branch's score
 
     def __init__(self, engine: Engine, retriever: Retriever | None, config: InferenceConfig | None = None) -> None:
         self.engine = engine

@@ -211,17 +211,18 @@ def test_the_retrieval_weight_ranks_by_the_retrievers_order_where_the_critique_t
     reflection_tokenizer, token_ids, pruning,
 ) -> None:
     """Two passages the model judges alike (both [Relevant], [Fully supported], [Utility:5]); the second retrieved
-    scores a little higher relevance. The paper's ranking takes it; ``weights.retrieval=0.5`` adds 1/(1+rank)
-    (1 for the first passage, 1/2 for the second) and takes the retriever's first, and the trace shows the term."""
+    scores a little higher relevance. The paper's ranking (``weights.retrieval=0``) takes it; the default
+    ``weights.retrieval=0.5`` adds 1/(1+rank) (1 for the first passage, 1/2 for the second) and takes the retriever's
+    first, and the trace shows the term."""
     passages = {
         PARIS.id: continuation(reflection_tokenizer, token_ids, "A.", relevance=0.90),
         LYON.id: continuation(reflection_tokenizer, token_ids, "B.", relevance=0.95),
     }
     scenario = Scenario(reflection_tokenizer, token_ids, passages=passages)
     on = PruningConfig(enabled=pruning)
-    paper = scenario.rag(mode="always", top_k=2, pruning=on).answer("q")
-    retriever = scenario.rag(mode="always", top_k=2, pruning=on,
-                             weights=ScoreWeights(retrieval=0.5)).answer("q")
+    assert ScoreWeights().retrieval == 0.5
+    paper = scenario.rag(mode="always", top_k=2, pruning=on, weights=ScoreWeights(retrieval=0.0)).answer("q")
+    retriever = scenario.rag(mode="always", top_k=2, pruning=on).answer("q")
     assert paper.answer == "B." and paper.citations == (LYON,)
     assert retriever.answer == "A." and retriever.citations == (PARIS,)
     (rank,) = [step for step in retriever.trace if step.step == "rank"]
@@ -249,7 +250,8 @@ def test_missing_support_token_scores_zero_and_is_marked(reflection_tokenizer, t
     paris = rank["candidates"][0]
     assert paris["missing"] == ["support"] and paris["components"]["support"] is None
     assert paris["tokens"]["support"] is None
-    assert paris["score"] == pytest.approx(0.99 + 0.5 * (0.1 * 0.5 + 0.9))
+    # relevance + 0.5 x utility + the retrieval term of the first passage (0.5 x 1/1)
+    assert paris["score"] == pytest.approx(0.99 + 0.5 * (0.1 * 0.5 + 0.9) + 0.5 * 1.0)
     assert answer.candidates[0].well_formed is False  # a passage without a support token is malformed
     assert answer.answer == "B."
 

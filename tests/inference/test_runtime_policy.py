@@ -9,7 +9,7 @@ from runtime_scripts import FULL, LYON, NICE, NONE, PARIS, RELEVANT, UTILITY_5, 
 
 from selfrag import reflection as rf
 from selfrag.inference import finish, policy
-from selfrag.inference.config import InferenceConfig, PruningConfig
+from selfrag.inference.config import InferenceConfig, PruningConfig, ScoreWeights
 from selfrag.inference.events import FinalEvent, SegmentEvent
 
 Q = "What is the capital of France?"
@@ -142,7 +142,8 @@ def test_a_shippable_candidate_missing_its_utility_outranks_a_complete_refused_o
 
 
 def test_a_tie_keeps_retrieval_order_and_is_traced(build) -> None:  # type: ignore[no-untyped-def]
-    rag, _, _ = build({PARIS: seg("Same."), LYON: seg("Same.")}, top_k=2)
+    # the paper's ranking (no retrieval term, which would part the two by their rank)
+    rag, _, _ = build({PARIS: seg("Same."), LYON: seg("Same.")}, top_k=2, weights=ScoreWeights(retrieval=0.0))
     answer = rag.answer(Q)
     [rank] = step(answer, "rank")
     assert rank["tie"] == [PARIS.id, LYON.id] and rank["chosen"] == PARIS.id and "tie" in rank["reason"]
@@ -316,7 +317,7 @@ def test_pruning_bound_is_configurable(build) -> None:  # type: ignore[no-untype
 
 def test_closed_set_sums_scores_per_normalised_answer(build) -> None:  # type: ignore[no-untyped-def]
     rag, _, _ = build({PARIS: seg("True."), LYON: seg("false", relevance={rf.RELEVANT: 0.95, rf.IRRELEVANT: 0.05}),
-                       NICE: seg("TRUE", support=PART)}, top_k=3, pruning=OFF)
+                       NICE: seg("TRUE", support=PART)}, top_k=3, pruning=OFF, weights=ScoreWeights(retrieval=0.0))
     answer = rag.answer(Q, choices=["true", "false"])
     [vote] = step(answer, "vote")
     ranked = [c["score"] for c in vote["candidates"]]
