@@ -237,7 +237,9 @@ def aims(name: str, arm: str, held: np.ndarray, base: np.ndarray, tuned: np.ndar
     return f"- {name}, {arm}: {verdict}" + (f" (met: {'; '.join(met)})" if missed and met else "")
 
 
-def table(outs: list[Path]) -> str:
+def table(outs: list[Path], runtime: str = "") -> str:
+    """The study's table (see the module docstring); ``runtime``: the single-pass arms' answers under that runtime
+    variant (``--runtime-name``), the baselines' as they are."""
     from selfrag.evaluation.metrics import summarize
 
     seeds = seed_folders(outs)
@@ -252,7 +254,7 @@ def table(outs: list[Path]) -> str:
         paired: dict[str, list[float]] = {arm: [] for arm in ARMS}
         counted: dict[str, int] = {arm: 0 for arm in ARMS}
         for out, seed_dir in seeds:
-            rows = arm_rows(out, seed_dir, name)
+            rows = arm_rows(out, seed_dir, name, runtime)
             if rows["plain RAG"] is None or rows["fine-tuned RAG"] is None:
                 continue
             answerable = [q for q, row in rows["plain RAG"].items() if row["answerable"]]
@@ -386,6 +388,8 @@ def main() -> None:
         outs = [args.out, *args.join]
         print(f"runtime {args.runtime_name} ({' '.join(args.runtime)}) against the default runtime:")
         print(versus(outs, outs, args.runtime_name))
+        print(f"\nthe study's table, single-pass under runtime {args.runtime_name}:")
+        print(table(outs, args.runtime_name))
         return
     if not args.table:
         groups = {"dev": list(DEV), "test": list(TEST)}

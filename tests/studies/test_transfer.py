@@ -157,5 +157,8 @@ def test_a_runtime_variant_is_set_against_the_default_runtime_on_the_same_models
     assert "seeds in both: 0, 1" in table
     assert "| 2 | 5/8 | 3/8 | +0.25 [" in rows["single-pass SFT"]  # one more answer in each seed
     assert "| 2 | 8/8 | 8/8 | +0.00 [+0.00, +0.00] |" in rows["plain RAG"]
+    variant = transfer.table([tmp_path], "ret")  # the study's table with the variant's single-pass answers
+    sft = next(line for line in variant.splitlines() if line.startswith("| popqa | test | single-pass SFT |"))
+    assert "| 2 | 5/8 | -0.38 [" in sft
     with pytest.raises(SystemExit, match="holds none"):
         transfer.run_runtime(tmp_path, 0, ["popqa"], "ret", ["inference.weights.retrieval=0.5"])
