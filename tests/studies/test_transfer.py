@@ -56,14 +56,21 @@ def write_seed(out: Path, seed: int, right: int) -> None:
               {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
 
 
-def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path: Path) -> None:
+def write_seeds(out: Path, rights: dict[int, int]) -> list[str]:
+    """Seeds in one --out: plain RAG right on all 4 PopQA questions (written once), per seed fine-tuned RAG on none
+    and single-pass on the first ``rights[seed]``; the questions."""
     questions = [f"q{i}" for i in range(4)]
-    write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
-    for seed, right in ((0, 1), (1, 3)):
-        folder = tmp_path / f"seed-{seed}" / "evals" / "popqa"
+    write_arm(out / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+    for seed, right in rights.items():
+        folder = out / f"seed-{seed}" / "evals" / "popqa"
         write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
         write_arm(folder / "sft", "single_pass",
                   {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+    return questions
+
+
+def test_the_table_pools_seeds_and_pairs_each_question_within_its_seed(tmp_path: Path) -> None:
+    write_seeds(tmp_path, {0: 1, 1: 3})
     table = transfer.table([tmp_path])
     rows = {line.split(" | ")[2]: line for line in table.splitlines() if line.startswith("| popqa |")}
     assert set(rows) == {"plain RAG", "fine-tuned RAG", "single-pass SFT"}
@@ -143,13 +150,9 @@ def test_the_rl_sources_recipe_names_files_that_exist() -> None:
 def test_a_runtime_variant_is_set_against_the_default_runtime_on_the_same_models(tmp_path: Path) -> None:
     """--runtime-name: the single-pass answers in ``sft@NAME`` paired with ``sft`` per seed and question; the
     baselines' rows are the same folders on both sides (a difference of exactly zero)."""
-    questions = [f"q{i}" for i in range(4)]
-    write_arm(tmp_path / "plain" / "popqa", "plain_rag", dict.fromkeys(questions, "Paris."))
+    questions = write_seeds(tmp_path, {0: 1, 1: 2})
     for seed, right in ((0, 1), (1, 2)):
         folder = tmp_path / f"seed-{seed}" / "evals" / "popqa"
-        write_arm(folder / "ft-rag", "ft_rag", {q: "Lyon." for q in questions})
-        write_arm(folder / "sft", "single_pass",
-                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
         write_arm(folder / "sft@ret", "single_pass",
                   {q: ("Paris." if i < right + 1 else "The sources do not say.") for i, q in enumerate(questions)})
     table = transfer.versus([tmp_path], [tmp_path], "ret")
