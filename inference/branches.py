@@ -218,7 +218,7 @@ class Decoding:
                 _head(generations[i], rf.RELEVANT), generation))
             candidates[i] = replace(retried, round=candidates[i].round, retried=candidates[i].generated)
         weight = self.config.weights.retrieval
-        ranks = [work.hits.index(hit) for work, hit, _ in branches]  # each passage's rank in its round
+        ranks = [rank for work in works for rank, _ in enumerate(work.hits)]  # each branch's passage's, in its round
         for (work, _, _), candidate, rank in zip(branches, candidates, ranks, strict=True):
             work.candidates.append(replace(candidate, score=with_retrieval(candidate.score, rank, weight)))
         if together:

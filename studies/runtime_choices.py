@@ -26,15 +26,19 @@ from selfrag.agreement import wilson_interval
 
 #: arm -> (what changes, EvalConfig keys merged over the quickstart's)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    "default": ("the quickstart's runtime: weights relevance 1, support 1, utility 0.5; top 3; 96 tokens; pruning", {}),
+    "default": ("the quickstart's runtime: weights relevance 1, support 1, utility 0.5, retrieval 0.5 (runtime 8; "
+                "before, 0); top 3; 96 tokens; pruning", {}),
     "rank-relevance": ("branches ranked by P([Relevant]) alone", {"inference": {"weights": {
-        "relevance": 1.0, "support": 0.0, "utility": 0.0}}}),
+        "relevance": 1.0, "support": 0.0, "utility": 0.0, "retrieval": 0.0}}}),
     "rank-support": ("ranked by the support verdict alone", {"inference": {"weights": {
-        "relevance": 0.0, "support": 1.0, "utility": 0.0}}}),
+        "relevance": 0.0, "support": 1.0, "utility": 0.0, "retrieval": 0.0}}}),
     "rank-utility": ("ranked by the utility verdict alone", {"inference": {"weights": {
-        "relevance": 0.0, "support": 0.0, "utility": 1.0}}}),
-    "rank-paper": ("the paper's short-form weights: relevance 1, support 1, utility 0.5, no pruning",
-                   {"inference": {"pruning": {"enabled": False}}}),
+        "relevance": 0.0, "support": 0.0, "utility": 1.0, "retrieval": 0.0}}}),
+    "rank-retrieval": ("ranked by the retriever's order alone among the branches the policy would ship",
+                       {"inference": {"weights": {"relevance": 0.0, "support": 0.0, "utility": 0.0,
+                                                  "retrieval": 1.0}}}),
+    "rank-paper": ("the paper's short-form weights: relevance 1, support 1, utility 0.5, no retrieval term, no "
+                   "pruning", {"inference": {"pruning": {"enabled": False}, "weights": {"retrieval": 0.0}}}),
     "together": ("the passages judged [Relevant] read in one paragraph and answered once (read=together)",
                  {"inference": {"read": "together"}}),
     "flag": ("an unsupported best answer is kept and flagged low-confidence instead of abstaining "
