@@ -289,11 +289,12 @@ def table(outs: list[Path], runtime: str = "") -> str:
     return "\n".join(lines)
 
 
-def versus(outs: list[Path], others: list[Path], runtime: str = "") -> str:
+def versus(outs: list[Path], others: list[Path], runtime: str = "", other_runtime: str = "") -> str:
     """Two recipes' models set against each other: for every set and every arm both hold, gold answers and false
     abstains of ``outs`` (an arm recipe) and ``others`` (the recipe it changes), paired on the same question in the
-    same seed; only seeds both hold count (a seed is ``seed-s`` under any of the folders). ``runtime``: ``outs``'
-    single-pass answers under that runtime variant (``others`` is then the same folders, default runtime)."""
+    same seed; only seeds both hold count (a seed is ``seed-s`` under any of the folders). ``runtime`` and
+    ``other_runtime``: each side's single-pass answers under that runtime variant ("": the default runtime's);
+    ``others`` the same folders as ``outs`` with ``runtime`` alone sets a variant against the default runtime."""
     from selfrag.evaluation.metrics import summarize
 
     mine, theirs = dict((p.name, (o, p)) for o, p in seed_folders(outs)), dict(
@@ -303,7 +304,7 @@ def versus(outs: list[Path], others: list[Path], runtime: str = "") -> str:
              "| set | arm | seeds | gold: this recipe | gold: the other | difference (95% CI) | false abstains: this "
              "| false abstains: the other |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in ["quickstart", *DEV, *TEST]:
-        pairs = [(arm_rows(*mine[seed], name, runtime), arm_rows(*theirs[seed], name))  # read once a set
+        pairs = [(arm_rows(*mine[seed], name, runtime), arm_rows(*theirs[seed], name, other_runtime))  # once a set
                  for seed in common]
         for arm in ARMS:
             a: list[float] = []
@@ -368,7 +369,8 @@ def main() -> None:
                         "each with its own --out)")
     parser.add_argument("--versus", type=Path, action="append", default=[], metavar="OUT",
                         help="also set this recipe's models (--out, --join) against another recipe's "
-                        "(its --out folders), paired per seed and question")
+                        "(its --out folders), paired per seed and question; with --runtime-name, both sides' "
+                        "answers under that runtime")
     parser.add_argument("--runtime-name", metavar="NAME",
                         help="a runtime variant: the trained single-pass SFT model (with --rl-steps, SFT+RL too) "
                         "answers --sets again with --runtime's settings (in evals/<set>/sft@NAME), set against the "
@@ -390,6 +392,9 @@ def main() -> None:
         print(versus(outs, outs, args.runtime_name))
         print(f"\nthe study's table, single-pass under runtime {args.runtime_name}:")
         print(table(outs, args.runtime_name))
+        if args.versus:
+            print(f"\nthese models against --versus's, both under runtime {args.runtime_name}:")
+            print(versus(outs, args.versus, args.runtime_name, args.runtime_name))
         return
     if not args.table:
         groups = {"dev": list(DEV), "test": list(TEST)}

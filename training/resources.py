@@ -64,8 +64,11 @@ class StepTimer(TrainerCallback):
             logger.info("%s", self.estimate(step, max_steps))
 
     def judgements_left(self, step: int, max_steps: int) -> int:
-        """Checkpoint judgements after ``step`` up to ``max_steps``."""
-        return max_steps // self.judge_every - step // self.judge_every if self.judge_every > 0 else 0
+        """Checkpoint judgements after ``step`` and before ``max_steps`` (the last step's is the final judgement,
+        after training)."""
+        if self.judge_every <= 0 or max_steps <= 0:
+            return 0
+        return max(0, (max_steps - 1) // self.judge_every - step // self.judge_every)
 
     def _judging(self) -> float:
         """Seconds of the judgements between the first step's end and the last one's (each runs after its step)."""

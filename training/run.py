@@ -250,6 +250,13 @@ def _run(config: TrainConfig) -> TrainResult:
     history = trainer.state.log_history
     losses = [{"step": float(entry["step"]), "loss": float(entry["loss"])} for entry in history if "loss" in entry]
     during = [entry for entry in history if "reflection_accuracy" in entry or "judgement" in entry]
+    if held_out_set.examples or judgement_examples:  # the last step's judgement is the one after training
+        final: dict[str, Any] = {"step": trainer.state.global_step}
+        if held_out_set.examples:
+            final["reflection_accuracy"] = accuracy
+        if judgement is not None:
+            final["judgement"] = headline(judgement)
+        during = [entry for entry in during if entry["step"] < final["step"]] + [final]
     result = TrainResult(
         output_dir, losses, accuracy, len(train_set.examples), len(held_out_set.examples),
         train_set.skipped + held_out_set.skipped, resume, during, model, kind, resources=resources,

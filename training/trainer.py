@@ -286,14 +286,18 @@ def accuracy_callback(
 ) -> Any:
     """A trainer callback that scores held-out reflection accuracy and the judgement, and logs them.
 
-    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0. Each one's seconds go to ``timer``
-    (a :class:`~selfrag.training.resources.StepTimer`), whose estimate then counts them.
+    Every ``training.eval_steps`` steps, or at each checkpoint when that is 0, but not after the last step: the
+    judgement after training scores that model, and :func:`~selfrag.training.run.run` adds it as the last entry.
+    Each one's seconds go to ``timer`` (a :class:`~selfrag.training.resources.StepTimer`), whose estimate then
+    counts them.
     """
     from transformers import TrainerCallback
 
     every = int(getattr(training, "eval_steps", 0) or 0)
 
     def evaluate(state: Any, model: Any) -> None:
+        if state.max_steps and state.global_step >= state.max_steps:
+            return  # the last step: the final judgement after training scores it (with every judgement item)
         started = time.perf_counter()
         entry: dict[str, Any] = {"step": state.global_step}
         with full_precision(model):  # scored as after training, not in the steps' bf16 autocast

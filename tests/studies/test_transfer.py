@@ -165,3 +165,16 @@ def test_a_runtime_variant_is_set_against_the_default_runtime_on_the_same_models
     assert "| 2 | 5/8 | -0.38 [" in sft
     with pytest.raises(SystemExit, match="holds none"):
         transfer.run_runtime(tmp_path, 0, ["popqa"], "ret", ["inference.weights.retrieval=0.5"])
+
+
+def test_two_recipes_are_set_against_each_other_under_one_runtime_variant(tmp_path: Path) -> None:
+    """--runtime-name with --versus: each side's ``sft@NAME`` answers, not the default runtime's ``sft``."""
+    for recipe, right in (("arm", 3), ("shipped", 1)):
+        questions = write_seeds(tmp_path / recipe, {0: 0})  # the default runtime's answers: none right
+        write_arm(tmp_path / recipe / "seed-0" / "evals" / "popqa" / "sft@ret", "single_pass",
+                  {q: ("Paris." if i < right else "The sources do not say.") for i, q in enumerate(questions)})
+    text = transfer.versus([tmp_path / "arm"], [tmp_path / "shipped"], "ret", "ret")
+    sft = next(line for line in text.splitlines() if line.startswith("| popqa | single-pass SFT |"))
+    assert sft.startswith("| popqa | single-pass SFT | 1 | 3/4 | 1/4 | +0.50 [")
+    default = transfer.versus([tmp_path / "arm"], [tmp_path / "shipped"])
+    assert "| popqa | single-pass SFT | 1 | 0/4 | 0/4 |" in default

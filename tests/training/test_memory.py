@@ -164,10 +164,11 @@ def test_the_estimate_counts_the_checkpoint_judgements_and_the_throughput_leaves
                 timer.judged(50, 60.0, 200)  # the judgement after step 50 took 60 s
     first, second = [record.getMessage() for record in caplog.records]
     assert "the 198 steps left take about" in first
-    assert "4 checkpoint judgements more (the first, at step 50, says how long they take)" in first
-    # 150 steps at 3 s and 3 judgements at 60 s: 450 + 180 s, 10.5 min
+    # at steps 50, 100 and 150: the last step's is the final judgement, after training
+    assert "3 checkpoint judgements more (the first, at step 50, says how long they take)" in first
+    # 150 steps at 3 s and 2 judgements at 60 s: 450 + 120 s, 9.5 min
     assert "3.0 s a step" in second and "the checkpoint judgement at step 50 took 60 s" in second
-    assert "the 150 steps and 3 judgements left take about 10 min" in second
+    assert "the 150 steps and 2 judgements left take about 10 min" in second
     summary = timer.summary()
     assert summary["steps"] == 50 and summary["seconds"] == pytest.approx(150.0)  # the 60 s of judging left out
     assert summary["judgement_seconds"] == 60.0 and summary["tokens_per_second"] == pytest.approx(5000 / 150, abs=0.1)

@@ -36,7 +36,7 @@ def make_full_config(base: Path, records: Path, out: Path, **training: Any) -> T
 
 @pytest.fixture(scope="module")
 def trained(tiny_base_dir: Path, records_path: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    config = make_config(tiny_base_dir, records_path, tmp_path_factory.mktemp("run") / "adapter")
+    config = make_config(tiny_base_dir, records_path, tmp_path_factory.mktemp("run") / "adapter", eval_steps=4)
     initial = initial_weights(config)
     return config, initial, run(config)
 
@@ -73,7 +73,11 @@ def test_outputs_and_metrics_are_written(trained) -> None:  # type: ignore[no-un
     assert len(metrics["train_losses"]) == 8
     assert set(metrics["reflection_accuracy"]) == {"retrieve", "relevance", "support", "utility", "counts"}
     assert metrics["held_out_examples"] == result.held_out_examples > 0
-    assert [entry["step"] for entry in metrics["reflection_accuracy_at_checkpoints"]] == [8]  # the final save
+    # judged after step 4, and not again after step 8: the last entry is the judgement after training
+    during = metrics["reflection_accuracy_at_checkpoints"]
+    assert [entry["step"] for entry in during] == [4, 8]
+    assert during[-1]["reflection_accuracy"] == metrics["reflection_accuracy"]
+    assert set(during[0]["reflection_accuracy"]) == set(metrics["reflection_accuracy"])
     # what the steps cost: tokens/s over steps 2-8 (the first is warm-up), and their peak memory
     throughput = metrics["throughput"]
     assert throughput["steps"] == 7 and throughput["input_tokens"] > 0 and throughput["tokens_per_second"] > 0
@@ -123,6 +127,7 @@ def test_a_bf16_run_trains_in_autocast_and_scores_and_returns_its_model_in_full_
 ) -> None:
     """training.bf16: the steps run in bf16 autocast, but accelerate's autocast forward is taken off the model again:
     the held-out scores during and after training and the returned model compute in fp32, as a reload does."""
+    from selfrag.training import run as run_module
     from selfrag.training import trainer as trainer_module
 
     scored_in: list[torch.dtype] = []
@@ -133,13 +138,15 @@ def test_a_bf16_run_trains_in_autocast_and_scores_and_returns_its_model_in_full_
             scored_in.append(model(input_ids=sample_ids_of(examples)).logits.dtype)
         return accuracy(model, examples, token_ids)
 
-    monkeypatch.setattr(trainer_module, "reflection_accuracy", spying)
+    monkeypatch.setattr(trainer_module, "reflection_accuracy", spying)  # during training
+    monkeypatch.setattr(run_module, "reflection_accuracy", spying)  # after it
     out = tmp_path / "bf16"
     config = make_config(tiny_base_dir, records_path, out, bf16=True, eval_steps=4)
     result = run(config)
     assert result.losses[-1]["loss"] < result.losses[0]["loss"]
     assert json.loads((out / "run.json").read_text())["settings"]["training.bf16"] is True
-    assert scored_in == [torch.float32, torch.float32]  # steps 4 and 8, not bf16 autocast
+    # after step 4, and after training (step 8's score is that one), not in bf16 autocast
+    assert scored_in == [torch.float32, torch.float32]
     assert "_original_forward" not in result.model.__dict__  # no autocast left on the returned model
     model, tokenizer, _ = load_model(out)
     ids = sample_ids(tokenizer)
