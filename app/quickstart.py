@@ -227,9 +227,9 @@ def _run(config: QuickstartConfig) -> dict[str, Any]:
         "data": split_dir / "test.jsonl", "model": str(model_dir), "retriever": {"corpus": DEMO_CORPUS},
         "output_dir": out / "eval",
         "labels": split_dir / "test-labels.jsonl", "show": config.show,
-        # 8 questions per engine call in every mode alike (1.45x faster than 4 on 2 cores, the same answers): the
-        # latency columns are per question, amortised
-        "batch_size": 8,
+        # 16 questions per engine call in every mode alike (on 2 cores 1.13x faster than 8, and 8 1.45x faster than
+        # 4, the same gold answers; results/quickstart.md): the latency columns are per question, amortised
+        "batch_size": 16,
         "inference": to_dict(config.inference),
         # the same judge for every mode, and not the trained model: its own IsSUP would grade single-pass by the
         # verdicts single-pass chose its answer by (0% unsupported by construction)

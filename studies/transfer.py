@@ -114,8 +114,10 @@ def run_seed(out: Path, seed: int, names: list[str], steps: int | None, rl_steps
     seed_dir = out / f"seed-{seed}"
     budget = [f"max_steps={steps}"] if steps else []
     recipe = [f"data_recipe={data_recipe.resolve()}"] if data_recipe else []
-    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", *budget, *recipe,
-            *(f"train.{setting}" for setting in sp_train))
+    # eval.batch_size=8: the quickstart's own table is the SFT arm's quickstart row, answered as every arm is
+    # (EVAL_SETTINGS)
+    selfrag("quickstart", f"output_dir={seed_dir}", f"train.training.seed={seed}", "eval.batch_size=8", *budget,
+            *recipe, *(f"train.{setting}" for setting in sp_train))
     sft = seed_dir / "model"
     rag_budget = rag_steps or steps
     selfrag("train", "--config", str(TRAIN_RECIPE), f"records={seed_dir / 'data' / 'records.jsonl'}",
