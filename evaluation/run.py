@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 RETRIEVING = ("plain_rag", "ft_rag", "prompted", "single_pass")
 #: the resolved config (selfrag.config.write_resolved), written before the engines load
 CONFIG_FILE = "config.yaml"
+#: what sums up every mode's answers: removed once any mode is answered again, written again at the end
+SUMMARY_FILES = ("results.json", "table.md", "reflection.jsonl", "quality.png", "cost.png")
 #: how a one-decode baseline's answer is read (abstains only with the abstain sentence; hedges are reported)
 BASELINE_VERSION = 2
 #: answers of these modes are read or decided by versioned code: a new version answers again
@@ -118,6 +120,7 @@ def _run(config: EvalConfig) -> EvalResult:
     nli = _judge(config, engines) if config.judge.kind == "nli" else None
 
     records: dict[str, list[dict[str, Any]]] = {}
+    pending: dict[str, list[dict[str, Any]]] = {}  # modes to answer (again, or the rest of): the rows kept so far
     store = AnswerStore(out)
     for dropped in store.forget_others(config.modes):
         (out / "records" / f"{dropped}.jsonl").unlink(missing_ok=True)  # not this run's: never left to mix in
@@ -138,13 +141,21 @@ def _run(config: EvalConfig) -> EvalResult:
         if len(done) == len(examples):
             records[mode] = done
             store.finish(mode)
-            continue
+        else:
+            pending[mode] = done
+    # The answers of the modes answered again and the folder's summaries are about to change: a run stopped from here
+    # on leaves none of the old ones beside this run's config.yaml (all are written again once every mode is answered).
+    stale = [out / "records" / f"{mode}.jsonl" for mode in pending] + [out / name for name in SUMMARY_FILES]
+    for path in stale if pending else []:
+        path.unlink(missing_ok=True)
+    for mode, done in pending.items():
         engine, runner = _mode(mode, engines, retriever, inference, config)
         with tqdm(total=len(examples), initial=len(done), desc=MODE_TITLES[mode]) as bar:
             rest = answer_all(runner, engine, examples[len(done):], config.batch_size, bar,
                               on_batch=functools.partial(store.append, mode))
         records[mode] = done + rest
         store.finish(mode)
+    records = {mode: records[mode] for mode in config.modes}  # the table's columns in the modes' order
 
     judge = nli or _judge(config, engines)
     for mode, rows in records.items():

@@ -119,6 +119,47 @@ def test_a_killed_run_resumes_without_repeating_or_duplicating(setup: tuple[Any,
         assert [row["id"] for row in answers(out, mode)] == [f"q{i}" for i in range(6)]
 
 
+def test_a_rerun_stopped_while_answering_again_leaves_no_old_results_beside_its_settings(
+    setup: tuple[Any, dict],
+) -> None:
+    """A changed setting answers a mode again; stopped in the middle, the folder holds this run's config.yaml and
+    the modes it kept, never the old answers of the changed mode or the old results of the whole run."""
+    engines, settings = setup
+    run_module.run(from_dict(EvalConfig, settings))
+    out = settings["output_dir"]
+    assert (out / "results.json").is_file() and (out / "table.md").is_file()
+    engines.calls, engines.die_after = 0, 1  # the first batch under the new setting, then killed
+    changed = {**settings, "inference": {"max_tokens": 32}}  # every mode answers again
+    with pytest.raises(engines.killed):
+        run_module.run(from_dict(EvalConfig, changed))
+    assert not (out / "results.json").exists() and not (out / "table.md").exists()
+    for mode in MODES:  # killed in the first mode's answers: the later modes' old answers are gone too
+        assert not (out / "records" / f"{mode}.jsonl").exists()
+    assert "max_tokens: 32" in (out / "config.yaml").read_text()
+    engines.die_after = None
+    result = run_module.run(from_dict(EvalConfig, changed))  # the same command finishes it
+    assert (out / "results.json").is_file() and list(result.summaries) == MODES
+    assert [row["id"] for row in answers(out, "single_pass")] == [f"q{i}" for i in range(6)]
+    engines.die_after = 0  # kept answers: nothing decodes, and nothing is removed
+    run_module.run(from_dict(EvalConfig, changed))
+    assert (out / "results.json").is_file() and (out / "records" / "single_pass.jsonl").is_file()
+
+
+def test_a_mode_answered_again_removes_only_its_own_old_answers(setup: tuple[Any, dict]) -> None:
+    """A runtime setting answers single-pass again: stopped there, the base model's kept modes keep their records."""
+    engines, settings = setup
+    run_module.run(from_dict(EvalConfig, settings))
+    out = settings["output_dir"]
+    versions = run_module.RUNTIME_VERSIONS
+    engines.calls, engines.die_after = 0, 1  # single-pass's first batch, then killed
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_module, "RUNTIME_VERSIONS", {**versions, "single_pass": versions["single_pass"] + 1})
+        with pytest.raises(engines.killed):
+            run_module.run(from_dict(EvalConfig, settings))
+    assert not (out / "records" / "single_pass.jsonl").exists() and not (out / "results.json").exists()
+    assert (out / "records" / "plain_rag.jsonl").is_file() and (out / "records" / "no_retrieval.jsonl").is_file()
+
+
 def test_kept_answers_for_other_examples_are_not_reused(tmp_path: Path) -> None:
     store = AnswerStore(tmp_path)
     fp, other = run_fingerprint("plain_rag", {"top_k": 3}), run_fingerprint("plain_rag", {"top_k": 4})
