@@ -145,9 +145,9 @@ def _run(config: EvalConfig) -> EvalResult:
             pending[mode] = done
     # The answers of the modes answered again and the folder's summaries are about to change: a run stopped from here
     # on leaves none of the old ones beside this run's config.yaml (all are written again once every mode is answered).
-    stale = [out / "records" / f"{mode}.jsonl" for mode in pending] + [out / name for name in SUMMARY_FILES]
-    for path in stale if pending else []:
-        path.unlink(missing_ok=True)
+    if pending:
+        for path in [out / "records" / f"{mode}.jsonl" for mode in pending] + [out / n for n in SUMMARY_FILES]:
+            path.unlink(missing_ok=True)
     for mode, done in pending.items():
         engine, runner = _mode(mode, engines, retriever, inference, config)
         with tqdm(total=len(examples), initial=len(done), desc=MODE_TITLES[mode]) as bar:
@@ -162,6 +162,8 @@ def _run(config: EvalConfig) -> EvalResult:
         _judge_claims(judge, rows)
         write_jsonl_atomic(out / "records" / f"{mode}.jsonl", rows)
 
+    for name in SUMMARY_FILES:  # an earlier run's (its labels, its plots) never stays beside this run's results
+        (out / name).unlink(missing_ok=True)
     reflection: dict[str, Any] = {}
     if labels:
         from .token_agreement import agreement, predict

@@ -25,7 +25,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 # pip's and setuptools' chatter goes to a log that is shown only when an install fails. --no-compile: the bytecode
-# is compiled once at the end, on every core (pip compiles file by file on one: 1.2-1.8x slower set-up on 2 cores).
+# is compiled once at the end, on every core (pip compiles file by file on one: 1.17-1.8x slower on 2 cores, benchmarks/setup_speed.sh).
 pip_q() {
     local log
     log=$(mktemp)

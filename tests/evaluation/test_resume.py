@@ -160,6 +160,18 @@ def test_a_mode_answered_again_removes_only_its_own_old_answers(setup: tuple[Any
     assert (out / "records" / "plain_rag.jsonl").is_file() and (out / "records" / "no_retrieval.jsonl").is_file()
 
 
+def test_a_rerun_without_labels_or_plots_leaves_none_of_the_earlier_runs(setup: tuple[Any, dict]) -> None:
+    """Every answer kept, but the rerun writes no label predictions and no plots: the earlier run's are removed."""
+    _, settings = setup
+    out = settings["output_dir"]
+    run_module.run(from_dict(EvalConfig, settings))
+    for name in ("reflection.jsonl", "quality.png", "cost.png"):  # as an earlier run with labels and plots left them
+        (out / name).write_text("old")
+    run_module.run(from_dict(EvalConfig, settings))
+    assert not any((out / name).exists() for name in ("reflection.jsonl", "quality.png", "cost.png"))
+    assert (out / "results.json").is_file() and (out / "table.md").is_file()
+
+
 def test_kept_answers_for_other_examples_are_not_reused(tmp_path: Path) -> None:
     store = AnswerStore(tmp_path)
     fp, other = run_fingerprint("plain_rag", {"top_k": 3}), run_fingerprint("plain_rag", {"top_k": 4})
