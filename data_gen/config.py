@@ -352,6 +352,13 @@ class GenerateConfig:
         "answer's sentence missing). Skipped where nothing of at least 6 words is left. 0: none.",
         default=0,
     )
+    off_answer_negatives: int = help_field(
+        "Off-answer negatives per answerable question: a sentence of its gold passage that states no answer (the "
+        "first such sentences, in passage order) -> [Relevant] {sentence} [Fully supported] [Utility:1] (kind "
+        "'off-answer'): true of the passage but no answer to the question, so [Utility] tells an answer from a "
+        "copied sentence. The sentence is masked in training (judged, never taught). 0: none.",
+        default=0,
+    )
     support_negatives: int = help_field(
         "Support negatives per answerable question: its gold passage with another question's answer of the same "
         "form (number/name/phrase, similar length) -> [Relevant] ... [No support / Contradictory]. The wrong "
@@ -386,7 +393,8 @@ class GenerateConfig:
                 f"output={self.output!r}: a URL output needs labeler=llm (the gold labeler writes a local directory); "
                 "write to a local directory and copy it"
             )
-        for name in ("distractors", "easy_negatives", "hard_negatives", "article_negatives", "support_negatives"):
+        for name in ("distractors", "easy_negatives", "hard_negatives", "article_negatives", "support_negatives",
+                     "off_answer_negatives"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}; use 0 for none")
         if self.erased_negatives not in (0, 1):
@@ -460,6 +468,7 @@ GOLD_NEGATIVES = {
     "article_negatives": 0,
     "support_negatives": 0,
     "erased_negatives": 0,
+    "off_answer_negatives": 0,
 }
 
 

@@ -15,6 +15,11 @@ answer (case-insensitive). Three difficulties, each a configurable count per que
   only difference from the gold passage is whether the answer is there, which is what the closest same-article
   passages demand of the model.
 
+An off-answer negative is not a passage but a sentence: one of the gold passage's own sentences that states no
+answer. After the gold passage it is ``[Relevant]`` and ``[Fully supported]`` (the passage says it) yet answers
+nothing, so only ``[Utility]`` can tell it from the answer: the contrast a model needs that copies its passage's
+first sentence whatever the question asks.
+
 A support negative is another question's answer of the same *form* (number, name, phrase; similar length), so
 that ``gold passage + wrong answer -> [No support / Contradictory]`` cannot be told from the right answer by its
 shape. For an unanswerable question, its own paragraph's best BM25 match is the passage it is labelled against.
@@ -48,6 +53,7 @@ class Evidence:
     wrong_answers: tuple[str, ...] = ()  # other questions' answers of the same form, absent from the gold passage
     article: tuple[Passage, ...] = ()  # same article, no answer, drawn at random
     erased: tuple[Passage, ...] = ()  # the gold passage without its answer's sentences
+    off_answer: tuple[str, ...] = ()  # sentences of the gold passage that state no answer
 
 
 def own_passage_ids(query: Query) -> frozenset[str]:
@@ -109,6 +115,7 @@ class NegativeMix:
     seed: int = 0
     article: int = 0
     erased: int = 0
+    off_answer: int = 0
 
 
 def find_evidence(
@@ -142,7 +149,8 @@ def find_evidence(
         wrong = _wrong_answers(query, passages_by_id, forms, mix) if mix.support and query.answerable else ()
         same_article = _article(query, article, by_article, mix, hard) if mix.article else ()
         erased = _erased(query, passages_by_id) if mix.erased and query.answerable else ()
-        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, same_article, erased))
+        off = _off_answer(query, passages_by_id, mix.off_answer) if mix.off_answer and query.answerable else ()
+        evidence.append(Evidence(tuple(chosen), own, easy, hard, wrong, same_article, erased, off))
     return evidence
 
 
@@ -227,6 +235,31 @@ def _erased(query: Query, passages_by_id: Mapping[str, Passage]) -> tuple[Passag
     passage = passages_by_id.get(query.gold_passage_ids[0]) if query.gold_passage_ids else None
     erased = None if passage is None else erase_answers(passage, query.answers)
     return () if erased is None else (erased,)
+
+
+#: An off-answer sentence shorter than this many words is not drawn (a heading, a fragment of a wrong split).
+MIN_OFF_ANSWER_WORDS = 4
+
+
+def off_answer_sentences(passage: Passage, answers: Sequence[str], count: int) -> tuple[str, ...]:
+    """The first ``count`` sentences of ``passage`` (in passage order) that mention none of ``answers`` and have at
+    least :data:`MIN_OFF_ANSWER_WORDS` words; none when no sentence states an answer (the answer is only in the
+    title, or spans a sentence boundary: then no sentence can be shown to miss it)."""
+    parts = split_sentences(passage.text)
+    if not any(_says(part, answer) for part in parts for answer in answers):
+        return ()
+    off = [part for part in parts
+           if len(part.split()) >= MIN_OFF_ANSWER_WORDS and not any(_says(part, answer) for answer in answers)]
+    return tuple(off[:count])
+
+
+def _off_answer(query: Query, passages_by_id: Mapping[str, Passage], count: int) -> tuple[str, ...]:
+    passage = passages_by_id.get(query.gold_passage_ids[0]) if query.gold_passage_ids else None
+    if passage is None:
+        return ()
+    # the trained answer is never its own negative (an output that words the answer without its span)
+    answers = (*query.answers, query.output) if query.output else query.answers
+    return off_answer_sentences(passage, answers, count)
 
 
 def _answers_by_form(pool: Sequence[Query]) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ Per query (a record is one segment plus a utility label; a long-form ``output`` 
     unanswerable:  [Retrieval]<paragraph>P</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     negative D:    [Retrieval]<paragraph>D</paragraph>[Irrelevant]{abstain}[No support / Contradictory][Utility:1]
     support neg.:  [Retrieval]<paragraph>G</paragraph>[Relevant]{wrong}[No support / Contradictory][Utility:1]
+    off-answer:    [Retrieval]<paragraph>G</paragraph>[Relevant]{a sentence of G, no answer}[Fully supported][Utility:1]
     judged output: [Retrieval]<paragraph>G</paragraph>[Relevant]{output}{meta.support}[Utility:5 or 1]
 
 The rule is one observable fact per label: a passage is ``[Relevant]`` exactly when it holds the evidence (the
@@ -19,13 +20,17 @@ kinds (see :mod:`selfrag.data_gen.distractors`): retrieved (BM25 top-k, record `
 (another article, ``easy-N``), hard (the closest match of the same article without the answer, ``hard-N``) and
 article (a random passage of the same article without the answer, ``article-N``), and erased (the gold passage with
 its answer's sentences taken out, ``erased-0``). A support negative puts
-another question's answer of the same form (``wrong``) after the gold passage.
+another question's answer of the same form (``wrong``) after the gold passage. An off-answer negative
+(``off-answer-N``) puts a sentence of the gold passage that states no answer after it: the passage supports it, it
+answers nothing, so its utility is the worst -- ``[Utility]`` is then the one verdict that tells an answer from a
+copied sentence of the right passage.
 
 Text that must not be learned is marked ``meta.untrained_text = true`` (training masks the segment text, keeps
 every reflection token trained): the abstain sentence after an ``[Irrelevant]`` verdict -- the runtime drops
 such a continuation, and training it made 67% of retrieval records teach the abstain sentence, which became the
 model's answer to everything -- and the wrong answer of a support negative, which the model must judge but
-never say. ``train_abstain_text=True`` trains the abstain sentence as before.
+never say, and an off-answer sentence, which it must rate but never write. ``train_abstain_text=True`` trains the
+abstain sentence as before.
 
 A query whose data set judged its ``output`` against its gold passage (BEGIN: ``meta.support`` is
 ``[Fully supported]`` or ``[No support / Contradictory]``) gives one record, ``<query id>/response``: the gold
@@ -167,6 +172,13 @@ class GoldLabeler:
                         swapped_answer(query, wrong), rf.NO_SUPPORT, untrained=True,
                     )
                 )
+            for number, sentence in enumerate(evidence.off_answer):
+                records.append(
+                    self._evidence_record(
+                        query, f"off-answer-{number}", "off-answer", gold, rf.RELEVANT, sentence,
+                        rf.FULLY_SUPPORTED, untrained=True, utility=WORST_UTILITY,
+                    )
+                )
         elif evidence.own is not None:
             records.append(
                 self._evidence_record(
@@ -219,6 +231,7 @@ class GoldLabeler:
         text: str,
         support: str,
         untrained: bool = False,
+        utility: str | None = None,
     ) -> Record:
         segment = Segment(
             text,
@@ -227,7 +240,8 @@ class GoldLabeler:
             relevance=_label(relevance),
             support=_label(support),
         )
-        utility = BEST_UTILITY if support == rf.FULLY_SUPPORTED else WORST_UTILITY
+        if utility is None:
+            utility = BEST_UTILITY if support == rf.FULLY_SUPPORTED else WORST_UTILITY
         return self._record(query, name, kind, [segment], utility, untrained)
 
     def _grounded(self, sentences: Sequence[str], golds: Sequence[Passage]) -> list[Segment]:

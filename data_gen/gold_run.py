@@ -47,8 +47,8 @@ BATCH_SIZE = 64  # queries per BM25 search and per fsynced write
 # Settings that change what a record says: a resumed run must use the same ones.
 CONTENT_SETTINGS = (
     "passages", "queries", "labeler", "distractors", "easy_negatives", "hard_negatives", "support_negatives",
-    "article_negatives", "erased_negatives", "train_abstain_text", "abstain_text", "heldout", "seed", "retriever",
-    "answer_form",
+    "article_negatives", "erased_negatives", "off_answer_negatives", "train_abstain_text", "abstain_text", "heldout",
+    "seed", "retriever", "answer_form",
 )
 
 T = TypeVar("T")
@@ -151,7 +151,7 @@ def run_gold(config: GenerateConfig) -> GenerateResult:
     mix = NegativeMix(
         retrieved=config.distractors, easy=config.easy_negatives, hard=config.hard_negatives,
         support=config.support_negatives, seed=config.seed, article=config.article_negatives,
-        erased=config.erased_negatives,
+        erased=config.erased_negatives, off_answer=config.off_answer_negatives,
     )
     # a query's own ctxs first; else the prebuilt index, or BM25 built here in memory (small corpora only)
     fallback = prebuilt if prebuilt is not None else BM25Retriever(passages)

@@ -13,6 +13,7 @@ from selfrag.data_gen.distractors import (
     answer_form,
     erase_answers,
     find_evidence,
+    off_answer_sentences,
 )
 from selfrag.data_gen.gold import ABSTAIN_TEXT, GoldLabeler
 from selfrag.retrieval import BM25Retriever
@@ -133,6 +134,45 @@ def test_erased_negative_is_the_gold_passage_without_its_answers_sentence() -> N
     assert find_evidence([frozen], BM25Retriever(PASSAGES), by_id, NegativeMix(retrieved=0))[0].erased == ()
     (none,) = find_evidence([UNANSWERABLE], BM25Retriever(PASSAGES), BY_ID, NegativeMix(retrieved=0, erased=1))
     assert none.erased == ()
+
+
+def test_off_answer_negative_is_a_true_sentence_of_the_gold_passage_rated_useless_and_never_trained() -> None:
+    gold = Passage("seine-0-0", "Seine", "The Seine flows through Paris. It froze in 1895 during a cold winter. "
+                   "Barges still carry sand and gravel on it.")
+    frozen = query("q-frozen", "When did the Seine freeze?", ("1895",), ("seine-0-0",), "Seine", ["seine-0-0"])
+    by_id = {**BY_ID, gold.id: gold}
+    mix = NegativeMix(retrieved=0, off_answer=2)
+    (found,) = find_evidence([frozen], BM25Retriever([*PASSAGES, gold]), by_id, mix)
+    # the passage's own sentences that state no answer, in passage order (the first one: what a copying model writes)
+    assert found.off_answer == ("The Seine flows through Paris.", "Barges still carry sand and gravel on it.")
+    records = GoldLabeler(by_id).label(frozen, found)
+    off = [r for r in records if r.meta["kind"] == "off-answer"]
+    assert [r.id for r in off] == ["q-frozen/off-answer-0", "q-frozen/off-answer-1"]
+    for record, sentence in zip(off, found.off_answer, strict=True):
+        (segment,) = record.segments
+        assert segment.passage == gold and segment.text == sentence
+        # relevant passage, supported sentence: only utility says it answers nothing
+        assert segment.relevance.value == rf.RELEVANT  # type: ignore[union-attr]
+        assert segment.support.value == rf.FULLY_SUPPORTED  # type: ignore[union-attr]
+        assert record.utility.value == rf.UTILITY_TOKENS[0]  # type: ignore[union-attr]
+        assert record.meta["untrained_text"] is True  # rated, never written
+    (gold_record,) = [r for r in records if r.meta["kind"] == "gold"]
+    assert gold_record.utility.value == rf.UTILITY_TOKENS[-1]  # type: ignore[union-attr]
+    # off by default; one asked for gives the first; unanswerable questions have no gold passage
+    assert find_evidence([frozen], BM25Retriever(PASSAGES), by_id, NegativeMix(retrieved=0))[0].off_answer == ()
+    one = find_evidence([frozen], BM25Retriever(PASSAGES), by_id, NegativeMix(retrieved=0, off_answer=1))[0]
+    assert one.off_answer == ("The Seine flows through Paris.",)
+    (none,) = find_evidence([UNANSWERABLE], BM25Retriever(PASSAGES), BY_ID, NegativeMix(retrieved=0, off_answer=1))
+    assert none.off_answer == ()
+
+
+def test_off_answer_sentences_are_drawn_only_where_a_sentence_shows_the_answer() -> None:
+    passage = Passage("p", "Louvre", "The Louvre opened in 1793. Closed. It was a royal palace before the museum.")
+    # a fragment under four words is no sentence to rate
+    assert off_answer_sentences(passage, ["1793"], 5) == ("It was a royal palace before the museum.",)
+    # the answer only in the title, or in no sentence: nothing shows which sentences miss it
+    assert off_answer_sentences(passage, ["Louvre museum"], 5) == ()
+    assert off_answer_sentences(Passage("t", "1793", "It was a royal palace before the museum."), ["1793"], 5) == ()
 
 
 def test_erase_answers_refuses_what_would_not_be_a_clean_negative() -> None:
