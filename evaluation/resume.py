@@ -18,6 +18,10 @@ the kept answers each time: it is cheap next to decoding, and a changed judge mu
 
 So retraining a model re-runs ``single_pass`` only, and a changed calibration does too, while the base-model modes
 (the prompted critic is the slowest) are kept. A mode an older version recorded (a bare hash) is answered again.
+
+The label agreement's predictions (``labels=``) are kept the same way, in ``resume/reflection.json`` with what decided
+them (:func:`predictions_key`: the trained model by content, the labels file by content, the inference settings): a
+rerun that changes none of them reuses them instead of scoring every label again.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from selfrag.fsutil import write_json
 from selfrag.jsonl import JsonlAppender, truncate_partial_line
 from selfrag.runs import Ledger, directory_digest, run_fingerprint
 
@@ -35,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 RESUME_DIR = "resume"
 STATE_FILE = "state.json"
+#: the label predictions of the last run that scored labels, with what decided them (:func:`predictions_key`)
+PREDICTIONS_FILE = "reflection.json"
+#: bumped when :func:`selfrag.evaluation.token_agreement.predict` would score the same labels otherwise
+PREDICTIONS_VERSION = 1
 #: settings that do not change what a mode answers
 NOT_ANSWERS = ("output_dir", "modes", "judge", "show", "plots", "labels", "model", "base_model",
                "allow_trained_questions",
@@ -113,6 +122,35 @@ class AnswerStore:
         if dropped:
             self.ledger.forget(dropped)
         return dropped
+
+
+    def kept_predictions(self, key: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The label predictions an earlier run made with this ``key`` (:func:`predictions_key`), else None."""
+        path = self.dir / PREDICTIONS_FILE
+        try:
+            kept = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):  # none yet, or cut by a kill (it is written atomically, so not by this one)
+            return None
+        if not isinstance(kept, dict) or kept.get("key") != json.loads(json.dumps(key)) or \
+                not isinstance(kept.get("rows"), list):
+            return None
+        logger.info("label agreement: %d predictions kept from the last run with the same model, labels and "
+                    "inference settings", len(kept["rows"]))
+        return kept["rows"]
+
+    def keep_predictions(self, key: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
+        write_json(self.dir / PREDICTIONS_FILE, {"key": dict(key), "rows": list(rows)})
+
+
+def predictions_key(inference: Mapping[str, Any], model: str, labels_digest: str) -> dict[str, Any]:
+    """What decides the label predictions (``reflection.jsonl``): the trained model (by content), the labels file (by
+    content) and the inference settings the engine is built from (all of them: a setting that only the runtime
+    reads costs one more scoring, never a stale one)."""
+    settings = {key: value for key, value in inference.items() if key != "engine_options"}
+    options = {key: value for key, value in (inference.get("engine_options") or {}).items()
+               if f"inference.engine_options.{key}" not in NOT_ANSWERS}
+    return {"version": PREDICTIONS_VERSION, "model": model, "labels": labels_digest,
+            "inference": {**settings, "engine_options": options}}
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]] | None:

@@ -34,7 +34,7 @@ from .config import CPU_SECONDS_PER_QUESTION, MODE_TITLES, EvalConfig
 from .counting import CountingEngine, base_model_of
 from .data import check_not_trained_on, check_passages, load_examples, load_reflection_labels, passage_ids, searched
 from .modes import ExampleRetriever, answer_all, plain_runner, prompted_runtime, selfrag_runner
-from .resume import AnswerStore, mode_fingerprint, model_identity
+from .resume import AnswerStore, mode_fingerprint, model_identity, predictions_key
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,16 @@ class _Engines:
         if self._trained is None:
             self._trained = CountingEngine(build_engine(self.config.inference, self.config.model))
         return self._trained
+
+    def trained_calibration(self) -> Any:
+        """The trained model's calibration: its engine's where it is built, else read from the model folder's
+        ``selfrag.json`` (a rerun that keeps every answer and label prediction never loads the model)."""
+        if self._trained is not None:
+            return getattr(self._trained, "calibration", None)
+        from selfrag.artifacts import load_meta
+
+        meta = load_meta(self.config.model) if Path(self.config.model).expanduser().is_dir() else None
+        return None if meta is None else meta.calibration
 
     def plain(self, model: str | None = None) -> CountingEngine:
         name = model or self.config.base_model or base_model_of(self.config.model)
@@ -168,10 +178,14 @@ def _run(config: EvalConfig) -> EvalResult:
     if labels:
         from .token_agreement import agreement, predict
 
-        predictions = predict(engines.trained(), labels)
+        key = predictions_key(settings["inference"], identity(config.model), file_digest(config.labels))
+        predictions = store.kept_predictions(key)
+        if predictions is None:
+            predictions = predict(engines.trained(), labels)
+            store.keep_predictions(key, predictions)
         write_jsonl_atomic(out / "reflection.jsonl", predictions)
         # the relevance verdict as single-pass acts on it: at the model's calibrated (or configured) threshold
-        calibration = getattr(engines.trained(), "calibration", None)
+        calibration = engines.trained_calibration()
         reflection = agreement(predictions, inference.resolved(calibration).relevance_threshold)
 
     summaries = {mode: metrics.summarize(rows) for mode, rows in records.items()}

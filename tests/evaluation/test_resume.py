@@ -210,3 +210,44 @@ def test_modes_an_older_version_recorded_are_answered_again(setup: tuple[Any, di
     run_module.run(config)
     assert engines.counts()["plain"] == 2 * before["plain"]
     assert "settings" in json.loads((out / RESUME_DIR / "state.json").read_text())["plain_rag"]
+
+
+def test_label_predictions_are_kept_until_the_model_labels_or_inference_settings_change(
+    setup: tuple[Any, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The label agreement's predictions are the trained model's on the labels file: a rerun that changes neither
+    (nor the inference settings) reuses them instead of scoring every label again; any change scores them again."""
+    from selfrag.evaluation import token_agreement
+
+    _, settings = setup
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"question": "q?", "passage": PARIS, "labels": {"relevance": "[Relevant]"}}) + "\n")
+    settings = {**settings, "labels": labels}
+    scored: list[int] = []
+    real = token_agreement.predict
+
+    def counted(engine: Any, items: Any) -> Any:
+        scored.append(len(items))
+        return real(engine, items)
+
+    monkeypatch.setattr(token_agreement, "predict", counted)
+    out = settings["output_dir"]
+    first = run_module.run(from_dict(EvalConfig, settings))
+    assert scored == [1] and first.reflection["relevance"]["items"] == 1
+    # a new judge and mode list: every answer and every prediction kept, the same agreement written again
+    second = run_module.run(from_dict(EvalConfig, {**settings, "modes": MODES[1:], "judge": {"kind": "critic"}}))
+    assert scored == [1]
+    assert second.reflection == first.reflection
+    assert (out / "reflection.jsonl").read_text() and json.loads((out / "results.json").read_text())["reflection"]
+    # changed labels, a changed inference setting, a changed model: each scores the labels again
+    labels.write_text(labels.read_text() + json.dumps(
+        {"question": "q2?", "passage": LYON, "labels": {"relevance": "[Irrelevant]"}}) + "\n")
+    assert run_module.run(from_dict(EvalConfig, settings)).reflection["relevance"]["items"] == 2
+    run_module.run(from_dict(EvalConfig, {**settings, "inference": {"max_tokens": 33}}))
+    (Path(settings["model"]) / "selfrag.json").write_text('{"calibration": {"threshold": 0.7}}')
+    run_module.run(from_dict(EvalConfig, settings))
+    assert scored == [1, 2, 2, 2]
+    # a cut or foreign predictions file is never read as kept predictions
+    (out / RESUME_DIR / "reflection.json").write_text('{"key": ')
+    run_module.run(from_dict(EvalConfig, settings))
+    assert scored == [1, 2, 2, 2, 2]
