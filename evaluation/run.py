@@ -175,7 +175,7 @@ def _run(config: EvalConfig) -> EvalResult:
     for name in SUMMARY_FILES:  # an earlier run's (its labels, its plots) never stays beside this run's results
         (out / name).unlink(missing_ok=True)
     reflection: dict[str, Any] = {}
-    if labels:
+    if labels and config.labels is not None:
         from .token_agreement import agreement, predict
 
         key = predictions_key(settings["inference"], identity(config.model), file_digest(config.labels))
