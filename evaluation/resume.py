@@ -123,7 +123,6 @@ class AnswerStore:
             self.ledger.forget(dropped)
         return dropped
 
-
     def kept_predictions(self, key: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         """The label predictions an earlier run made with this ``key`` (:func:`predictions_key`), else None."""
         path = self.dir / PREDICTIONS_FILE
@@ -131,8 +130,9 @@ class AnswerStore:
             kept = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):  # none yet, or cut by a kill (it is written atomically, so not by this one)
             return None
-        if not isinstance(kept, dict) or kept.get("key") != json.loads(json.dumps(key)) or \
-                not isinstance(kept.get("rows"), list):
+        if not (isinstance(kept, dict) and isinstance(kept.get("key"), dict) and isinstance(kept.get("rows"), list)):
+            return None
+        if _compared(kept["key"]) != _compared(json.loads(json.dumps(key))):  # as JSON stores it (tuples: lists)
             return None
         logger.info("label agreement: %d predictions kept from the last run with the same model, labels and "
                     "inference settings", len(kept["rows"]))
@@ -142,15 +142,17 @@ class AnswerStore:
         write_json(self.dir / PREDICTIONS_FILE, {"key": dict(key), "rows": list(rows)})
 
 
-def predictions_key(inference: Mapping[str, Any], model: str, labels_digest: str) -> dict[str, Any]:
-    """What decides the label predictions (``reflection.jsonl``): the trained model (by content), the labels file (by
-    content) and the inference settings the engine is built from (all of them: a setting that only the runtime
-    reads costs one more scoring, never a stale one)."""
-    settings = {key: value for key, value in inference.items() if key != "engine_options"}
-    options = {key: value for key, value in (inference.get("engine_options") or {}).items()
-               if f"inference.engine_options.{key}" not in NOT_ANSWERS}
-    return {"version": PREDICTIONS_VERSION, "model": model, "labels": labels_digest,
-            "inference": {**settings, "engine_options": options}}
+def predictions_key(settings: Mapping[str, Any], model: str, labels: str | Path, root: Path) -> dict[str, Any]:
+    """What decides the label predictions (``reflection.jsonl``): the trained model (``model``, its identity), the
+    labels file by content, and every ``inference`` setting but how a remote engine is reached (a setting that only
+    the runtime reads costs one more scoring, never a stale one)."""
+    return run_fingerprint(f"labels-v{PREDICTIONS_VERSION}", settings, {"labels": labels}, ignore=NOT_ANSWERS,
+                           root=root, keep=("inference",), digests={"model": model})
+
+
+def _compared(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """A fingerprint less where its inputs were read (named in messages, never compared: a moved file is the same)."""
+    return {key: value for key, value in fingerprint.items() if key != "sources"}
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]] | None:

@@ -81,13 +81,14 @@ class _Engines:
         return self._trained
 
     def trained_calibration(self) -> Any:
-        """The trained model's calibration: its engine's where it is built, else read from the model folder's
-        ``selfrag.json`` (a rerun that keeps every answer and label prediction never loads the model)."""
-        if self._trained is not None:
-            return getattr(self._trained, "calibration", None)
+        """The trained model's calibration: its engine's where it is built or the model is a hub id, else read from
+        the model folder's ``selfrag.json`` (a rerun that keeps every answer and label prediction never loads it)."""
+        folder = Path(self.config.model).expanduser()
+        if self._trained is not None or not folder.is_dir():  # a hub id: its engine resolves the model's files
+            return getattr(self.trained(), "calibration", None)
         from selfrag.artifacts import load_meta
 
-        meta = load_meta(self.config.model) if Path(self.config.model).expanduser().is_dir() else None
+        meta = load_meta(folder)
         return None if meta is None else meta.calibration
 
     def plain(self, model: str | None = None) -> CountingEngine:
@@ -178,7 +179,7 @@ def _run(config: EvalConfig) -> EvalResult:
     if labels and config.labels is not None:
         from .token_agreement import agreement, predict
 
-        key = predictions_key(settings["inference"], identity(config.model), file_digest(config.labels))
+        key = predictions_key(settings, identity(config.model), config.labels, out)
         predictions = store.kept_predictions(key)
         if predictions is None:
             predictions = predict(engines.trained(), labels)
