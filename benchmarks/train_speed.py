@@ -4,13 +4,18 @@ every block, in one run: seconds per step and the loss.
     .venv/bin/python benchmarks/train_speed.py --records runs/qs/data/records.jsonl --steps 20 --repeats 2
     .venv/bin/python benchmarks/train_speed.py --records ... --sides fp32 bf16     # the precision alone
     .venv/bin/python benchmarks/train_speed.py --records ... --sides recipe recipe-dropout0 recipe-top10   # levers
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/train_speed.py --records ... \
+        --sides recipe-unshared recipe --set training.bf16=false     # shared prefixes, on an AVX2-only fp32 rehearsal
 
 Every side runs ``selfrag train`` with the quickstart's recipe (``configs/train/smollm2-135m-cpu.yaml``: LoRA r=16,
 the reflection rows, the weighted loss and the ranking term, questions side by side) on the same records for the same
 steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only the overrides of
 :data:`SIDES` differ (``training.bf16`` and ``lora.layers``; the ``recipe-*`` sides: the recipe as it ships against
-one lever each: ``lora.dropout=0``, LoRA on the top 10 blocks, or ``trl.torch_compile=true``, whose first step
-compiles, so give it enough ``--steps``); the first side given is the baseline. No held-out
+one lever each: ``lora.dropout=0``, LoRA on the top 10 blocks, ``trl.torch_compile=true``, whose first step
+compiles, so give it enough ``--steps``, or ``recipe-unshared``: the records side by side without the shared-prefix
+tree, ``training.share_prefixes=false``; ``recipe-before``: also PEFT's merged reflection rows and torch's dropout
+masks, ``training.trainable_rows=peft training.dropout_masks=torch``); the first side given is the baseline. ``--set KEY=VALUE`` adds an override to
+every side. No held-out
 scoring, no checkpoints.
 
 Prints per side the training loop's seconds per step (the Trainer's own ``train_runtime``), its speed-up over the
@@ -39,6 +44,9 @@ SIDES: dict[str, list[str]] = {
     "recipe-dropout0": ["lora.dropout=0"],
     "recipe-top10": ["lora.layers=10"],
     "recipe-compile": ["trl.torch_compile=true"],
+    "recipe-unshared": ["training.share_prefixes=false"],
+    # the recipe before the step shortcuts and the shared prefixes (2026-12-01): PEFT's merged rows, torch's masks
+    "recipe-before": ["training.share_prefixes=false", "training.trainable_rows=peft", "training.dropout_masks=torch"],
 }
 
 
@@ -50,6 +58,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs per side; the median is shown")
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES),
                         help="which sides (the first given is the baseline of the ratios)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides for every side, e.g. training.bf16=false for an fp32 rehearsal")
     args = parser.parse_args()
 
     from train_overhead import run_in_child  # benchmarks/, the script's own folder
@@ -61,7 +71,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for side in args.sides:
                 settings = {"config": str(args.config), "records": str(args.records.resolve()),
-                            "steps": args.steps, "overrides": SIDES[side]}
+                            "steps": args.steps, "overrides": [*args.set, *SIDES[side]]}
                 result = run_in_child(_child, side, settings, str(Path(scratch) / f"{side}-{repeat}"))
                 results[side].append(result)
                 print(f"{side} run {repeat + 1}: {result['loop_s']:.1f} s for {args.steps} steps, "
@@ -70,11 +80,13 @@ def main() -> None:
     base = statistics.median(run["loop_s"] for run in results[baseline]) / args.steps
     print(f"\n{args.steps} steps per run; median over {args.repeats} run(s) per side; native bf16 on this machine: "
           f"{native_bf16()}; speed-up against {baseline}")
-    print(f"{'side':11s} {'s/step':>7s} {'speed-up':>9s} {'late loss':>10s}")
+    if args.set:
+        print(f"every side with {' '.join(args.set)}")
+    print(f"{'side':15s} {'s/step':>7s} {'speed-up':>9s} {'late loss':>10s}")
     for side in args.sides:
         per_step = statistics.median(run["loop_s"] for run in results[side]) / args.steps
         loss = statistics.median(run["late_loss"] for run in results[side])
-        print(f"{side:11s} {per_step:7.2f} {base / per_step:8.2f}x {loss:10.3f}")
+        print(f"{side:15s} {per_step:7.2f} {base / per_step:8.2f}x {loss:10.3f}")
 
 
 def _child(side: str, settings: dict[str, Any], out: str, queue: Any) -> None:

@@ -38,6 +38,7 @@ from selfrag.reflection import Group, ReflectionIds
 from selfrag.scores import first_of_two_terms, support_terms
 from selfrag.splits import stable_hash
 from selfrag.training.dataset import SCORED_GROUPS, reflection_positions
+from selfrag.training.shortcuts import StepShortcuts
 
 RELEVANCE_NEGATIVES = ("easy", "hard", "article", "erased", "distractor", "own-passage")
 SUPPORT_NEGATIVE = "support-negative"
@@ -114,14 +115,23 @@ def score_examples(
     Examples run in right-padded batches of similar length (positions count from the start, so padding at
     the end changes no score).
     """
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     rel = torch.tensor(token_ids.ids(Group.RELEVANCE), device=device)  # Relevant, Irrelevant
     sup = torch.tensor(token_ids.ids(Group.SUPPORT), device=device)  # Full, Partial, No support
     group_ids = {group: torch.tensor(token_ids.ids(group), device=device) for group in SCORED_GROUPS}
     order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
     rows: list[dict[str, Any] | None] = [None] * len(examples)
+    # the trained reflection rows read in place, without PEFT's copy of the whole vocabulary matrix a batch
+    with StepShortcuts(model, rows=True, dropout=False).on():
+        _score_batches(model, examples, order, rows, batch_size, token_ids, (rel, sup, group_ids, device))
+    return [row for row in rows if row is not None]
+
+
+def _score_batches(model: Any, examples: Sequence[Mapping[str, Any]], order: list[int],
+                   rows: list[dict[str, Any] | None], batch_size: int, token_ids: ReflectionIds, ids_of: Any) -> None:
+    rel, sup, group_ids, device = ids_of
+    was_training = model.training
+    model.eval()
     try:
         for start in range(0, len(order), batch_size):
             batch = [examples[i] for i in order[start : start + batch_size]]
@@ -162,7 +172,6 @@ def score_examples(
                 rows[index] = row
     finally:
         model.train(was_training)
-    return [row for row in rows if row is not None]
 
 
 def _score(terms: Any, logits: torch.Tensor, group: torch.Tensor) -> float:

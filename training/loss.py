@@ -128,19 +128,27 @@ def masked_loss(
     prompt and passage, so this skips most of the ``length x vocab`` head and its backward. ``table`` None
     is the plain mean over the labelled positions of the micro-batch; ``start`` reweights the first answer
     word after a verdict; ``rank`` adds the pairwise IsREL term (:func:`rank_loss`) times its weight.
-    Returns ``(loss, outputs)``.
+    Returns ``(loss, outputs)``. A :class:`~selfrag.training.packing.SharedPrefixCollator` batch (its
+    ``prefix_sources``) reads each labelled position's logits from the prefix-tree node that predicts it.
     """
     labels = inputs["labels"]
-    keep = predicting_positions(labels)
-    logits, outputs = logits_at(model, {key: value for key, value in inputs.items() if key != "labels"}, keep)
     targets = labels[:, 1:][labels[:, 1:] != -100]
+    sources = inputs.get("prefix_sources")
+    if sources is None:
+        keep = predicting_positions(labels)
+        logits, outputs = logits_at(model, {key: value for key, value in inputs.items() if key != "labels"}, keep)
+        previous = inputs["input_ids"][keep]  # the token read at each predicting position
+    else:  # training.share_prefixes: each labelled position is predicted by its record's node of the prefix tree
+        outputs = model(**{key: value for key, value in inputs.items() if key not in ("labels", "prefix_sources")},
+                        logits_to_keep=sources)
+        logits = outputs.logits.reshape(-1, outputs.logits.shape[-1])
+        previous = inputs["input_ids"][0, sources]
     ce = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
     if table is None and start is None:
         loss = ce.mean() if ce.numel() else ce.sum()
     else:
         weights = table.to(ce.device)[targets] if table is not None else torch.ones_like(ce)
         if start is not None:
-            previous = inputs["input_ids"][keep]  # the token read at each predicting position
             verdict_before = torch.isin(previous, start.after.to(ce.device))
             first_word = verdict_before & ~torch.isin(targets, start.reflection.to(ce.device))
             weights = torch.where(first_word, torch.full_like(weights, start.weight), weights)

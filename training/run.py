@@ -44,11 +44,19 @@ from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.judgement import headline, judge, plot, write_report
 from selfrag.training.loss import answer_start, label_counts, loss_weight_table, relevance_rank
 from selfrag.training.model import prepare_model
-from selfrag.training.packing import PackedCollator, isolates_packed, packed_attention, use_padding_free
+from selfrag.training.packing import (
+    PackedCollator,
+    SharedPrefixCollator,
+    isolates_packed,
+    packed_attention,
+    use_padding_free,
+    use_shared_prefixes,
+)
 from selfrag.training.plan import plan_run
 from selfrag.training.rag_form import QUESTION_KEY, rag_records
 from selfrag.training.resources import StepProfiler, StepTimer, peak_memory, reset_peak_memory
 from selfrag.training.sft_trainer import SelfRAGSFTTrainer
+from selfrag.training.shortcuts import StepShortcuts
 from selfrag.training.trainer import (
     LoraInputCast,
     accuracy_callback,
@@ -217,6 +225,8 @@ def _run(config: TrainConfig) -> TrainResult:
             data_collator=collator,
             lora_input_cast=LoraInputCast(
                 model, config.training.lora_input_cast == "auto" and bool(arguments.bf16) and config.method == "lora"),
+            shortcuts=StepShortcuts(model, rows=config.training.trainable_rows == "gather",
+                                    dropout=config.training.dropout_masks == "fast"),
         )
     check_sharding(trainer, meta.strategy, config)
     resume = last_checkpoint(checkpoints) if state == "resume" else None
@@ -275,8 +285,9 @@ def _run(config: TrainConfig) -> TrainResult:
     return result
 
 
-def packed_collator(config: TrainConfig, model: Any, micro_batch: int) -> PackedCollator | None:
-    """``training.padding_free`` resolved for this model: the packing collator, or None for TRL's padded one."""
+def packed_collator(config: TrainConfig, model: Any, micro_batch: int) -> PackedCollator | SharedPrefixCollator | None:
+    """``training.padding_free`` and ``training.share_prefixes`` resolved for this model: the packing or prefix-tree
+    collator, or None for TRL's padded one."""
     setting = config.training.padding_free
     packed = use_padding_free(setting, model, micro_batch)
     if packed and not isolates_packed(model):
@@ -286,6 +297,19 @@ def packed_collator(config: TrainConfig, model: Any, micro_batch: int) -> Packed
             "packed records apart; set training.padding_free=auto or false, or load the model with sdpa attention"
         ])
     logger.info("padding-free batches %s (training.padding_free=%s)", "on" if packed else "off", setting)
+    share = config.training.share_prefixes
+    if share is True and not packed:
+        raise ConfigError(["training.share_prefixes=true needs packed batches: set training.padding_free=true (or "
+                           "auto), or share_prefixes=auto"])
+    shared = use_shared_prefixes(share, model, packed)
+    implementation = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if shared and implementation not in ("sdpa", "eager"):
+        raise ConfigError([f"training.share_prefixes=true: attention {implementation!r} cannot attend over a prefix "
+                           "tree; load the model with sdpa attention or set training.share_prefixes=auto"])
+    if packed:
+        logger.info("shared prefixes %s (training.share_prefixes=%s)", "on" if shared else "off", share)
+    if shared:
+        return SharedPrefixCollator()
     return PackedCollator() if packed else None
 
 
@@ -327,7 +351,7 @@ def train_fingerprint(config: TrainConfig) -> dict[str, Any]:
         "train", settings, {"records": config.records},
         # profiling changes no weight; the cast and the attention kernels change how, not what, a step computes
         ignore=("output_dir", "restart", "records", "training.profile_steps", "training.lora_input_cast",
-                "training.attention_kernels"),
+                "training.attention_kernels", "training.trainable_rows"),
     )
 
 

@@ -14,12 +14,14 @@ weight without the trained reflection rows. The loss here is the model's own for
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from typing import Any
 
 import torch
 from trl import SFTTrainer
 
 from selfrag.training.loss import AnswerStart, RelevanceRank, masked_loss
+from selfrag.training.shortcuts import StepShortcuts
 from selfrag.training.trainer import LoraInputCast
 
 
@@ -31,7 +33,8 @@ class SelfRAGSFTTrainer(SFTTrainer):
     ``batches``: the training batches as lists of example indices (``training.order=question_batch``), or None for
     the trainer's own sampler; ``row_lr_multiplier``: the reflection rows (PEFT ``trainable_tokens_delta``) get this
     multiple of the learning rate, in their own optimizer parameter group; ``lora_input_cast``: PEFT's input casts
-    skipped in each training step (``training.lora_input_cast``), or None.
+    skipped in each training step (``training.lora_input_cast``), or None; ``shortcuts``: the trained rows and LoRA
+    dropout's masks of each training step (:mod:`selfrag.training.shortcuts`), or None.
     """
 
     # compute_loss returns each micro-batch's mean: the trainer divides it by the accumulation steps.
@@ -46,9 +49,11 @@ class SelfRAGSFTTrainer(SFTTrainer):
         batches: list[list[int]] | None = None,
         rank: RelevanceRank | None = None,
         lora_input_cast: LoraInputCast | None = None,
+        shortcuts: StepShortcuts | None = None,
         **kwargs: Any,
     ) -> None:
         self.lora_input_cast = lora_input_cast
+        self.shortcuts = shortcuts
         self.loss_weights = loss_weights
         self.row_lr_multiplier = row_lr_multiplier
         self.answer_start = start
@@ -61,10 +66,13 @@ class SelfRAGSFTTrainer(SFTTrainer):
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[no-untyped-def]
-        # forward and backward (a checkpointed recompute too) see the same LoRA input dtype: training.lora_input_cast
-        if self.lora_input_cast is None:
-            return super().training_step(model, inputs, num_items_in_batch)
-        with self.lora_input_cast.skipped():
+        # forward and backward (a checkpointed recompute too) see the same LoRA input dtype: training.lora_input_cast,
+        # and the same layers: the step shortcuts
+        with ExitStack() as stack:
+            if self.lora_input_cast is not None:
+                stack.enter_context(self.lora_input_cast.skipped())
+            if self.shortcuts is not None:
+                stack.enter_context(self.shortcuts.on())
             return super().training_step(model, inputs, num_items_in_batch)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
