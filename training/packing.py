@@ -157,9 +157,9 @@ def packed_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: A
     attention of every record against every other, ``(sum of lengths)^2`` where the records need ``sum(length^2)``."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    tree = [kwargs.pop(name, None) for name in PREFIX_KEYS]
-    if tree[0] is not None and query.shape[0] == 1:
-        return shared_prefix_sdpa(module, query, key, value, *tree, scaling=kwargs.get("scaling"),
+    owned, paths, path_bounds = (kwargs.pop(name, None) for name in PREFIX_KEYS)
+    if owned is not None and query.shape[0] == 1:
+        return shared_prefix_sdpa(module, query, key, value, owned, paths, path_bounds, scaling=kwargs.get("scaling"),
                                   dropout=float(kwargs.get("dropout") or 0.0)), None
     bounds = kwargs.pop("cu_seq_lens_q", None)
     for name in ("cu_seq_lens_k", "max_length_q", "max_length_k", "is_causal"):

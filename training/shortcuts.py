@@ -63,12 +63,15 @@ def fast_dropout(module: torch.nn.Dropout) -> Any:
 def gathered_rows(layer: Any) -> Any:
     """``layer``'s (a PEFT ``TrainableTokensLayer``) forward without the merged copy of the whole matrix, or None where
     this layer is one the shortcut does not cover (merged, disabled, several adapters, an embedding with max_norm or
-    sparse gradients)."""
+    sparse gradients, a sharded matrix)."""
     base = layer.get_base_layer()
     adapters = list(layer.active_adapters)
     if len(adapters) != 1 or layer.merged or layer.disable_adapters:
         return None
     adapter = adapters[0]
+    weight = base.weight
+    if getattr(weight, "ds_id", None) is not None or weight.numel() == 0 or type(weight.data) is not torch.Tensor:
+        return None  # a sharded matrix (ZeRO-3, FSDP's DTensor): PEFT's own path and the framework's gathering
     if isinstance(base, torch.nn.Embedding):
         if base.max_norm is not None or base.sparse or base.scale_grad_by_freq:
             return None

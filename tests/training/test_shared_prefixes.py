@@ -89,6 +89,6 @@ def test_without_the_tree_attention_the_tree_batch_would_differ(prepared, monkey
     with packed_attention(model, True):
         assert loss_and_gradients(model, tree)[0] == pytest.approx(expected, abs=1e-5)
     assert len(calls) == model.config.num_hidden_layers
-    monkeypatch.setattr(packing, "PREFIX_KEYS", ("not_a_key",))
+    monkeypatch.setattr(packing, "PREFIX_KEYS", ("not_a", "not_b", "not_c"))
     with packed_attention(model, True):
         assert abs(loss_and_gradients(model, tree)[0] - expected) > 1e-3
