@@ -14,9 +14,8 @@ steps and seed, each in its own child process, the sides alternating ``--repeats
 one lever each: ``lora.dropout=0``, LoRA on the top 10 blocks, ``trl.torch_compile=true``, whose first step
 compiles, so give it enough ``--steps``, or ``recipe-unshared``: the records side by side without the shared-prefix
 tree, ``training.share_prefixes=false``; ``recipe-before``: also PEFT's merged reflection rows and torch's dropout
-masks, ``training.trainable_rows=peft training.dropout_masks=torch``); the first side given is the baseline. ``--set KEY=VALUE`` adds an override to
-every side. No held-out
-scoring, no checkpoints.
+masks, ``training.trainable_rows=peft training.dropout_masks=torch``); the first side given is the baseline.
+``--set KEY=VALUE`` adds an override to every side. No held-out scoring, no checkpoints.
 
 Prints per side the training loop's seconds per step (the Trainer's own ``train_runtime``), its speed-up over the
 baseline, and the mean training loss over the last half of the steps (what each side learns in as many steps), and
