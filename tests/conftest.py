@@ -10,6 +10,8 @@ fixtures built once) each worker runs torch and BLAS on one thread, so N workers
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,14 @@ def merged_model_dir(tmp_path_factory, reflection_tokenizer, token_ids, tiny_mod
         return path
 
     return make
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """SIGINT as an interactive terminal has it (Python's KeyboardInterrupt handler), whatever the test run inherited:
+    a suite started in the background (``cmd &``, ``nohup``) has SIGINT ignored, which the trainers leave alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -51,8 +51,15 @@ class SaveOnInterrupt(TrainerCallback):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def listening(self, processes: int = 1) -> Iterator[None]:
-        """SIGINT calls :meth:`interrupt` inside this block (one process, on the main thread; else unchanged)."""
-        if processes != 1 or threading.current_thread() is not threading.main_thread():
+        """SIGINT calls :meth:`interrupt` inside this block (one process, on the main thread; else unchanged).
+
+        A SIGINT the process was started ignoring (``nohup``, ``cmd &`` in a script) stays ignored, as Python leaves it.
+        """
+        if (
+            processes != 1
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        ):
             yield
             return
         previous = signal.signal(signal.SIGINT, lambda signum, frame: self.interrupt())

@@ -169,6 +169,7 @@ def test_a_killed_run_resumes_into_the_same_run(rl_files: dict[str, Path], tmp_p
     assert run(_config(rl_files, *steps)).already_trained
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_ctrl_c_before_the_first_checkpoint_saves_one_and_the_rerun_resumes_from_it(
     rl_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

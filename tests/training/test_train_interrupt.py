@@ -15,6 +15,7 @@ from selfrag.training.interrupt import SaveOnInterrupt
 from selfrag.training.run import run
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_sigint_before_the_first_checkpoint_saves_one_and_the_rerun_resumes_from_it(
     tiny_base_dir: Path, records_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,6 +44,7 @@ def test_sigint_before_the_first_checkpoint_saves_one_and_the_rerun_resumes_from
     assert [entry["step"] for entry in resumed.losses] == [1.0, 2.0, 3.0, 4.0]
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_the_first_sigint_asks_for_a_save_and_a_second_stops_at_once() -> None:
     interrupt = SaveOnInterrupt()
     control = SimpleNamespace(should_save=False, should_training_stop=False)
@@ -62,3 +64,18 @@ def test_the_first_sigint_asks_for_a_save_and_a_second_stops_at_once() -> None:
     with untouched.listening(processes=2):  # several processes: the launcher's signal handling stays
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     untouched.stop_if_interrupted()
+
+
+def test_a_sigint_the_process_was_started_ignoring_stays_ignored() -> None:
+    # `nohup selfrag train …` or `selfrag train … &` in a script: Ctrl-C is not meant to reach the run
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        interrupt = SaveOnInterrupt()
+        with interrupt.listening():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+        assert not interrupt.interrupted
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        interrupt.stop_if_interrupted()  # nothing to stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
