@@ -110,8 +110,10 @@ def test_rows_that_finish_leave_the_batch(engine: tuple[HFEngine, list[int]]) ->
 # -- the server -------------------------------------------------------------------------------------------------
 
 
-def _server(hf: HFEngine) -> LiveServer:
-    config = serve_config(max_tokens_limit=400, batch_wait_ms=500)
+def _server(hf: HFEngine, batch: int) -> LiveServer:
+    """A batch of ``batch`` requests goes to the engine as soon as they are all in; the window is wide (3 s) so that a
+    loaded machine (the suite's other worker) cannot split them: 500 ms once let the fourth stream miss the batch."""
+    config = serve_config(max_tokens_limit=400, batch_wait_ms=3000, max_batch=batch)
     return LiveServer(create_app(config, Backend(hf, FixedRetriever(), MODEL))).start()
 
 
@@ -129,7 +131,7 @@ def _open_streams(live: LiveServer, questions: Sequence[str]) -> tuple[httpx.Cli
 
 def test_the_server_stops_decoding_for_clients_that_left(engine: tuple[HFEngine, list[int]]) -> None:
     hf, sizes = engine
-    live = _server(hf)
+    live = _server(hf, batch=4)
     try:
         full = httpx.post(f"{live.url}/v1/chat/completions", json={**_body(QUESTIONS[0]), "stream": False}, timeout=60)
         steps_alone = len(sizes)
@@ -153,7 +155,7 @@ def test_the_server_stops_decoding_for_clients_that_left(engine: tuple[HFEngine,
 
 def test_a_client_that_stays_gets_the_answer_it_gets_alone(engine: tuple[HFEngine, list[int]]) -> None:
     hf, sizes = engine
-    live = _server(hf)
+    live = _server(hf, batch=3)
     try:
         alone = httpx.post(f"{live.url}/v1/chat/completions", json={**_body(QUESTIONS[0]), "stream": False},
                            timeout=60).json()["choices"][0]["message"]["content"]
@@ -165,7 +167,7 @@ def test_a_client_that_stays_gets_the_answer_it_gets_alone(engine: tuple[HFEngin
             f"{live.url}/v1/chat/completions", json={**_body(QUESTIONS[0]), "stream": False}, timeout=60)))
         thread.start()
         wait_until(lambda: len(sizes) >= 10)
-        assert sizes[0] == 3  # one batch of three (batch_wait_ms=500 gathered them)
+        assert sizes[0] == 3  # one batch of three (the batch window gathered them)
         for response in leaving:
             response.close()
         client.close()
