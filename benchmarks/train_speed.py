@@ -3,7 +3,7 @@ every block, in one run: seconds per step and the loss.
 
     .venv/bin/python benchmarks/train_speed.py --records runs/qs/data/records.jsonl --steps 20 --repeats 2
     .venv/bin/python benchmarks/train_speed.py --records ... --sides fp32 bf16     # the precision alone
-    .venv/bin/python benchmarks/train_speed.py --records ... --sides recipe recipe-dropout0 recipe-top10   # levers
+    .venv/bin/python benchmarks/train_speed.py --records ... --sides recipe recipe-dropout05 recipe-top10   # levers
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 .venv/bin/python benchmarks/train_speed.py --records ... \
         --sides recipe-unshared recipe --set training.bf16=false     # shared prefixes, on an AVX2-only fp32 rehearsal
 
@@ -11,10 +11,11 @@ Every side runs ``selfrag train`` with the quickstart's recipe (``configs/train/
 the reflection rows, the weighted loss and the ranking term, questions side by side) on the same records for the same
 steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only the overrides of
 :data:`SIDES` differ (``training.bf16`` and ``lora.layers``; the ``recipe-*`` sides: the recipe as it ships against
-one lever each: ``lora.dropout=0``, LoRA on the top 10 blocks, ``trl.torch_compile=true``, whose first step
-compiles, so give it enough ``--steps``, or ``recipe-unshared``: the records side by side without the shared-prefix
-tree, ``training.share_prefixes=false``; ``recipe-before``: also PEFT's merged reflection rows and torch's dropout
-masks, ``training.trainable_rows=peft training.dropout_masks=torch``); the first side given is the baseline.
+one lever each: ``recipe-dropout05``, LoRA dropout 0.05 with the prefix tree forced on (the recipe of 2026-12-01;
+``auto`` turns the tree off with dropout); LoRA on the top 10 blocks; ``trl.torch_compile=true``, whose first step
+compiles, so give it enough ``--steps``; or ``recipe-unshared``, the records side by side without the shared-prefix
+tree, ``training.share_prefixes=false``. ``recipe-before`` is the recipe before 2026-12-01: also PEFT's merged
+reflection rows, torch's dropout masks and LoRA dropout 0.05). The first side given is the baseline.
 ``--set KEY=VALUE`` adds an override to every side. No held-out scoring, no checkpoints.
 
 Prints per side the training loop's seconds per step (the Trainer's own ``train_runtime``), its speed-up over the
@@ -40,12 +41,14 @@ SIDES: dict[str, list[str]] = {
     "bf16-top15": ["training.bf16=true", "lora.layers=15"],
     # the recipe as it ships (training.bf16=auto, the top half of the blocks, padding-free), and one lever each
     "recipe": [],
-    "recipe-dropout0": ["lora.dropout=0"],
+    "recipe-dropout05": ["lora.dropout=0.05", "training.share_prefixes=true"],  # the recipe of 2026-12-01
     "recipe-top10": ["lora.layers=10"],
     "recipe-compile": ["trl.torch_compile=true"],
     "recipe-unshared": ["training.share_prefixes=false"],
-    # the recipe before the step shortcuts and the shared prefixes (2026-12-01): PEFT's merged rows, torch's masks
-    "recipe-before": ["training.share_prefixes=false", "training.trainable_rows=peft", "training.dropout_masks=torch"],
+    # the recipe before the step shortcuts and the shared prefixes (2026-12-01): PEFT's merged rows, torch's masks,
+    # LoRA dropout 0.05
+    "recipe-before": ["training.share_prefixes=false", "training.trainable_rows=peft", "training.dropout_masks=torch",
+                      "lora.dropout=0.05"],
 }
 
 

@@ -210,8 +210,9 @@ class TrainingOptions:
         "with (a question's prompt; the same passage under two verdicts) computed once, and each record attending to "
         "its own path through the tree; the loss reads every labelled position as before, so the loss and gradients "
         "are the packed batch's. Pays with training.order=question (the quickstart's batches: 0.68 of the tokens). "
-        "'auto': on where the batches are packed and the attention is sdpa or eager (not flash attention, whose "
-        "kernel reads only contiguous records). false: records side by side.",
+        "'auto': on where the batches are packed, the attention is sdpa or eager (not flash attention, whose "
+        "kernel reads only contiguous records) and lora.dropout is 0 (with dropout one mask would serve every record "
+        "at a shared token: true shares anyway). false: records side by side.",
         default="auto",
     )
     profile_steps: int = help_field(

@@ -221,14 +221,18 @@ def use_padding_free(setting: bool | Literal["auto"], model: Any, batch_size: in
     return bool(setting)
 
 
-def use_shared_prefixes(setting: bool | Literal["auto"], model: Any, packed: bool) -> bool:
+def use_shared_prefixes(setting: bool | Literal["auto"], model: Any, packed: bool, dropout: float = 0.0) -> bool:
     """``training.share_prefixes`` resolved: only packed batches share prefixes, and only an sdpa or eager model
-    attends over the tree (:func:`packed_attention`); ``true`` elsewhere is refused by the caller's check."""
+    attends over the tree (:func:`packed_attention`); ``true`` elsewhere is refused by the caller's check.
+
+    ``auto`` shares only where the tree is exact: with LoRA dropout (``dropout`` > 0) one mask would serve every
+    record at a shared token, where the batch without the tree draws one a record, so the training's random law
+    would change (what that did to the quickstart's recipe: results/quickstart.md). ``true`` shares anyway."""
     if not packed:
         return False
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None) or "sdpa"
     if setting == "auto":
-        return implementation in ("sdpa", "eager")
+        return implementation in ("sdpa", "eager") and not dropout
     return bool(setting)
 
 

@@ -301,13 +301,15 @@ def packed_collator(config: TrainConfig, model: Any, micro_batch: int) -> Packed
     if share is True and not packed:
         raise ConfigError(["training.share_prefixes=true needs packed batches: set training.padding_free=true (or "
                            "auto), or share_prefixes=auto"])
-    shared = use_shared_prefixes(share, model, packed)
+    shared = use_shared_prefixes(share, model, packed, config.lora.dropout)
     implementation = getattr(model.config, "_attn_implementation", None) or "sdpa"
     if shared and implementation not in ("sdpa", "eager"):
         raise ConfigError([f"training.share_prefixes=true: attention {implementation!r} cannot attend over a prefix "
                            "tree; load the model with sdpa attention or set training.share_prefixes=auto"])
     if packed:
-        logger.info("shared prefixes %s (training.share_prefixes=%s)", "on" if shared else "off", share)
+        why = (f"; lora.dropout={config.lora.dropout} would give every record at a shared token one mask"
+               if share == "auto" and not shared and config.lora.dropout else "")
+        logger.info("shared prefixes %s (training.share_prefixes=%s%s)", "on" if shared else "off", share, why)
     if shared:
         return SharedPrefixCollator()
     return PackedCollator() if packed else None

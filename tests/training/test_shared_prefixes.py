@@ -13,7 +13,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 from selfrag import reflection as rf
 from selfrag.training.dataset import encode_record
 from selfrag.training.loss import AnswerStart, loss_weight_table, relevance_rank
-from selfrag.training.packing import PackedCollator, SharedPrefixCollator, packed_attention
+from selfrag.training.packing import PackedCollator, SharedPrefixCollator, packed_attention, use_shared_prefixes
 
 
 def sharing_examples(tokenizer: Any, token_ids: Any) -> list[dict[str, list[int]]]:
@@ -92,3 +92,38 @@ def test_without_the_tree_attention_the_tree_batch_would_differ(prepared, monkey
     monkeypatch.setattr(packing, "PREFIX_KEYS", ("not_a", "not_b", "not_c"))
     with packed_attention(model, True):
         assert abs(loss_and_gradients(model, tree)[0] - expected) > 1e-3
+
+
+def test_auto_shares_prefixes_only_where_the_tree_is_exact(prepared) -> None:  # type: ignore[no-untyped-def]
+    model = prepared[0]
+    model.config._attn_implementation = "sdpa"
+    assert use_shared_prefixes("auto", model, packed=True) and not use_shared_prefixes("auto", model, packed=False)
+    # with LoRA dropout one mask would serve every record at a shared token: auto leaves the records side by side,
+    # true shares anyway
+    assert not use_shared_prefixes("auto", model, packed=True, dropout=0.05)
+    assert use_shared_prefixes(True, model, packed=True, dropout=0.05)
+    assert not use_shared_prefixes(False, model, packed=True)
+    model.config._attn_implementation = "flash_attention_2"
+    assert not use_shared_prefixes("auto", model, packed=True)
+
+
+def test_the_recipe_shares_prefixes_because_its_lora_has_no_dropout(prepared, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The quickstart's recipe, resolved for a model as training resolves it: the prefix tree with its dropout (0),
+    the records side by side with LoRA dropout 0.05."""
+    from pathlib import Path
+
+    from selfrag.config import load_config
+    from selfrag.training.config import TrainConfig
+    from selfrag.training.run import packed_collator
+
+    model = prepared[0]
+    model.config._attn_implementation = "sdpa"
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "train" / "smollm2-135m-cpu.yaml"
+    paths = [f"records={tmp_path / 'r.jsonl'}", f"output_dir={tmp_path / 'out'}"]
+    config = load_config(TrainConfig, recipe, paths)
+    assert config.lora.dropout == 0 and config.training.share_prefixes == "auto"
+    assert isinstance(packed_collator(config, model, 4), SharedPrefixCollator)
+    dropout = load_config(TrainConfig, recipe, [*paths, "lora.dropout=0.05"])
+    assert type(packed_collator(dropout, model, 4)) is PackedCollator
+    forced = load_config(TrainConfig, recipe, [*paths, "lora.dropout=0.05", "training.share_prefixes=true"])
+    assert isinstance(packed_collator(forced, model, 4), SharedPrefixCollator)
