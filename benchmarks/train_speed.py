@@ -11,10 +11,10 @@ Every side runs ``selfrag train`` with the quickstart's recipe (``configs/train/
 the reflection rows, the weighted loss and the ranking term, questions side by side) on the same records for the same
 steps and seed, each in its own child process, the sides alternating ``--repeats`` times. Only the overrides of
 :data:`SIDES` differ (``training.bf16`` and ``lora.layers``; the ``recipe-*`` sides: the recipe as it ships against
-one lever each: ``recipe-dropout05``, LoRA dropout 0.05 with the prefix tree forced on (the recipe of 2026-12-01;
+one lever each: ``recipe-dropout05``, LoRA dropout 0.05 with the prefix tree forced on (the recipe before this one;
 ``auto`` turns the tree off with dropout); LoRA on the top 10 blocks; ``trl.torch_compile=true``, whose first step
 compiles, so give it enough ``--steps``; or ``recipe-unshared``, the records side by side without the shared-prefix
-tree, ``training.share_prefixes=false``. ``recipe-before`` is the recipe before 2026-12-01: also PEFT's merged
+tree, ``training.share_prefixes=false``. ``recipe-before`` is the recipe before the step shortcuts: also PEFT's merged
 reflection rows, torch's dropout masks and LoRA dropout 0.05). The first side given is the baseline.
 ``--set KEY=VALUE`` adds an override to every side. No held-out scoring, no checkpoints.
 
@@ -41,11 +41,11 @@ SIDES: dict[str, list[str]] = {
     "bf16-top15": ["training.bf16=true", "lora.layers=15"],
     # the recipe as it ships (training.bf16=auto, the top half of the blocks, padding-free), and one lever each
     "recipe": [],
-    "recipe-dropout05": ["lora.dropout=0.05", "training.share_prefixes=true"],  # the recipe of 2026-12-01
+    "recipe-dropout05": ["lora.dropout=0.05", "training.share_prefixes=true"],  # the recipe before
     "recipe-top10": ["lora.layers=10"],
     "recipe-compile": ["trl.torch_compile=true"],
     "recipe-unshared": ["training.share_prefixes=false"],
-    # the recipe before the step shortcuts and the shared prefixes (2026-12-01): PEFT's merged rows, torch's masks,
+    # the recipe before the step shortcuts and the shared prefixes: PEFT's merged rows, torch's masks,
     # LoRA dropout 0.05
     "recipe-before": ["training.share_prefixes=false", "training.trainable_rows=peft", "training.dropout_masks=torch",
                       "lora.dropout=0.05"],
